@@ -1,0 +1,25 @@
+# Thin entry points; tox does the work. See README.md.
+PYTHON ?= python3
+TOX := $(PYTHON) -m tox
+
+.PHONY: test demo lint unit integration e2e crds tools clean
+
+# The whole test suite, from a fresh machine: installs tox, builds the local control plane into
+# ~/.cache/lessor on first use, then runs every tox environment.
+test: tools
+	$(TOX) run -e lint,crds,unit,integration,e2e
+
+demo: tools
+	$(TOX) run -e demo
+
+lint unit integration e2e crds: tools
+	$(TOX) run -e $@
+
+crds-write:
+	$(PYTHON) -m lessor.resources write crds
+
+tools:
+	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "tox >= 4.20, < 5"
+
+clean:
+	rm -rf .tox build *.egg-info

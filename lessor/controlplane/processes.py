@@ -1,0 +1,97 @@
+"""Starting and stopping the control plane's processes, and finding them again by pid.
+
+A control plane outlives the command that started it (`python -m lessor.controlplane start`) and,
+for leased clusters, the operator process that started it. So each process is recorded by pid and
+executable path; before signalling a pid we check that it still runs that executable, because pids
+are reused and a stale record must never make us kill an unrelated process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lessor.controlplane.errors import ControlPlaneError
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    name: str
+    pid: int
+    executable: str
+
+    def is_running(self) -> bool:
+        """True while the pid is alive and still runs the recorded executable (not a zombie)."""
+        try:
+            exe = str(Path(f"/proc/{self.pid}/exe").readlink())
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        state = stat.rsplit(")", 1)[1].split()[0]
+        return state != "Z" and exe.removesuffix(" (deleted)") == self.executable
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to kill the child when the test process dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(name: str, argv: list[str], log_path: Path, *, detached: bool) -> ProcessRecord:
+    """Start `argv` with output to `log_path`.
+
+    Detached processes get their own session and survive their starter; attached ones are tied to
+    the starter's life so that an interrupted test run leaves nothing behind.
+    """
+    executable = os.path.realpath(argv[0])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [executable, *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # Spawned from the main thread before any worker threads start, where it is safe.
+            preexec_fn=None if detached else _die_with_parent,  # noqa: PLW1509
+        )
+    _children[process.pid] = process
+    return ProcessRecord(name=name, pid=process.pid, executable=executable)
+
+
+# Popen objects of processes started by this interpreter, kept so that they are reaped (no zombies).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _reap(pid: int) -> None:
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        del _children[pid]
+
+
+def terminate(record: ProcessRecord, *, grace: float = 10.0) -> None:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL; returns once the process is gone."""
+    if not record.is_running():
+        _reap(record.pid)
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.kill(record.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(record.pid)
+            if not record.is_running():
+                _reap(record.pid)
+                return
+            time.sleep(0.05)
+    if record.is_running():
+        raise ControlPlaneError(f"{record.name} (pid {record.pid}) did not stop")

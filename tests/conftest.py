@@ -1,0 +1,41 @@
+"""Session fixtures: one real Kubernetes control plane for every integration test.
+
+The control plane is the real kube-apiserver (with etcd, controller manager, scheduler and a kwok
+node) built from pinned Go modules; LESSOR_TEST_KUBECONFIG points the tests at an existing cluster
+(kind or any other) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lessor.controlplane.binaries import ensure_binaries, find_binaries
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster, ExistingCluster
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    existing = os.environ.get("LESSOR_TEST_KUBECONFIG")
+    if existing:
+        cached = find_binaries()
+        yield ExistingCluster.from_kubeconfig(
+            Path(existing), cached / "kubectl" if cached else None
+        )
+        return
+    binaries = ensure_binaries(_progress)
+    cluster = LocalControlPlane(tmp_path_factory.mktemp("control-plane"))
+    cluster.start(binaries, with_node=True, progress=_progress)
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
