@@ -150,7 +150,7 @@ class LocalControlPlane:
             self._wait(deadline, "etcd", lambda: self._etcd_healthy(state))
             progress(f"etcd serves on 127.0.0.1:{state.ports['etcd']}")
             self._start_apiserver(state, detached)
-            self._wait(deadline, "kube-apiserver", self._apiserver_ready)
+            self._wait(deadline, "kube-apiserver", self.is_ready)
             progress(f"kube-apiserver serves on {self.server}")
             self.kubectl("apply", "-f", "-", input=_DISCOVERY_BINDING)
             if with_node:
@@ -401,7 +401,8 @@ class LocalControlPlane:
         except (OSError, ValueError):
             return False
 
-    def _apiserver_ready(self) -> bool:
+    def is_ready(self) -> bool:
+        """Whether kube-apiserver answers /readyz with 200, as the admin."""
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
         try:

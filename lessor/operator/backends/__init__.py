@@ -1,0 +1,1 @@
+"""Cluster backends behind one interface (see `base`)."""

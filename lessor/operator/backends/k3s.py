@@ -1,0 +1,139 @@
+"""The `k3s` backend: a k3s server StatefulSet, Service and Secrets in the host cluster.
+
+This is the production path: the clusters live in the host cluster itself, so the operator can run
+anywhere and scale with the host. The operator creates the objects rendered by `k3s_manifests`,
+watches the StatefulSet become ready and the sidecar publish the kubeconfig Secret, and at teardown
+deletes everything by label and then verifies, by listing each kind again, that nothing remains.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import Any
+
+import httpx
+import kr8s.asyncio
+
+from lessor.operator.backends import k3s_manifests as manifests
+from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+
+# (api path prefix, plural) of every kind a k3s cluster consists of, in teardown order.
+_KINDS: tuple[tuple[str, str], ...] = (
+    ("apis/apps/v1", "statefulsets"),
+    ("api/v1", "services"),
+    ("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    ("apis/rbac.authorization.k8s.io/v1", "roles"),
+    ("api/v1", "serviceaccounts"),
+    ("api/v1", "secrets"),
+    ("api/v1", "persistentvolumeclaims"),
+    ("api/v1", "pods"),
+)
+_PLURALS = {
+    "Secret": "secrets",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "Service": "services",
+    "StatefulSet": "statefulsets",
+}
+
+
+def _prefix(api_version: str) -> str:
+    return "api/v1" if api_version == "v1" else f"apis/{api_version}"
+
+
+class K3sBackend:
+    def __init__(self, api: kr8s.asyncio.Api, config: manifests.K3sConfig) -> None:
+        self.api = api
+        self.config = config
+
+    async def _request(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None
+    ) -> httpx.Response:
+        # kr8s joins base, version and url with "/"; an absolute path goes in as base + last part.
+        base, _, last = path.rpartition("/")
+        async with self.api.call_api(
+            method,
+            base=base,
+            version="",
+            url=last,
+            json=body,
+            params=params,
+            raise_for_status=False,
+        ) as response:
+            return response
+
+    async def provision(self, instance: InstanceRef) -> None:
+        # Creates are atomic: on replay, objects that already exist answer 409 and are kept. The
+        # token is only used if its Secret does not exist yet, so a replay never changes it.
+        for manifest in manifests.render(instance, self.config, secrets.token_urlsafe(32)):
+            plural = _PLURALS[manifest["kind"]]
+            path = f"/{_prefix(manifest['apiVersion'])}/namespaces/{instance.namespace}/{plural}"
+            response = await self._request("POST", path, body=manifest)
+            if response.status_code not in (201, 409):
+                raise BackendError(
+                    f"creating {manifest['kind']} {manifest['metadata']['name']} failed: "
+                    f"{response.status_code} {response.text[:300]}"
+                )
+
+    async def readiness(self, instance: InstanceRef) -> Readiness:
+        ns = instance.namespace
+        name = manifests.object_name(instance)
+        details = {"service": f"{name}.{ns}.svc:6443"}
+        response = await self._request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}")
+        if response.status_code == 404:
+            return Readiness(False, "StatefulSet missing", details)
+        if response.status_code != 200:
+            return Readiness(False, f"StatefulSet unreadable: {response.status_code}", details)
+        if int(response.json().get("status", {}).get("readyReplicas", 0)) < 1:
+            return Readiness(False, "k3s server not ready", details)
+        if await self._published_kubeconfig(instance) is None:
+            return Readiness(False, "kubeconfig not published yet", details)
+        return Readiness(True, "k3s server ready, kubeconfig published", details)
+
+    async def _published_kubeconfig(self, instance: InstanceRef) -> str | None:
+        secret = manifests.kubeconfig_secret_name(instance)
+        response = await self._request(
+            "GET", f"/api/v1/namespaces/{instance.namespace}/secrets/{secret}"
+        )
+        if response.status_code != 200:
+            return None
+        encoded = response.json().get("data", {}).get(manifests.KUBECONFIG_KEY)
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    async def kubeconfig(self, instance: InstanceRef) -> str:
+        kubeconfig = await self._published_kubeconfig(instance)
+        if kubeconfig is None:
+            raise BackendError(f"kubeconfig of {instance.name} is not published")
+        return kubeconfig
+
+    async def teardown(self, instance: InstanceRef) -> None:
+        selector = {"labelSelector": manifests.label_selector(instance)}
+        for prefix, plural in _KINDS:
+            path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
+            response = await self._request("DELETE", path, params=selector)
+            if response.status_code not in (200, 404):
+                raise BackendError(
+                    f"deleting {plural} of {instance.name} failed: {response.status_code}"
+                )
+
+    async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
+        """List every kind by the instance's labels: verified only when each list is empty."""
+        selector = {"labelSelector": manifests.label_selector(instance)}
+        evidence: list[str] = []
+        remaining: list[str] = []
+        for prefix, plural in _KINDS:
+            path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
+            response = await self._request("GET", path, params=selector)
+            if response.status_code != 200:
+                remaining.append(f"{plural}: could not list ({response.status_code})")
+                continue
+            names = [item["metadata"]["name"] for item in response.json().get("items", [])]
+            if names:
+                remaining.append(f"{plural}: {', '.join(names)}")
+            else:
+                evidence.append(f"no {plural} labelled {selector['labelSelector']}")
+        if remaining:
+            return TeardownReport(verified=False, evidence=remaining)
+        return TeardownReport(verified=True, evidence=evidence)
