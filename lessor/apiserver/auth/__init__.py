@@ -1,0 +1,1 @@
+"""Authentication: OIDC JWTs, static tokens, SSH request signatures and session tokens."""

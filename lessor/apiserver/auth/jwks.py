@@ -1,0 +1,84 @@
+"""Signing keys of OIDC issuers, cached in memory and refetched when a key rotation shows.
+
+A token signed with a key we have not seen means either a rotation at the issuer or a forgery.
+Refetching on every unknown `kid` would let anyone make us hammer the issuer with bogus kids, so
+refetches of one JWKS URL are at most one per `refetch_interval`; within it an unknown kid is
+simply refused.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+import cachetools
+import jwt
+
+from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
+
+Fetch = Callable[[str], bytes]
+
+
+def https_fetch(ca_file: str | None = None, timeout: float = 5.0) -> Fetch:
+    """A fetcher for JWKS documents; `ca_file` trusts a private issuer's CA as well."""
+    context = ssl.create_default_context(cafile=ca_file)
+
+    def fetch(url: str) -> bytes:
+        if not url.startswith(("https://", "http://")):
+            raise IssuerUnavailableError(f"unsupported JWKS URL scheme: {url}")
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:  # noqa: S310
+            body: bytes = response.read(1 << 20)
+            return body
+
+    return fetch
+
+
+class JwksCache:
+    def __init__(
+        self,
+        fetch: Fetch,
+        *,
+        ttl: float = 600.0,
+        refetch_interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._keys: cachetools.TTLCache[str, dict[str, jwt.PyJWK]] = cachetools.TTLCache(
+            maxsize=64, ttl=ttl, timer=clock
+        )
+        self._last_fetch: dict[str, float] = {}
+        self._refetch_interval = refetch_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def key(self, jwks_url: str, kid: str | None) -> jwt.PyJWK:
+        """The key that signed a token, fetching the JWKS on first use or after a rotation."""
+        with self._lock:
+            keys = self._keys.get(jwks_url)
+            if keys is None or (kid not in keys and self._may_refetch(jwks_url)):
+                keys = self._load(jwks_url)
+            if kid is None and len(keys) == 1:
+                return next(iter(keys.values()))
+            found = keys.get(kid or "")
+            if found is None:
+                raise AuthenticationError(f"unknown signing key id {kid!r}")
+            return found
+
+    def _may_refetch(self, jwks_url: str) -> bool:
+        last = self._last_fetch.get(jwks_url)
+        return last is None or self._clock() - last >= self._refetch_interval
+
+    def _load(self, jwks_url: str) -> dict[str, jwt.PyJWK]:
+        self._last_fetch[jwks_url] = self._clock()
+        try:
+            document = json.loads(self._fetch(jwks_url))
+            keyset = jwt.PyJWKSet.from_dict(document)
+        except (OSError, ValueError, jwt.PyJWKSetError) as error:
+            raise IssuerUnavailableError(f"JWKS at {jwks_url} unavailable: {error}") from error
+        keys = {key.key_id or "": key for key in keyset.keys}
+        self._keys[jwks_url] = keys
+        return keys

@@ -1,0 +1,69 @@
+"""Validation of OIDC JWTs against the issuers configured in AccessPolicies.
+
+The issuer is chosen by the token's (unverified) `iss`, and everything else is then checked
+against that issuer's settings only: its keys, its algorithms, its audiences and authorized
+parties. A token can therefore never be accepted under the settings of another policy's issuer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+
+from lessor.apiserver.auth.errors import AuthenticationError
+from lessor.apiserver.auth.jwks import JwksCache
+
+ALLOWED_ALGORITHMS = frozenset({"RS256", "RS384", "ES256", "ES384"})
+LEEWAY_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class OidcIssuer:
+    issuer: str
+    audiences: tuple[str, ...]
+    authorized_parties: tuple[str, ...] = ()
+    jwks_url: str | None = None
+    algorithms: tuple[str, ...] = ("RS256",)
+
+    @property
+    def jwks_endpoint(self) -> str:
+        return self.jwks_url or f"{self.issuer.rstrip('/')}/.well-known/jwks.json"
+
+
+def verify_token(
+    token: str, issuers: Mapping[str, OidcIssuer], jwks: JwksCache
+) -> tuple[OidcIssuer, dict[str, Any]]:
+    """Return the issuer's settings and the verified claims, or raise AuthenticationError."""
+    try:
+        header = jwt.get_unverified_header(token)
+        unverified = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError as error:
+        raise AuthenticationError(f"malformed token: {error}") from error
+    issuer = issuers.get(str(unverified.get("iss", "")))
+    if issuer is None:
+        raise AuthenticationError("issuer not configured")
+    algorithm = header.get("alg")
+    algorithms = [a for a in issuer.algorithms if a in ALLOWED_ALGORITHMS]
+    if algorithm not in algorithms:
+        # Checked before any key is used, so `none` and HMAC tokens (HS256 "signed" with a
+        # public key) are refused outright.
+        raise AuthenticationError(f"algorithm {algorithm!r} not allowed")
+    key = jwks.key(issuer.jwks_endpoint, header.get("kid"))
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=algorithms,
+            audience=list(issuer.audiences) or None,
+            issuer=issuer.issuer,
+            leeway=LEEWAY_SECONDS,
+            options={"require": ["exp", "iss"]},
+        )
+    except jwt.PyJWTError as error:
+        raise AuthenticationError(f"invalid token: {error}") from error
+    if issuer.authorized_parties and claims.get("azp") not in issuer.authorized_parties:
+        raise AuthenticationError("authorized party not accepted")
+    return issuer, claims

@@ -1,0 +1,221 @@
+"""OIDC validation with real keys, real signatures and a real JWKS endpoint on loopback."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
+from lessor.apiserver.auth.jwks import JwksCache, https_fetch
+from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+
+
+@dataclass
+class Issuer:
+    """A tiny OIDC issuer: keys, a JWKS document served over HTTP, and token minting."""
+
+    url: str = ""
+    keys: dict[str, Any] = field(default_factory=dict)
+    jwks_requests: int = 0
+    available: bool = True
+
+    def add_key(self, kid: str, kind: str = "rsa") -> None:
+        self.keys[kid] = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            if kind == "rsa"
+            else ec.generate_private_key(ec.SECP256R1())
+        )
+
+    def jwks(self) -> dict[str, Any]:
+        keys = []
+        for kid, key in self.keys.items():
+            algorithm = jwt.algorithms.RSAAlgorithm if isinstance(key, rsa.RSAPrivateKey) else None
+            if algorithm is None:
+                jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+            else:
+                jwk = json.loads(algorithm.to_jwk(key.public_key()))
+            keys.append({**jwk, "kid": kid, "use": "sig"})
+        return {"keys": keys}
+
+    def token(self, kid: str = "k1", algorithm: str = "RS256", **claims: Any) -> str:
+        now = int(time.time())
+        payload = {"iss": self.url, "aud": "lessor", "sub": "alice", "iat": now, "exp": now + 300}
+        payload.update(claims)
+        payload = {k: v for k, v in payload.items() if v is not None}
+        return jwt.encode(payload, self.keys[kid], algorithm=algorithm, headers={"kid": kid})
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    state = Issuer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.jwks_requests += 1
+            if not state.available:
+                self.send_error(503)
+                return
+            body = json.dumps(state.jwks()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    state.add_key("k1")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+
+
+def settings(issuer: Issuer, **overrides: Any) -> dict[str, OidcIssuer]:
+    values: dict[str, Any] = {"issuer": issuer.url, "audiences": ("lessor",)}
+    values.update(overrides)
+    return {issuer.url: OidcIssuer(**values)}
+
+
+def cache(**kwargs: Any) -> JwksCache:
+    return JwksCache(https_fetch(), **kwargs)
+
+
+def test_a_valid_token_yields_its_claims(issuer: Issuer) -> None:
+    _, claims = verify_token(issuer.token(), settings(issuer), cache())
+    assert claims["sub"] == "alice"
+
+
+def test_es256_is_accepted_only_when_the_policy_lists_it(issuer: Issuer) -> None:
+    issuer.add_key("ec", kind="ec")
+    token = issuer.token(kid="ec", algorithm="ES256")
+    with pytest.raises(AuthenticationError):
+        verify_token(token, settings(issuer), cache())
+    _, claims = verify_token(token, settings(issuer, algorithms=("RS256", "ES256")), cache())
+    assert claims["sub"] == "alice"
+
+
+def _unsigned(issuer: Issuer) -> str:
+    def b64(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    claims = {"iss": issuer.url, "aud": "lessor", "sub": "mallory", "exp": now + 300}
+    return f"{b64({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}.{b64(claims)}."
+
+
+def _hs256_with_public_key(issuer: Issuer) -> str:
+    public_pem = (
+        issuer.keys["k1"]
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    header = {"alg": "HS256", "typ": "JWT", "kid": "k1"}
+    now = int(time.time())
+    claims = {"iss": issuer.url, "aud": "lessor", "sub": "mallory", "exp": now + 300}
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+    signature = hmac.new(public_pem, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
+def _tampered(issuer: Issuer) -> str:
+    header, payload, signature = issuer.token().split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=="))
+    claims["sub"] = "admin"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"{header}.{forged}.{signature}"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(_unsigned, id="alg-none"),
+        pytest.param(_hs256_with_public_key, id="hs256-signed-with-public-key"),
+        pytest.param(lambda i: i.token(exp=int(time.time()) - 120), id="expired"),
+        pytest.param(lambda i: i.token(nbf=int(time.time()) + 600), id="not-yet-valid"),
+        pytest.param(lambda i: i.token(aud="someone-else"), id="wrong-audience"),
+        pytest.param(lambda i: i.token(iss="https://elsewhere.example"), id="wrong-issuer"),
+        pytest.param(lambda i: i.token(exp=None), id="no-expiry"),
+        pytest.param(_tampered, id="tampered-payload"),
+        pytest.param(lambda i: "not.a.jwt", id="garbage"),
+    ],
+)
+def test_unacceptable_tokens_are_refused(issuer: Issuer, make: Any) -> None:
+    with pytest.raises(AuthenticationError):
+        verify_token(make(issuer), settings(issuer), cache())
+
+
+def test_authorized_parties_restrict_azp(issuer: Issuer) -> None:
+    policy = settings(issuer, authorized_parties=("ci",))
+    assert verify_token(issuer.token(azp="ci"), policy, cache())[1]["azp"] == "ci"
+    with pytest.raises(AuthenticationError):
+        verify_token(issuer.token(azp="laptop"), policy, cache())
+    with pytest.raises(AuthenticationError):
+        verify_token(issuer.token(), policy, cache())
+
+
+def test_an_empty_audience_list_accepts_tokens_without_aud_only(issuer: Issuer) -> None:
+    policy = settings(issuer, audiences=())
+    assert verify_token(issuer.token(aud=None), policy, cache())[1]["sub"] == "alice"
+    with pytest.raises(AuthenticationError):
+        verify_token(issuer.token(), policy, cache())
+
+
+def test_a_token_signed_by_another_issuers_key_is_refused(issuer: Issuer) -> None:
+    other = Issuer(url="https://other.example")
+    other.add_key("k1")  # same kid, different key: only the signature can tell them apart
+    forged = other.token(iss=issuer.url)
+    with pytest.raises(AuthenticationError):
+        verify_token(forged, settings(issuer), cache())
+
+
+def test_key_rotation_is_picked_up_but_unknown_kids_cannot_hammer_the_issuer(
+    issuer: Issuer,
+) -> None:
+    now = [1000.0]
+    keys = cache(refetch_interval=30, clock=lambda: now[0])
+    verify_token(issuer.token(), settings(issuer), keys)
+    assert issuer.jwks_requests == 1
+    now[0] += 31
+    for attempt in range(20):
+        with pytest.raises(AuthenticationError):
+            verify_token(_bogus(issuer, f"bogus-{attempt}"), settings(issuer), keys)
+    assert issuer.jwks_requests == 2, "one refetch for the first unknown kid, then none"
+    issuer.add_key("k2")
+    now[0] += 31
+    _, claims = verify_token(issuer.token(kid="k2"), settings(issuer), keys)
+    assert claims["sub"] == "alice"
+    assert issuer.jwks_requests == 3
+
+
+def _bogus(issuer: Issuer, kid: str) -> str:
+    """A token whose header names a key the issuer never had."""
+    token = issuer.token()
+    header = {"alg": "RS256", "typ": "JWT", "kid": kid}
+    encoded = base64.urlsafe_b64encode(json.dumps(header).encode()).rstrip(b"=").decode()
+    return ".".join([encoded, *token.split(".")[1:]])
+
+
+def test_an_unreachable_issuer_is_unavailable_not_unauthenticated(issuer: Issuer) -> None:
+    issuer.available = False
+    with pytest.raises(IssuerUnavailableError):
+        verify_token(issuer.token(), settings(issuer), cache())
