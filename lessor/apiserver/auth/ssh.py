@@ -1,0 +1,169 @@
+"""SSH request signatures: a request signed by an Ed25519 key held in an ssh-agent.
+
+The header (one line):
+
+    Authorization: Lessor-SSH key="<base64 public key blob>", ts="<unix seconds>",
+                   nonce="<16 to 64 chars of [A-Za-z0-9_-]>", sig="<base64 SSH signature blob>"
+
+The signed bytes are these six lines joined by LF, with no trailing LF:
+
+    lessor-request-v1
+    <METHOD>
+    <path with query string, exactly as sent>
+    <ts>
+    <nonce>
+    <hex SHA-256 of the body; of the empty string when there is none>
+
+The first line is a domain separator: an agent signs whatever it is given, and the prefix keeps
+such a signature from ever being valid as anything else (an SSH login, another service's request).
+The timestamp bounds how long a captured request stays usable, and the nonce, remembered for
+that window, makes it usable once. Changing the method, path, query or body breaks the signature.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import cachetools
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from lessor.apiserver.auth.errors import AuthenticationError
+
+SCHEME = "Lessor-SSH"
+DOMAIN = "lessor-request-v1"
+KEY_TYPE = b"ssh-ed25519"
+MAX_SKEW_SECONDS = 300
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+_PARAM = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    key_blob: bytes
+    timestamp: int
+    nonce: str
+    signature_blob: bytes
+
+
+def canonical_request(method: str, target: str, timestamp: int, nonce: str, body: bytes) -> bytes:
+    digest = hashlib.sha256(body).hexdigest()
+    return "\n".join([DOMAIN, method.upper(), target, str(timestamp), nonce, digest]).encode()
+
+
+def _ssh_string(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def _read_strings(blob: bytes) -> list[bytes]:
+    """Split an SSH wire-format blob into its length-prefixed strings."""
+    parts, offset = [], 0
+    while offset < len(blob):
+        if offset + 4 > len(blob):
+            raise AuthenticationError("truncated SSH blob")
+        (length,) = struct.unpack(">I", blob[offset : offset + 4])
+        offset += 4
+        if offset + length > len(blob):
+            raise AuthenticationError("truncated SSH blob")
+        parts.append(blob[offset : offset + length])
+        offset += length
+    return parts
+
+
+def ed25519_key_blob(raw_public_key: bytes) -> bytes:
+    return _ssh_string(KEY_TYPE) + _ssh_string(raw_public_key)
+
+
+def ed25519_signature_blob(raw_signature: bytes) -> bytes:
+    return _ssh_string(KEY_TYPE) + _ssh_string(raw_signature)
+
+
+def key_blob_from_openssh(line: str) -> bytes:
+    """The wire blob of an `ssh-ed25519 AAAA... comment` line, as in authorized_keys."""
+    fields = line.split()
+    if len(fields) < 2 or fields[0] != KEY_TYPE.decode():
+        raise ValueError("only ssh-ed25519 public keys are accepted")
+    try:
+        blob = base64.b64decode(fields[1], validate=True)
+    except binascii.Error as error:
+        raise ValueError("public key is not valid base64") from error
+    parts = _read_strings(blob)
+    if len(parts) != 2 or parts[0] != KEY_TYPE or len(parts[1]) != 32:
+        raise ValueError("not an Ed25519 public key")
+    return blob
+
+
+def parse_authorization(header: str) -> SignedRequest:
+    scheme, _, rest = header.partition(" ")
+    if scheme != SCHEME:
+        raise AuthenticationError("not an SSH signature")
+    params = dict(_PARAM.findall(rest))
+    try:
+        return SignedRequest(
+            key_blob=base64.b64decode(params["key"], validate=True),
+            timestamp=int(params["ts"]),
+            nonce=params["nonce"],
+            signature_blob=base64.b64decode(params["sig"], validate=True),
+        )
+    except (KeyError, ValueError, binascii.Error) as error:
+        raise AuthenticationError(f"malformed SSH signature header: {error}") from error
+
+
+class NonceCache:
+    """Nonces seen within the skew window. Per replica: a nonce replayed against another replica
+    within the window is refused only by that replica's own cache, which is why the window is
+    short; requests that change state are also fenced by resourceVersion server-side."""
+
+    def __init__(self, ttl: float = 2 * MAX_SKEW_SECONDS, maxsize: int = 100_000) -> None:
+        self._seen: cachetools.TTLCache[tuple[bytes, str], bool] = cachetools.TTLCache(
+            maxsize=maxsize, ttl=ttl
+        )
+        self._lock = threading.Lock()
+
+    def first_use(self, key_blob: bytes, nonce: str) -> bool:
+        with self._lock:
+            if (key_blob, nonce) in self._seen:
+                return False
+            self._seen[(key_blob, nonce)] = True
+            return True
+
+
+def verify_request(
+    request: SignedRequest,
+    *,
+    method: str,
+    target: str,
+    body: bytes,
+    authorized_keys: Mapping[bytes, str],
+    nonces: NonceCache,
+    clock: Callable[[], float] = time.time,
+) -> str:
+    """Return the identity the key is authorized as, or raise AuthenticationError."""
+    identity = authorized_keys.get(request.key_blob)
+    if identity is None:
+        raise AuthenticationError("key not authorized")
+    if abs(clock() - request.timestamp) > MAX_SKEW_SECONDS:
+        raise AuthenticationError("timestamp outside the allowed skew")
+    if not _NONCE.match(request.nonce):
+        raise AuthenticationError("malformed nonce")
+    key_parts = _read_strings(request.key_blob)
+    signature_parts = _read_strings(request.signature_blob)
+    if len(signature_parts) != 2 or signature_parts[0] != KEY_TYPE:
+        raise AuthenticationError("not an Ed25519 signature")
+    message = canonical_request(method, target, request.timestamp, request.nonce, body)
+    try:
+        Ed25519PublicKey.from_public_bytes(key_parts[1]).verify(signature_parts[1], message)
+    except (InvalidSignature, ValueError) as error:
+        raise AuthenticationError("bad signature") from error
+    # Remembered only once the signature is good, so forgeries cannot fill the cache.
+    if not nonces.first_use(request.key_blob, request.nonce):
+        raise AuthenticationError("nonce replayed")
+    return identity
