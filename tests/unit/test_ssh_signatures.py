@@ -13,13 +13,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lessor.apiserver.auth.errors import AuthenticationError
 from lessor.apiserver.auth.ssh import (
     NonceCache,
-    canonical_request,
     ed25519_key_blob,
     ed25519_signature_blob,
     key_blob_from_openssh,
     parse_authorization,
     verify_request,
 )
+from lessor.protocol.ssh_signature import canonical_request
 
 
 def raw_public(key: Ed25519PrivateKey) -> bytes:

@@ -1,32 +1,15 @@
-"""SSH request signatures: a request signed by an Ed25519 key held in an ssh-agent.
+"""SSH request signatures: verifying a request signed by an Ed25519 key held in an ssh-agent.
 
-The header (one line):
-
-    Authorization: Lessor-SSH key="<base64 public key blob>", ts="<unix seconds>",
-                   nonce="<16 to 64 chars of [A-Za-z0-9_-]>", sig="<base64 SSH signature blob>"
-
-The signed bytes are these six lines joined by LF, with no trailing LF:
-
-    lessor-request-v1
-    <METHOD>
-    <path with query string, exactly as sent>
-    <ts>
-    <nonce>
-    <hex SHA-256 of the body; of the empty string when there is none>
-
-The first line is a domain separator: an agent signs whatever it is given, and the prefix keeps
-such a signature from ever being valid as anything else (an SSH login, another service's request).
-The timestamp bounds how long a captured request stays usable, and the nonce, remembered for
-that window, makes it usable once. Changing the method, path, query or body breaks the signature.
+The wire format is in `lessor.protocol.ssh_signature`. The timestamp bounds how long a captured
+request stays usable, and the nonce, remembered for that window, makes it usable once. Changing
+the method, path, query or body breaks the signature.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,10 +20,14 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from lessor.apiserver.auth.errors import AuthenticationError
+from lessor.protocol.ssh_signature import (
+    KEY_TYPE,
+    SCHEME,
+    canonical_request,
+    read_strings,
+    ssh_string,
+)
 
-SCHEME = "Lessor-SSH"
-DOMAIN = "lessor-request-v1"
-KEY_TYPE = b"ssh-ed25519"
 MAX_SKEW_SECONDS = 300
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 _PARAM = re.compile(r'(\w+)="([^"]*)"')
@@ -54,36 +41,19 @@ class SignedRequest:
     signature_blob: bytes
 
 
-def canonical_request(method: str, target: str, timestamp: int, nonce: str, body: bytes) -> bytes:
-    digest = hashlib.sha256(body).hexdigest()
-    return "\n".join([DOMAIN, method.upper(), target, str(timestamp), nonce, digest]).encode()
-
-
-def _ssh_string(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
 def _read_strings(blob: bytes) -> list[bytes]:
-    """Split an SSH wire-format blob into its length-prefixed strings."""
-    parts, offset = [], 0
-    while offset < len(blob):
-        if offset + 4 > len(blob):
-            raise AuthenticationError("truncated SSH blob")
-        (length,) = struct.unpack(">I", blob[offset : offset + 4])
-        offset += 4
-        if offset + length > len(blob):
-            raise AuthenticationError("truncated SSH blob")
-        parts.append(blob[offset : offset + length])
-        offset += length
-    return parts
+    try:
+        return read_strings(blob)
+    except ValueError as error:
+        raise AuthenticationError(str(error)) from error
 
 
 def ed25519_key_blob(raw_public_key: bytes) -> bytes:
-    return _ssh_string(KEY_TYPE) + _ssh_string(raw_public_key)
+    return ssh_string(KEY_TYPE) + ssh_string(raw_public_key)
 
 
 def ed25519_signature_blob(raw_signature: bytes) -> bytes:
-    return _ssh_string(KEY_TYPE) + _ssh_string(raw_signature)
+    return ssh_string(KEY_TYPE) + ssh_string(raw_signature)
 
 
 def key_blob_from_openssh(line: str) -> bytes:

@@ -1,0 +1,74 @@
+"""The CLI's ssh-agent client signs with a key in a real ssh-agent; the server verifies it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lessor.apiserver.auth.errors import AuthenticationError
+from lessor.apiserver.auth.ssh import (
+    NonceCache,
+    key_blob_from_openssh,
+    parse_authorization,
+    verify_request,
+)
+from lessor.cli.ssh_agent import AgentError, SshAgent
+
+pytestmark = pytest.mark.skipif(shutil.which("ssh-agent") is None, reason="needs OpenSSH")
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[SshAgent, str]]:
+    key = tmp_path / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@ci", "-f", str(key)],
+        check=True,
+    )
+    socket_path = str(tmp_path / "agent.sock")
+    output = subprocess.run(
+        ["ssh-agent", "-a", socket_path], capture_output=True, text=True, check=True
+    ).stdout
+    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", output).group(1))  # type: ignore[union-attr]
+    try:
+        env = {**os.environ, "SSH_AUTH_SOCK": socket_path}
+        subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+        yield SshAgent(socket_path), (tmp_path / "id_ed25519.pub").read_text()
+    finally:
+        os.kill(pid, 15)
+
+
+def test_agent_signature_verifies_on_the_server(agent: tuple[SshAgent, str]) -> None:
+    client, public_line = agent
+    [(blob, comment)] = client.ed25519_keys()
+    assert comment == "alice@ci"
+    authorized = {key_blob_from_openssh(public_line): "alice"}
+    header = client.authorization(blob, "GET", "/v1/leases", b"")
+    identity = verify_request(
+        parse_authorization(header),
+        method="GET",
+        target="/v1/leases",
+        body=b"",
+        authorized_keys=authorized,
+        nonces=NonceCache(),
+    )
+    assert identity == "alice"
+    with pytest.raises(AuthenticationError):
+        verify_request(
+            parse_authorization(header),
+            method="GET",
+            target="/v1/pools",
+            body=b"",
+            authorized_keys=authorized,
+            nonces=NonceCache(),
+        )
+
+
+def test_a_missing_agent_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(AgentError, match="unreachable"):
+        SshAgent(str(tmp_path / "no-such.sock")).ed25519_keys()
