@@ -1,0 +1,174 @@
+"""AccessPolicy: who may lease from which pools, with which limits (spec 2.1 and 5).
+
+All three ways of authenticating end in the same place, a set of claims: an OIDC token's claims,
+or the claims an administrator attaches to a static token or an SSH key. The identity template
+and the rules then apply to every caller alike, so a policy reads the same whatever the method.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from lessor.resources.base import (
+    AGE,
+    Condition,
+    CrdInfo,
+    PrinterColumn,
+    Resource,
+    SecretKeyRef,
+    SpecModel,
+    StatusModel,
+)
+from lessor.resources.durations import PositiveDuration
+
+Algorithm = Literal["RS256", "ES256", "RS384", "ES384"]
+Claims = dict[str, Any]
+Glob = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9*][-a-z0-9.*]*$")]
+
+
+def _default_algorithms() -> list[Algorithm]:
+    return ["RS256"]
+
+
+class OidcAuth(SpecModel):
+    issuer: str = Field(
+        pattern=r"^https?://", description="Token issuer; must equal the tokens' iss claim."
+    )
+    audience: list[str] = Field(
+        description="Accepted audiences; empty accepts only tokens without an aud claim."
+    )
+    authorized_parties: list[str] = Field(
+        default_factory=list, description="When set, the azp claim must be one of these."
+    )
+    jwks_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="JWKS endpoint; default {issuer}/.well-known/jwks.json.",
+    )
+    algorithms: list[Algorithm] = Field(
+        default_factory=_default_algorithms,
+        min_length=1,
+        description="Accepted signing algorithms.",
+    )
+    ca_bundle: str | None = Field(
+        default=None,
+        description="PEM CA certificates to trust for the issuer's JWKS endpoint, for private "
+        "issuers (for example a cluster's own service-account issuer).",
+    )
+
+
+class StaticToken(SpecModel):
+    """A bearer token kept in a Secret (never in the policy itself), and the claims it carries."""
+
+    secret_ref: SecretKeyRef = Field(description="Secret and key holding the token.")
+    claims: Claims = Field(
+        min_length=1, description="Claims of the caller, used by identity and rules."
+    )
+
+
+class SshKey(SpecModel):
+    public_key: str = Field(
+        pattern=r"^ssh-ed25519 [A-Za-z0-9+/=]+( .*)?$",
+        description="An authorized_keys line with an Ed25519 key.",
+    )
+    claims: Claims = Field(
+        min_length=1, description="Claims of the caller, used by identity and rules."
+    )
+
+
+class Auth(SpecModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.oidc) || (has(self.staticTokens) && size(self.staticTokens)"
+                    " > 0) || (has(self.sshKeys) && size(self.sshKeys) > 0)",
+                    "message": "auth needs at least one of oidc, staticTokens, sshKeys",
+                }
+            ]
+        }
+    )
+
+    oidc: OidcAuth | None = None
+    static_tokens: list[StaticToken] = Field(default_factory=list)
+    ssh_keys: list[SshKey] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _some_method(self) -> Auth:
+        if self.oidc is None and not self.static_tokens and not self.ssh_keys:
+            raise ValueError("auth needs at least one of oidc, staticTokens, sshKeys")
+        return self
+
+
+class Match(SpecModel):
+    claim: str = Field(min_length=1, description="Claim name; dots reach into nested claims.")
+    value: str = Field(description="Value the claim must equal for the rule to apply.")
+
+
+class Rule(SpecModel):
+    match: Match | None = Field(default=None, description="Without it the rule always applies.")
+    pools: list[Glob] = Field(min_length=1, description="Pool name globs; * is the wildcard.")
+    max_ttl: PositiveDuration | None = Field(default=None, description="Ceiling for lease TTLs.")
+    max_concurrent_leases: int | None = Field(
+        default=None, ge=0, description="Ceiling on simultaneous active leases of the identity."
+    )
+    max_extensions: int = Field(default=2, ge=0, description="Extensions per lease; 0 forbids.")
+
+
+SandboxVerb = Literal["lease", "release"]
+
+
+class SandboxGrant(SpecModel):
+    """Sandbox authorization, separate from cluster rules. `lease` covers create, read and
+    extend; `release` (delete) is granted independently so that, for example, an agent may
+    create sandboxes whose release only a supervisor decides."""
+
+    match: Match | None = None
+    pools: list[Glob] = Field(min_length=1, description="SandboxPool name globs.")
+    verbs: list[SandboxVerb] = Field(min_length=1)
+    max_ttl: PositiveDuration | None = None
+    max_extensions: int = Field(default=2, ge=0)
+    max_concurrent_sandboxes: int | None = Field(default=None, ge=0)
+    max_cpu: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$",
+        description="Resource ceiling: largest CPU request of a pool's sandbox this grant allows.",
+    )
+    max_memory: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Resource ceiling: largest memory request of a pool's sandbox.",
+    )
+
+
+class AccessPolicySpec(SpecModel):
+    auth: Auth
+    identity: str = Field(
+        min_length=1,
+        pattern=r"\{[A-Za-z0-9_.-]+\}",
+        description="Identity template: {claim} placeholders, dot paths, literal separators.",
+    )
+    rules: list[Rule] = Field(description="Ordered rules for cluster leases.")
+    sandbox: list[SandboxGrant] = Field(default_factory=list, description="Sandbox grants.")
+
+
+class AccessPolicyStatus(StatusModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class AccessPolicy(Resource[AccessPolicySpec, AccessPolicyStatus]):
+    kind: Literal["AccessPolicy"] = "AccessPolicy"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="accesspolicies",
+        singular="accesspolicy",
+        short_names=("ap", "lap"),
+        description="Who may lease from which pools, authenticated how, with which limits.",
+        columns=(
+            PrinterColumn("Issuer", ".spec.auth.oidc.issuer"),
+            PrinterColumn("Identity", ".spec.identity"),
+            AGE,
+        ),
+    )

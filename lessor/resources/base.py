@@ -1,0 +1,117 @@
+"""What every lessor resource shares: camelCase fields, object metadata, conditions, references,
+and the class-level facts its CRD is generated from."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "lessor.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+POOL_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class SpecModel(BaseModel):
+    """Written by people and the API: unknown fields are refused, so a typo is an error rather
+    than a setting silently ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", serialize_by_alias=True
+    )
+
+
+class StatusModel(BaseModel):
+    """Written by the operator: unknown fields are tolerated, so an older API server can read
+    the status a newer operator wrote."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", serialize_by_alias=True
+    )
+
+
+class ObjectMeta(BaseModel):
+    """The parts of Kubernetes object metadata lessor reads; the API server owns the rest."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: datetime.datetime | None = None
+    deletion_timestamp: datetime.datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+
+
+class Condition(StatusModel):
+    """The shape of metav1.Condition, so `kubectl wait --for=condition=...` works."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: datetime.datetime
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class ObjectRef(StatusModel):
+    """A reference that survives name reuse: the uid tells a recreated object from the original."""
+
+    name: str
+    uid: str
+    namespace: str | None = None
+
+
+class SecretKeyRef(SpecModel):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    json_path: str
+    type: str = "string"
+    priority: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CrdInfo:
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    columns: tuple[PrinterColumn, ...] = ()
+    categories: tuple[str, ...] = ("lessor",)
+    scope: str = "Namespaced"
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+StatusT = TypeVar("StatusT", bound=BaseModel)
+
+
+class Resource(BaseModel, Generic[SpecT, StatusT]):
+    """A whole object as the API server stores it."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", serialize_by_alias=True)
+    crd: ClassVar[CrdInfo]
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SpecT
+    status: StatusT | None = None

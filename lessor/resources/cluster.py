@@ -1,0 +1,237 @@
+"""ClusterPool, ClusterInstance and ClusterLease (spec 2.2, 2.3, 3.1).
+
+A ClusterInstance is claimed by a lease the way a PersistentVolume is claimed by a claim:
+`spec.claimRef` on the instance names the lease (with its uid) and is written with a
+resourceVersion precondition, so two leases racing for one instance cannot both win; the lease's
+`status.instance` then records the binding. Release and extension are *intents* in the lease's
+spec written by the API; the operator acts on them and owns every status field.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from lessor.resources.base import (
+    AGE,
+    DNS_LABEL,
+    POOL_NAME,
+    Condition,
+    CrdInfo,
+    ObjectRef,
+    PrinterColumn,
+    Resource,
+    SecretKeyRef,
+    SpecModel,
+    StatusModel,
+)
+from lessor.resources.durations import PositiveDuration
+
+PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
+
+
+class K3sBackendConfig(SpecModel):
+    image: str = Field(default="rancher/k3s:v1.35.4-k3s1", min_length=1)
+    persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
+    storage_size: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")
+    storage_class: str | None = None
+    cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+
+
+class Backend(SpecModel):
+    type: Literal["local", "k3s"] = Field(
+        default="local",
+        description="local: kube-apiserver and etcd processes on the operator's host (development,"
+        " demos, CI); k3s: a k3s server StatefulSet in the host cluster (production).",
+    )
+    k3s: K3sBackendConfig | None = None
+
+
+class PoolPolicy(SpecModel):
+    mode: Literal["fixed"] = Field(
+        default="fixed", description="fixed: keep exactly warmTarget instances ready."
+    )
+
+
+class Diagnostics(SpecModel):
+    """Where diagnostics bundles of a pool's clusters are stored, and for how long a pre-signed
+    URL to one stays valid."""
+
+    bucket: str = Field(min_length=1)
+    prefix: str = ""
+    endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    credentials_secret_ref: SecretKeyRef | None = None
+    url_ttl: PositiveDuration = "15m"
+
+
+class ClusterPoolSpec(SpecModel):
+    ttl: PositiveDuration = Field(default="1h", description="Default lease TTL.")
+    warm_target: int = Field(default=1, ge=0, le=1000, description="Instances kept Ready.")
+    max_instances: int | None = Field(
+        default=None, ge=1, description="Ceiling on all instances of the pool, leased included."
+    )
+    policy: PoolPolicy = Field(default_factory=PoolPolicy)
+    backend: Backend = Field(default_factory=Backend)
+    diagnostics: Diagnostics | None = None
+
+
+PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
+
+
+class ClusterPoolStatus(StatusModel):
+    phase: PoolPhase | None = None
+    ready: int = 0
+    leased: int = 0
+    creating: int = 0
+    recycling: int = 0
+    unhealthy: int = 0
+    quarantined: int = Field(
+        default=0, description="Instances whose teardown could not be verified; capacity withheld."
+    )
+    queue_depth: int = 0
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ClusterPool(Resource[ClusterPoolSpec, ClusterPoolStatus]):
+    kind: Literal["ClusterPool"] = "ClusterPool"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="clusterpools",
+        singular="clusterpool",
+        short_names=("cpool",),
+        description="A warm pool of ephemeral clusters that leases draw from.",
+        columns=(
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Backend", ".spec.backend.type"),
+            PrinterColumn("Warm", ".spec.warmTarget", "integer"),
+            PrinterColumn("Ready", ".status.ready", "integer"),
+            PrinterColumn("Leased", ".status.leased", "integer"),
+            PrinterColumn("Queue", ".status.queueDepth", "integer"),
+            PrinterColumn("Quarantined", ".status.quarantined", "integer", priority=1),
+            AGE,
+        ),
+    )
+
+
+class ClaimRef(SpecModel):
+    name: str = Field(min_length=1)
+    uid: str = Field(min_length=1)
+
+
+class ClusterInstanceSpec(SpecModel):
+    pool: PoolName
+    backend: Backend = Field(
+        description="Copied from the pool at creation: editing a pool never changes a cluster "
+        "that already exists."
+    )
+    claim_ref: ClaimRef | None = Field(
+        default=None,
+        description="The lease this instance is reserved for; written once, with the instance's "
+        "resourceVersion as precondition.",
+    )
+
+
+InstancePhase = Literal["Creating", "Ready", "Leased", "Unhealthy", "Recycling", "Quarantined"]
+
+
+class Teardown(StatusModel):
+    verified: bool
+    evidence: list[str] = Field(default_factory=list)
+    checked_at: datetime.datetime | None = None
+
+
+class ClusterInstanceStatus(StatusModel):
+    phase: InstancePhase | None = None
+    message: str = ""
+    endpoint: str | None = None
+    backend_details: dict[str, str] = Field(default_factory=dict)
+    ready_at: datetime.datetime | None = None
+    kubeconfig_secret: str | None = None
+    teardown: Teardown | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ClusterInstance(Resource[ClusterInstanceSpec, ClusterInstanceStatus]):
+    kind: Literal["ClusterInstance"] = "ClusterInstance"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="clusterinstances",
+        singular="clusterinstance",
+        short_names=("cinst",),
+        description="One ephemeral cluster of a pool, ready or leased.",
+        columns=(
+            PrinterColumn("Pool", ".spec.pool"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Lease", ".spec.claimRef.name"),
+            PrinterColumn("Endpoint", ".status.endpoint", priority=1),
+            AGE,
+        ),
+    )
+
+
+class Extension(SpecModel):
+    ttl: PositiveDuration = Field(description="How much later the lease should expire.")
+    requested_at: datetime.datetime | None = None
+
+
+class ClusterLeaseSpec(SpecModel):
+    pool: PoolName = Field(description="The ClusterPool (the API's profile).")
+    ttl: PositiveDuration | None = Field(
+        default=None, description="Effective TTL after policy clamping; default the pool's ttl."
+    )
+    requester: str | None = Field(default=None, max_length=1024)
+    alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Caller metadata: opaque, untrusted, never used for decisions."
+    )
+    max_extensions: int = Field(
+        default=2, ge=0, description="Extensions allowed, from the policy rule at creation."
+    )
+    release_requested: bool = Field(default=False, description="Release intent.")
+    extensions: list[Extension] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Extension intents, appended with a resourceVersion precondition so that two "
+        "concurrent requests cannot both spend the same remaining extension.",
+    )
+
+
+LeasePhase = Literal["Pending", "Bound", "Released", "Expired", "Recycling", "Quarantined"]
+
+
+class ClusterLeaseStatus(StatusModel):
+    phase: LeasePhase | None = None
+    queue_position: int | None = Field(default=None, ge=1)
+    instance: ObjectRef | None = Field(default=None, description="The bound ClusterInstance.")
+    bound_at: datetime.datetime | None = None
+    expires_at: datetime.datetime | None = None
+    effective_ttl: str | None = None
+    cluster_name: str | None = None
+    kubeconfig_secret: str | None = None
+    extensions: int = Field(default=0, description="Extensions applied to expiresAt.")
+    end_reason: Literal["Released", "Expired"] | None = None
+    message: str = ""
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):
+    kind: Literal["ClusterLease"] = "ClusterLease"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="clusterleases",
+        singular="clusterlease",
+        short_names=("clease",),
+        description="A time-limited lease of one cluster from a pool.",
+        columns=(
+            PrinterColumn("Pool", ".spec.pool"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Requester", ".spec.requester"),
+            PrinterColumn("Cluster", ".status.clusterName"),
+            PrinterColumn("Queue", ".status.queuePosition", "integer", priority=1),
+            PrinterColumn("Expires", ".status.expiresAt", "date"),
+            AGE,
+        ),
+    )

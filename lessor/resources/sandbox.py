@@ -1,0 +1,184 @@
+"""SandboxPool, SandboxLease and SandboxExecution (spec 2.4 to 2.6, 3.2, 3.3): the alpha API.
+
+The sandbox itself belongs to the external agent-sandbox controller; these resources are what
+lessor adds around it: who may have one, for how long, and the executions run in it. Callers
+never send a workload, so nothing here can carry a pod spec except the administrator's pool.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field
+
+from lessor.resources.base import (
+    AGE,
+    DNS_LABEL,
+    Condition,
+    CrdInfo,
+    ObjectRef,
+    PrinterColumn,
+    Resource,
+    SpecModel,
+    StatusModel,
+)
+from lessor.resources.cluster import Extension, PoolName
+from lessor.resources.durations import PositiveDuration
+
+
+def _at_most_253_bytes(key: str) -> str:
+    if len(key.encode()) > 253:
+        raise ValueError("idempotencyKey is longer than 253 bytes")
+    return key
+
+
+IdempotencyKey = Annotated[str, AfterValidator(_at_most_253_bytes)]
+
+
+class Runner(SpecModel):
+    path: str = Field(pattern=r"^/", description="Absolute path of the lessor runner in the image.")
+    container: str | None = Field(default=None, description="Container; default the first.")
+
+
+class DeclaredPort(SpecModel):
+    name: str = Field(max_length=15, pattern=DNS_LABEL)
+    port: int = Field(ge=1, le=65535)
+    protocol: Literal["TCP"] = "TCP"
+
+
+class SandboxPoolSpec(SpecModel):
+    default_ttl: PositiveDuration = Field(default="30m")
+    max_ttl: PositiveDuration = Field(default="4h", description="TTL cap of the pool.")
+    template: dict[str, Any] = Field(
+        description="Pod template of the sandbox (the agent-sandbox SandboxTemplate's podTemplate)."
+    )
+    runner: Runner | None = Field(default=None, description="Without it executions answer 501.")
+    ports: list[DeclaredPort] = Field(default_factory=list, description="Ports callers may reach.")
+    warm: int = Field(default=0, ge=0, le=1000, description="Sandboxes kept warm.")
+
+
+class SandboxPoolStatus(StatusModel):
+    phase: Literal["Healthy", "Degraded", "Unavailable"] | None = None
+    ready: int = 0
+    leased: int = 0
+    quarantined: int = 0
+    template_ref: ObjectRef | None = None
+    warm_pool_ref: ObjectRef | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class SandboxPool(Resource[SandboxPoolSpec, SandboxPoolStatus]):
+    kind: Literal["SandboxPool"] = "SandboxPool"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="sandboxpools",
+        singular="sandboxpool",
+        short_names=("spool",),
+        description="An administrator-owned pool of agent sandboxes.",
+        columns=(
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Default TTL", ".spec.defaultTtl"),
+            PrinterColumn("Ready", ".status.ready", "integer"),
+            PrinterColumn("Leased", ".status.leased", "integer"),
+            AGE,
+        ),
+    )
+
+
+class SandboxLeaseSpec(SpecModel):
+    pool: PoolName
+    ttl: PositiveDuration | None = None
+    alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
+    idempotency_key: IdempotencyKey | None = Field(default=None, min_length=1, max_length=253)
+    requester: str | None = Field(default=None, max_length=1024)
+    max_extensions: int = Field(default=2, ge=0)
+    release_requested: bool = False
+    extensions: list[Extension] = Field(default_factory=list, max_length=100)
+
+
+SandboxPhase = Literal[
+    "Pending", "Provisioning", "Ready", "Releasing", "Released", "Expired", "Quarantined"
+]
+ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]
+
+
+class SandboxLeaseStatus(StatusModel):
+    phase: SandboxPhase | None = None
+    effective_ttl: str | None = None
+    provisioning_deadline: datetime.datetime | None = Field(
+        default=None, description="From the lease's creation time; never reset by a retry."
+    )
+    release_cause: ReleaseCause | None = Field(
+        default=None, description="Recorded once when teardown starts; never changed."
+    )
+    ready_at: datetime.datetime | None = None
+    expires_at: datetime.datetime | None = None
+    extensions_count: int = 0
+    claim: ObjectRef | None = None
+    sandbox: ObjectRef | None = None
+    pod: ObjectRef | None = None
+    executions: int = Field(default=0, description="Executions reserved over the lifetime.")
+    message: str = ""
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
+    kind: Literal["SandboxLease"] = "SandboxLease"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="sandboxleases",
+        singular="sandboxlease",
+        short_names=("slease",),
+        description="A time-limited lease of one agent sandbox.",
+        columns=(
+            PrinterColumn("Pool", ".spec.pool"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Cause", ".status.releaseCause", priority=1),
+            PrinterColumn("Expires", ".status.expiresAt", "date"),
+            AGE,
+        ),
+    )
+
+
+class SandboxExecutionSpec(SpecModel):
+    lease: ObjectRef = Field(description="The exact lease instance (name and uid).")
+    command: list[str] = Field(min_length=1, max_length=1024, description="argv; no shell.")
+    cwd: str | None = Field(default=None, max_length=4096)
+    timeout: PositiveDuration = Field(default="60s", description="At most 1h; never past expiry.")
+    container: str | None = Field(default=None, max_length=63)
+    idempotency_key: IdempotencyKey = Field(min_length=1, max_length=253)
+    detach: bool = False
+    requester: str | None = Field(default=None, max_length=1024)
+    cancel_requested: bool = False
+
+
+ExecutionState = Literal[
+    "Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"
+]
+
+
+class SandboxExecutionStatus(StatusModel):
+    state: ExecutionState | None = None
+    exit_code: int | None = None
+    started_at: datetime.datetime | None = None
+    finished_at: datetime.datetime | None = None
+    truncated: bool = False
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class SandboxExecution(Resource[SandboxExecutionSpec, SandboxExecutionStatus]):
+    kind: Literal["SandboxExecution"] = "SandboxExecution"
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="sandboxexecutions",
+        singular="sandboxexecution",
+        short_names=("sexec",),
+        description="One command run in a leased sandbox, reserved before it starts.",
+        columns=(
+            PrinterColumn("Lease", ".spec.lease.name"),
+            PrinterColumn("State", ".status.state"),
+            PrinterColumn("Exit", ".status.exitCode", "integer"),
+            AGE,
+        ),
+    )

@@ -1,0 +1,117 @@
+"""The resource models accept what a user would write and refuse mistakes with a clear message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
+from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolSpec
+from lessor.resources.sandbox import SandboxExecutionSpec, SandboxLeaseSpec
+
+
+def policy(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "auth": {"oidc": {"issuer": "https://token.example", "audience": ["lessor"]}},
+        "identity": "{repository_owner}/{repository}",
+        "rules": [{"match": {"claim": "repository_owner", "value": "acme"}, "pools": ["ci-*"]}],
+    }
+    base.update(spec)
+    return base
+
+
+def test_a_policy_as_written_in_yaml_parses_with_defaults() -> None:
+    parsed = AccessPolicySpec.model_validate(policy())
+    assert parsed.auth.oidc is not None
+    assert parsed.auth.oidc.algorithms == ["RS256"]
+    assert parsed.rules[0].max_extensions == 2
+    dumped = parsed.model_dump(exclude_none=True)
+    assert dumped["auth"]["oidc"]["audience"] == ["lessor"]
+    assert "maxExtensions" in dumped["rules"][0], "serialised with the CRD's camelCase names"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"rules": [{"pools": ["*"], "maxTtl": "2days"}]}, "maxTtl"),
+        ({"rules": [{"pools": ["*"], "maxTtl": "0s"}]}, "maxTtl"),
+        ({"rules": [{"pools": ["*"], "maxConcurrentLeases": -1}]}, "maxConcurrentLeases"),
+        ({"rules": [{"pools": []}]}, "pools"),
+        ({"rules": [{"pools": ["*"], "colour": "blue"}]}, "colour"),
+        (
+            {"auth": {"oidc": {"issuer": "https://x", "audience": [], "algorithms": ["HS256"]}}},
+            "algorithms",
+        ),
+        ({"auth": {}}, "auth"),
+        ({"identity": "static-name"}, "identity"),
+    ],
+)
+def test_mistakes_in_a_policy_are_refused_naming_the_field(
+    change: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        AccessPolicySpec.model_validate(policy(**change))
+    assert field in str(caught.value)
+
+
+def test_a_policy_without_identity_is_refused() -> None:
+    spec = policy()
+    del spec["identity"]
+    with pytest.raises(ValidationError, match="identity"):
+        AccessPolicySpec.model_validate(spec)
+
+
+def test_a_whole_object_round_trips_through_its_json_form() -> None:
+    document = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "ci", "namespace": "lessor-system", "uid": "u-1"},
+        "spec": policy(),
+    }
+    parsed = AccessPolicy.model_validate(document)
+    assert parsed.metadata.name == "ci"
+    again = AccessPolicy.model_validate(parsed.model_dump(exclude_none=True))
+    assert again == parsed
+
+
+def test_pool_defaults_and_bounds() -> None:
+    pool = ClusterPoolSpec.model_validate({})
+    assert (pool.ttl, pool.warm_target, pool.backend.type, pool.policy.mode) == (
+        "1h",
+        1,
+        "local",
+        "fixed",
+    )
+    with pytest.raises(ValidationError, match="backend"):
+        ClusterPoolSpec.model_validate({"backend": {"type": "vcluster"}})
+    with pytest.raises(ValidationError, match="warmTarget"):
+        ClusterPoolSpec.model_validate({"warmTarget": -1})
+    assert ClusterPool.crd.plural == "clusterpools"
+
+
+@pytest.mark.parametrize("alias", ["UPPER", "-leading", "trailing-", "a" * 64, "under_score"])
+def test_lease_alias_must_be_a_dns_label(alias: str) -> None:
+    with pytest.raises(ValidationError, match="alias"):
+        ClusterLease.model_validate(
+            {"kind": "ClusterLease", "spec": {"pool": "ci", "alias": alias}}
+        )
+
+
+def test_idempotency_keys_are_bounded_in_bytes_not_characters() -> None:
+    SandboxLeaseSpec.model_validate({"pool": "agents", "idempotencyKey": "k" * 253})
+    with pytest.raises(ValidationError, match="253 bytes"):
+        SandboxLeaseSpec.model_validate({"pool": "agents", "idempotencyKey": "é" * 127})
+
+
+def test_an_execution_needs_a_command_and_a_key() -> None:
+    lease = {"name": "l", "uid": "u"}
+    with pytest.raises(ValidationError, match="command"):
+        SandboxExecutionSpec.model_validate({"lease": lease, "command": [], "idempotencyKey": "k"})
+    with pytest.raises(ValidationError, match="idempotencyKey"):
+        SandboxExecutionSpec.model_validate({"lease": lease, "command": ["true"]})
+    spec = SandboxExecutionSpec.model_validate(
+        {"lease": lease, "command": ["true"], "idempotencyKey": "k"}
+    )
+    assert (spec.timeout, spec.detach) == ("60s", False)
