@@ -1,0 +1,34 @@
+"""Which backend serves an instance, from the `backend` block copied into its spec."""
+
+from __future__ import annotations
+
+from lessor.operator.backends.base import ClusterBackend
+from lessor.operator.backends.k3s import K3sBackend
+from lessor.operator.backends.k3s_manifests import K3sConfig
+from lessor.operator.backends.local import LocalBackend
+from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Backend
+
+
+class Backends:
+    def __init__(self, client: KubeClient, local: LocalBackend | None = None) -> None:
+        self.client = client
+        self.local = local or LocalBackend()
+
+    def for_spec(self, backend: Backend) -> ClusterBackend:
+        if backend.type == "local":
+            return self.local
+        settings = backend.k3s
+        config = (
+            K3sConfig(
+                image=settings.image,
+                storage_size=settings.storage_size,
+                storage_class=settings.storage_class,
+                persistent=settings.persistent,
+                cpu=settings.cpu,
+                memory=settings.memory,
+            )
+            if settings
+            else K3sConfig()
+        )
+        return K3sBackend(self.client.api, config)

@@ -1,0 +1,90 @@
+"""A controller: informers that feed a work queue, and workers that reconcile its keys.
+
+Workers start only once every informer the controller reads has synced, so no reconcile ever
+acts on a partial picture (an empty cache would look like "no instances, create some").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from lessor.operator.runtime import metrics
+from lessor.operator.runtime.client import ConflictError
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next: nothing, or another look after `requeue_after` seconds."""
+
+    requeue_after: float | None = None
+
+
+Reconcile = Callable[[str], Awaitable[Result]]
+
+
+class Controller:
+    def __init__(
+        self, name: str, reconcile: Reconcile, informers: Sequence[Informer], workers: int = 2
+    ) -> None:
+        self.name = name
+        self.reconcile = reconcile
+        self.informers = list(informers)
+        self.workers = workers
+        self.queue = WorkQueue(name)
+
+    def enqueue(self, key: str) -> None:
+        self.queue.add(key)
+
+    async def run(self) -> None:
+        """Wait for the caches, then work until cancelled; on cancel, finish in-flight keys."""
+        await asyncio.gather(*(informer.wait_synced() for informer in self.informers))
+        log.info("controller %s: caches synced, starting %d workers", self.name, self.workers)
+        tasks = [
+            asyncio.create_task(self._work(), name=f"{self.name}-worker-{n}")
+            for n in range(self.workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await self.queue.shutdown_with_drain()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _work(self) -> None:
+        while (key := await self.queue.get()) is not None:
+            try:
+                await self._process(key)
+            finally:
+                self.queue.done(key)
+
+    async def _process(self, key: str) -> None:
+        started = time.monotonic()
+        try:
+            result = await self.reconcile(key)
+        except ConflictError as conflict:
+            # Someone changed the object since we read it: read again and redo, not an error.
+            log.debug("controller %s: %s conflicted (%s), requeueing", self.name, key, conflict)
+            metrics.RECONCILE_TOTAL.labels(self.name, "conflict").inc()
+            self.queue.add_rate_limited(key)
+            return
+        except Exception:
+            log.exception("controller %s: reconcile of %s failed", self.name, key)
+            metrics.RECONCILE_ERRORS.labels(self.name).inc()
+            metrics.RECONCILE_TOTAL.labels(self.name, "error").inc()
+            self.queue.add_rate_limited(key)
+            return
+        finally:
+            metrics.RECONCILE_DURATION.labels(self.name).observe(time.monotonic() - started)
+        self.queue.forget(key)
+        if result.requeue_after is not None:
+            metrics.RECONCILE_TOTAL.labels(self.name, "requeue").inc()
+            self.queue.add_after(key, result.requeue_after)
+        else:
+            metrics.RECONCILE_TOTAL.labels(self.name, "success").inc()

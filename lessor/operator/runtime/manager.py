@@ -1,0 +1,131 @@
+"""The manager: informers, controllers, leader election, health and metrics, and shutdown.
+
+Caches start at once on every replica, so a standby that wins the election starts reconciling
+from warm caches; controllers run only on the leader. SIGTERM or SIGINT drains: queues stop
+handing out keys, in-flight reconciles finish, informers stop, and the lease is released so a
+successor takes over immediately. Losing the lease ends the process with a non-zero code, so
+the orchestrator restarts it as a fresh candidate rather than letting two leaders overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from lessor.operator.runtime.controller import Controller
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.leaderelection import LeaderElector
+
+log = logging.getLogger(__name__)
+
+LOST_LEADERSHIP_EXIT_CODE = 3
+
+
+class Manager:
+    def __init__(
+        self,
+        *,
+        elector: LeaderElector | None,
+        http_host: str = "127.0.0.1",
+        http_port: int = 8080,
+    ) -> None:
+        self.elector = elector
+        self.http_host, self.http_port = http_host, http_port
+        self.informers: list[Informer] = []
+        self.controllers: list[Controller] = []
+        self._stopping = asyncio.Event()
+
+    def add_informer(self, informer: Informer) -> Informer:
+        self.informers.append(informer)
+        return informer
+
+    def add_controller(self, controller: Controller) -> Controller:
+        self.controllers.append(controller)
+        return controller
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> int:
+        """Run until a signal (exit code 0) or the loss of leadership (non-zero)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.stop)
+        server = await asyncio.start_server(self._serve_http, self.http_host, self.http_port)
+        for informer in self.informers:
+            informer.start()
+        lead = asyncio.create_task(self._lead_forever(), name="leader")
+        stopping = asyncio.create_task(self._stopping.wait(), name="stopping")
+        try:
+            done, _ = await asyncio.wait({lead, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if lead in done:
+                lead.result()
+                return LOST_LEADERSHIP_EXIT_CODE
+            log.info("manager: stopping, draining work queues")
+            lead.cancel()
+            await asyncio.gather(lead, return_exceptions=True)
+            if self.elector is not None:
+                await self.elector.release()
+            return 0
+        finally:
+            stopping.cancel()
+            for informer in self.informers:
+                await informer.stop()
+            server.close()
+            await server.wait_closed()
+
+    async def _lead_forever(self) -> None:
+        def start_controllers() -> asyncio.Task[None]:
+            async def run_all() -> None:
+                await asyncio.gather(*(c.run() for c in self.controllers))
+
+            return asyncio.create_task(run_all(), name="controllers")
+
+        if self.elector is None:
+            await start_controllers()
+            return
+        await self.elector.run(start_controllers)
+
+    @property
+    def ready(self) -> bool:
+        return all(informer.store.has_synced for informer in self.informers)
+
+    async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """/healthz, /readyz and /metrics: enough HTTP for probes and Prometheus."""
+        try:
+            request = await asyncio.wait_for(reader.readline(), timeout=5)
+            parts = request.decode(errors="replace").split()
+            path = parts[1] if len(parts) >= 2 else "/"
+            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (
+                b"\r\n",
+                b"\n",
+                b"",
+            ):
+                pass
+            if path == "/metrics":
+                status, body, content_type = "200 OK", generate_latest(), CONTENT_TYPE_LATEST
+            elif path == "/healthz" or (path == "/readyz" and self.ready):
+                status, body, content_type = "200 OK", b"ok\n", "text/plain"
+            elif path == "/readyz":
+                status, body, content_type = (
+                    "503 Service Unavailable",
+                    b"caches syncing\n",
+                    "text/plain",
+                )
+            else:
+                status, body, content_type = "404 Not Found", b"not found\n", "text/plain"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()

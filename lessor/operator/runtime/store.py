@@ -1,0 +1,115 @@
+"""The informer's cache: objects by `namespace/name`, with indexes, and change notifications.
+
+Reconcilers read from here, never from the API server, so a reconcile costs no round trip and
+sees one consistent snapshot per kind; what they write comes back through the watch.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from lessor.operator.runtime.client import JSON
+
+log = logging.getLogger(__name__)
+
+IndexFunc = Callable[[JSON], Iterable[str]]
+
+
+def key_of(obj: JSON) -> str:
+    metadata = obj["metadata"]
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
+
+
+@dataclass(frozen=True)
+class Handler:
+    on_add: Callable[[JSON], None] | None = None
+    on_update: Callable[[JSON, JSON], None] | None = None
+    on_delete: Callable[[JSON], None] | None = None
+
+
+class Store:
+    def __init__(self, indexers: dict[str, IndexFunc] | None = None) -> None:
+        self._items: dict[str, JSON] = {}
+        self._indexers = dict(indexers or {})
+        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self._handlers: list[Handler] = []
+        self.has_synced = False
+
+    def add_handler(self, handler: Handler) -> None:
+        """Handlers also receive every object already cached, as adds, like client-go's."""
+        self._handlers.append(handler)
+        if handler.on_add:
+            for obj in list(self._items.values()):
+                handler.on_add(obj)
+
+    def get(self, key: str) -> JSON | None:
+        return self._items.get(key)
+
+    def list(self) -> builtins.list[JSON]:
+        return list(self._items.values())
+
+    def by_index(self, index: str, value: str) -> builtins.list[JSON]:
+        return [self._items[k] for k in sorted(self._indices[index].get(value, ()))]
+
+    def upsert(self, obj: JSON) -> None:
+        key = key_of(obj)
+        old = self._items.get(key)
+        self._unindex(key, old)
+        self._items[key] = obj
+        self._index(key, obj)
+        for handler in self._handlers:
+            if old is None and handler.on_add:
+                _safely(handler.on_add, obj)
+            elif old is not None and handler.on_update:
+                _safely(handler.on_update, old, obj)
+
+    def remove(self, obj: JSON) -> None:
+        key = key_of(obj)
+        old = self._items.pop(key, None)
+        self._unindex(key, old)
+        for handler in self._handlers:
+            if handler.on_delete:
+                _safely(handler.on_delete, old or obj)
+
+    def replace(self, objects: builtins.list[JSON]) -> None:
+        """A relist: objects that vanished while we were not watching are reported as deleted."""
+        fresh = {key_of(obj): obj for obj in objects}
+        for key, old in list(self._items.items()):
+            if key not in fresh:
+                self.remove(old)
+        for obj in objects:
+            current = self._items.get(key_of(obj))
+            if current is None or _version(current) != _version(obj):
+                self.upsert(obj)
+        self.has_synced = True
+
+    def _index(self, key: str, obj: JSON) -> None:
+        for name, function in self._indexers.items():
+            for value in function(obj):
+                self._indices[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: JSON | None) -> None:
+        if obj is None:
+            return
+        for name, function in self._indexers.items():
+            for value in function(obj):
+                keys = self._indices[name].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._indices[name][value]
+
+
+def _version(obj: JSON) -> str:
+    return str(obj["metadata"].get("resourceVersion", ""))
+
+
+def _safely(function: Callable[..., None], *args: JSON) -> None:
+    try:
+        function(*args)
+    except Exception:
+        log.exception("event handler failed")

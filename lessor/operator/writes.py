@@ -1,0 +1,87 @@
+"""Fenced writes: every write names the resourceVersion (and so the uid) it was computed from.
+
+A reconcile reads from the cache, decides, and writes. If the object changed in between, or was
+deleted and recreated under the same name, the write fails with 409 and the reconcile runs again
+on fresh data; nothing is ever decided on one version and applied to another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+
+
+def _fence(obj: JSON) -> list[JSON]:
+    metadata = obj["metadata"]
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+    ]
+
+
+def _path(resource: ResourceType, obj: JSON, subresource: str | None = None) -> str:
+    metadata = obj["metadata"]
+    return resource.path(metadata.get("namespace"), metadata["name"], subresource)
+
+
+async def write_status(client: KubeClient, resource: ResourceType, obj: JSON, status: JSON) -> JSON:
+    """Replace the status if it differs; returns the object as stored."""
+    if obj.get("status") == status:
+        return obj
+    body = copy.deepcopy(obj)
+    body["status"] = status
+    return await client.replace(_path(resource, obj, "status"), body)
+
+
+async def patch_fenced(
+    client: KubeClient, resource: ResourceType, obj: JSON, operations: list[JSON]
+) -> JSON:
+    return await client.json_patch(_path(resource, obj), [*_fence(obj), *operations])
+
+
+async def add_finalizer(client: KubeClient, resource: ResourceType, obj: JSON, name: str) -> JSON:
+    finalizers = list(obj["metadata"].get("finalizers") or [])
+    if name in finalizers:
+        return obj
+    return await patch_fenced(
+        client,
+        resource,
+        obj,
+        [{"op": "add", "path": "/metadata/finalizers", "value": [*finalizers, name]}],
+    )
+
+
+async def remove_finalizer(
+    client: KubeClient, resource: ResourceType, obj: JSON, name: str
+) -> None:
+    finalizers = list(obj["metadata"].get("finalizers") or [])
+    if name not in finalizers:
+        return
+    remaining = [f for f in finalizers if f != name]
+    with contextlib.suppress(NotFoundError):
+        await patch_fenced(
+            client,
+            resource,
+            obj,
+            [{"op": "replace", "path": "/metadata/finalizers", "value": remaining}],
+        )
+
+
+async def delete_fenced(client: KubeClient, resource: ResourceType, obj: JSON) -> None:
+    """Delete this object and no other: a uid precondition protects a successor of the same name."""
+    with contextlib.suppress(NotFoundError):
+        await client.delete(_path(resource, obj), preconditions={"uid": obj["metadata"]["uid"]})
+
+
+def owner_reference(obj: JSON, *, controller: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": False,
+    }

@@ -1,0 +1,29 @@
+"""When a cluster lease expires: one function, used by the operator that enforces it and by the
+API that must answer `expires_at` at once after an extension request."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from lessor.resources.cluster import Extension
+from lessor.resources.durations import parse_duration
+
+
+def expires_at(
+    bound_at: datetime.datetime, ttl: str, extensions: Sequence[Extension], max_extensions: int
+) -> datetime.datetime:
+    """Bound time plus the TTL plus every extension within the lease's budget."""
+    total = parse_duration(ttl)
+    for extension in list(extensions)[:max_extensions]:
+        total += parse_duration(extension.ttl)
+    return bound_at + total
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC with seconds precision, as Kubernetes writes metav1.Time."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
