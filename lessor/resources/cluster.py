@@ -231,7 +231,7 @@ class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):
             PrinterColumn("Requester", ".spec.requester"),
             PrinterColumn("Cluster", ".status.clusterName"),
             PrinterColumn("Queue", ".status.queuePosition", "integer", priority=1),
-            PrinterColumn("Expires", ".status.expiresAt", "date"),
+            PrinterColumn("Expires", ".status.expiresAt"),
             AGE,
         ),
     )

@@ -135,7 +135,7 @@ class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
             PrinterColumn("Pool", ".spec.pool"),
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Cause", ".status.releaseCause", priority=1),
-            PrinterColumn("Expires", ".status.expiresAt", "date"),
+            PrinterColumn("Expires", ".status.expiresAt"),
             AGE,
         ),
     )

@@ -1,0 +1,294 @@
+"""The ClusterLease reconciler: queueing, fenced binding, expiry, extension and release.
+
+Binding takes two writes that cannot be one transaction: the instance's `spec.claimRef` (the
+reservation, fenced by the instance's uid and resourceVersion, so only one lease can win an
+instance), then the lease's status. A crash between them is completed on replay: the lease finds
+the instance that already names it (an index by claim uid) and finishes binding; it never claims
+a second one. Every later transition is likewise recomputed from what is stored, so replaying a
+reconcile after a kill -9 at any point does the rest of the work and nothing twice.
+
+Phases (spec 3.1): Pending (queued, with a 1-based queuePosition in FIFO order of creation) ->
+Bound (kubeconfig published, expiresAt set) -> Recycling (released or expired; the instance is
+being torn down) -> Released or Expired once teardown is verified, or Quarantined when it is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from lessor.operator.kinds import BY_CLAIM, BY_POOL, INSTANCES, LEASE_FINALIZER, LEASES, SECRETS
+from lessor.operator.runtime.client import JSON, ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.writes import (
+    add_finalizer,
+    delete_fenced,
+    owner_reference,
+    patch_fenced,
+    remove_finalizer,
+    write_status,
+)
+from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.durations import format_duration, parse_duration
+from lessor.resources.lease_time import expires_at, timestamp, utcnow
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("Released", "Expired")
+
+
+def lease_kubeconfig_secret(lease_name: str) -> str:
+    return f"lease-{lease_name}-kubeconfig"
+
+
+def _created(obj: JSON) -> tuple[str, str]:
+    return (obj["metadata"].get("creationTimestamp", ""), obj["metadata"]["name"])
+
+
+def _is_free(instance: JSON) -> bool:
+    return (
+        instance.get("status", {}).get("phase") == "Ready"
+        and not instance.get("spec", {}).get("claimRef")
+        and not instance["metadata"].get("deletionTimestamp")
+    )
+
+
+class LeaseReconciler:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        pools: Informer,
+        instances: Informer,
+        leases: Informer,
+        events: EventRecorder,
+        enqueue: Callable[[str], None],
+    ) -> None:
+        self.client = client
+        self.pools = pools
+        self.instances = instances
+        self.leases = leases
+        self.events = events
+        self._enqueue_key = enqueue
+
+    def queue_of(self, pool_key: str) -> list[JSON]:
+        """Pending leases of a pool without a reserved instance, oldest first (FIFO)."""
+        waiting = [
+            lease
+            for lease in self.leases.store.by_index(BY_POOL, pool_key)
+            if lease.get("status", {}).get("phase") in (None, "Pending")
+            and not lease["metadata"].get("deletionTimestamp")
+            and not self.instances.store.by_index(BY_CLAIM, lease["metadata"]["uid"])
+        ]
+        return sorted(waiting, key=_created)
+
+    async def reconcile(self, key: str) -> Result:
+        obj = self.leases.store.get(key)
+        if obj is None:
+            return Result()
+        lease = ClusterLease.model_validate(obj)
+        phase = lease.status.phase if lease.status else None
+        deleting = lease.metadata.deletion_timestamp is not None
+        if phase in TERMINAL:
+            if deleting:
+                await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
+            return Result()
+        if not deleting:
+            obj = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
+        release = lease.spec.release_requested or deleting
+        if phase in (None, "Pending"):
+            return await self._pending(obj, lease, release)
+        if phase == "Bound":
+            return await self._bound(obj, lease, release)
+        return await self._ending(obj, lease)
+
+    # -- Pending ----------------------------------------------------------------------------
+
+    async def _pending(self, obj: JSON, lease: ClusterLease, release: bool) -> Result:
+        namespace = lease.metadata.namespace or ""
+        pool_key = f"{namespace}/{lease.spec.pool}"
+        claimed = self.instances.store.by_index(BY_CLAIM, lease.metadata.uid or "")
+        status = dict(obj.get("status") or {})
+        if release:
+            for instance in claimed:  # reserved but never handed out: recycle it all the same
+                await delete_fenced(self.client, INSTANCES, instance)
+            status.update(phase="Released", endReason="Released", queuePosition=None)
+            status["message"] = "released before a cluster was bound"
+            await self._finish(obj, status, "Released")
+            return Result()
+        pool_obj = self.pools.store.get(pool_key)
+        if pool_obj is None:
+            status.update(phase="Pending", message=f"pool {lease.spec.pool} does not exist")
+            await write_status(self.client, LEASES, obj, status)
+            return Result(requeue_after=10.0)
+        pool = ClusterPool.model_validate(pool_obj)
+        ttl = lease.spec.ttl or pool.spec.ttl
+        status["effectiveTtl"] = format_duration(parse_duration(ttl))
+        if not claimed:
+            queue = self.queue_of(pool_key)
+            position = next(
+                (
+                    n
+                    for n, waiting in enumerate(queue, 1)
+                    if waiting["metadata"]["uid"] == lease.metadata.uid
+                ),
+                len(queue) + 1,
+            )
+            free = sorted(
+                (i for i in self.instances.store.by_index(BY_POOL, pool_key) if _is_free(i)),
+                key=_created,
+            )
+            if position > len(free):
+                if status.get("phase") != "Pending":
+                    await self.events.record(
+                        obj, "Normal", "Queued", f"waiting for a cluster of {lease.spec.pool}"
+                    )
+                status.update(
+                    phase="Pending", queuePosition=position, message="waiting for a ready cluster"
+                )
+                await write_status(self.client, LEASES, obj, status)
+                return Result()
+            instance = free[position - 1]
+            claim = {"name": lease.metadata.name, "uid": lease.metadata.uid}
+            await patch_fenced(
+                self.client,
+                INSTANCES,
+                instance,
+                [{"op": "add", "path": "/spec/claimRef", "value": claim}],
+            )
+            claimed = [instance]
+        return await self._bind(obj, lease, claimed[0], status, pool_key)
+
+    async def _bind(
+        self, obj: JSON, lease: ClusterLease, instance: JSON, status: JSON, pool_key: str
+    ) -> Result:
+        name = lease.metadata.name or ""
+        namespace = lease.metadata.namespace or ""
+        source = instance.get("status", {}).get("kubeconfigSecret")
+        if not source:
+            return Result(requeue_after=0.5)  # the instance is publishing its kubeconfig
+        secret = await self.client.get(SECRETS.path(namespace, source))
+        copy = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": lease_kubeconfig_secret(name),
+                "namespace": namespace,
+                "labels": {"lessor.dev/lease": name},
+                "ownerReferences": [owner_reference(obj)],
+            },
+            "type": "Opaque",
+            "data": {"kubeconfig": secret["data"]["kubeconfig"]},
+        }
+        with contextlib.suppress(ConflictError):  # copied on an interrupted earlier pass
+            await self.client.create(SECRETS.path(namespace), copy)
+        bound_at = utcnow().replace(microsecond=0)
+        ttl = status["effectiveTtl"]
+        expiry = expires_at(bound_at, ttl, lease.spec.extensions, lease.spec.max_extensions)
+        status.update(
+            phase="Bound",
+            queuePosition=None,
+            instance={"name": instance["metadata"]["name"], "uid": instance["metadata"]["uid"]},
+            boundAt=timestamp(bound_at),
+            expiresAt=timestamp(expiry),
+            clusterName=instance["metadata"]["name"],
+            kubeconfigSecret=lease_kubeconfig_secret(name),
+            extensions=min(len(lease.spec.extensions), lease.spec.max_extensions),
+            message="",
+        )
+        status = {k: v for k, v in status.items() if v is not None}
+        obj = await write_status(self.client, LEASES, obj, status)
+        await self.events.record(
+            obj,
+            "Normal",
+            "Bound",
+            f"bound to {instance['metadata']['name']}, expires {status['expiresAt']}",
+        )
+        for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
+            self._enqueue(waiting)
+        return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    def _enqueue(self, obj: JSON) -> None:
+        self._enqueue_key(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+
+    # -- Bound ------------------------------------------------------------------------------
+
+    async def _bound(self, obj: JSON, lease: ClusterLease, release: bool) -> Result:
+        assert lease.status is not None and lease.status.bound_at is not None
+        status = dict(obj.get("status") or {})
+        ttl = lease.status.effective_ttl or lease.spec.ttl or "1h"
+        expiry = expires_at(
+            lease.status.bound_at, ttl, lease.spec.extensions, lease.spec.max_extensions
+        )
+        applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
+        if applied != lease.status.extensions:
+            status.update(expiresAt=timestamp(expiry), extensions=applied)
+            obj = await write_status(self.client, LEASES, obj, status)
+            await self.events.record(obj, "Normal", "Extended", f"expires {status['expiresAt']}")
+        now = utcnow()
+        if not release and now < expiry:
+            return Result(requeue_after=(expiry - now).total_seconds())
+        reason = "Released" if release else "Expired"
+        status.update(
+            phase="Recycling",
+            endReason=reason,
+            message=f"{reason.lower()}; tearing the cluster down",
+        )
+        obj = await write_status(self.client, LEASES, obj, status)
+        await self.events.record(
+            obj, "Normal", reason, "the cluster is being destroyed and replaced"
+        )
+        return await self._ending(obj, ClusterLease.model_validate(obj))
+
+    # -- Recycling --------------------------------------------------------------------------
+
+    async def _ending(self, obj: JSON, lease: ClusterLease) -> Result:
+        assert lease.status is not None
+        status = dict(obj.get("status") or {})
+        reference = lease.status.instance
+        namespace = lease.metadata.namespace or ""
+        instance = self.instances.store.get(f"{namespace}/{reference.name}") if reference else None
+        if (
+            instance is not None
+            and reference is not None
+            and instance["metadata"]["uid"] != reference.uid
+        ):
+            instance = None
+        if instance is not None:
+            instance_phase = instance.get("status", {}).get("phase")
+            if instance_phase == "Quarantined":
+                if status.get("phase") != "Quarantined":
+                    evidence = "; ".join(
+                        instance.get("status", {}).get("teardown", {}).get("evidence", [])
+                    )
+                    status.update(
+                        phase="Quarantined", message=f"teardown could not be verified: {evidence}"
+                    )
+                    obj = await write_status(self.client, LEASES, obj, status)
+                    await self.events.record(
+                        obj, "Warning", "TeardownQuarantined", status["message"]
+                    )
+                return Result()
+            if not instance["metadata"].get("deletionTimestamp"):
+                await delete_fenced(self.client, INSTANCES, instance)
+            return Result()  # the instance's deletion (or quarantine) brings us back here
+        # The instance is gone: teardown was verified, or a person resolved a quarantine by
+        # cleaning up and removing the instance.
+        reason = lease.status.end_reason or "Released"
+        with contextlib.suppress(NotFoundError):
+            await self.client.delete(
+                SECRETS.path(namespace, lease_kubeconfig_secret(lease.metadata.name or ""))
+            )
+        status.update(phase=reason, message="cluster destroyed; teardown verified")
+        await self._finish(obj, status, reason)
+        return Result()
+
+    async def _finish(self, obj: JSON, status: JSON, reason: str) -> None:
+        status = {k: v for k, v in status.items() if v is not None}
+        obj = await write_status(self.client, LEASES, obj, status)
+        await self.events.record(obj, "Normal", f"Lease{reason}", status.get("message", ""))
+        if obj["metadata"].get("deletionTimestamp"):
+            await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)

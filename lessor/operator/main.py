@@ -1,0 +1,169 @@
+"""`python -m lessor.operator`: the operator process.
+
+Every replica runs the same informers; the elected leader alone runs the controllers. The
+process exits 0 after a drained shutdown on SIGTERM, and 3 when it loses leadership.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from lessor.operator.backends.local import LocalBackend
+from lessor.operator.backends.registry import Backends
+from lessor.operator.instances import InstanceReconciler
+from lessor.operator.kinds import (
+    BY_CLAIM,
+    BY_POOL,
+    INSTANCES,
+    LEASES,
+    POOLS,
+    index_by_claim,
+    index_by_pool,
+    pool_key,
+)
+from lessor.operator.leases import LeaseReconciler
+from lessor.operator.pools import PoolReconciler
+from lessor.operator.runtime.client import JSON, KubeClient
+from lessor.operator.runtime.controller import Controller
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.leaderelection import LeaderElector, default_identity
+from lessor.operator.runtime.manager import Manager
+from lessor.operator.runtime.store import Handler, key_of
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lessor.operator", description=__doc__)
+    parser.add_argument("--kubeconfig", help="default: in-cluster, then ~/.kube/config")
+    parser.add_argument(
+        "--namespace", default="lessor-system", help="namespace of pools and leases"
+    )
+    parser.add_argument("--http-host", default="0.0.0.0")  # noqa: S104 - probes come from the kubelet
+    parser.add_argument("--http-port", type=int, default=8080, help="/healthz, /readyz, /metrics")
+    parser.add_argument("--leader-election-id", default="lessor-operator")
+    parser.add_argument("--no-leader-election", action="store_true", help="single replica only")
+    parser.add_argument("--lease-duration", type=float, default=15.0)
+    parser.add_argument("--renew-deadline", type=float, default=10.0)
+    parser.add_argument("--retry-period", type=float, default=2.0)
+    parser.add_argument("--local-backend-dir", type=Path, help="where `local` clusters live")
+    parser.add_argument("--workers", type=int, default=4, help="workers per controller")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manager:
+    namespace = args.namespace
+    elector = None
+    if not args.no_leader_election:
+        elector = LeaderElector(
+            client,
+            namespace,
+            args.leader_election_id,
+            identity=identity,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+    manager = Manager(elector=elector, http_host=args.http_host, http_port=args.http_port)
+    pools = manager.add_informer(Informer(client, POOLS, namespace=namespace))
+    instances = manager.add_informer(
+        Informer(
+            client,
+            INSTANCES,
+            namespace=namespace,
+            indexers={BY_POOL: index_by_pool, BY_CLAIM: index_by_claim},
+        )
+    )
+    leases = manager.add_informer(
+        Informer(client, LEASES, namespace=namespace, indexers={BY_POOL: index_by_pool})
+    )
+    events = EventRecorder(client, identity)
+    backends = Backends(client, LocalBackend(args.local_backend_dir))
+    pool_controller = Controller(
+        "clusterpool",
+        PoolReconciler(
+            client, pools=pools, instances=instances, leases=leases, events=events
+        ).reconcile,
+        [pools, instances, leases],
+        workers=args.workers,
+    )
+    instance_controller = Controller(
+        "clusterinstance",
+        InstanceReconciler(client, instances, leases, backends, events).reconcile,
+        [instances, leases],
+        workers=args.workers,
+    )
+    lease_reconciler = LeaseReconciler(
+        client,
+        pools=pools,
+        instances=instances,
+        leases=leases,
+        events=events,
+        enqueue=lambda key: lease_controller.enqueue(key),  # noqa: PLW0108 - bound late
+    )
+    lease_controller = Controller(
+        "clusterlease", lease_reconciler.reconcile, [pools, instances, leases], workers=args.workers
+    )
+    for controller in (pool_controller, instance_controller, lease_controller):
+        manager.add_controller(controller)
+
+    def pending_leases_of(obj: JSON) -> None:
+        for lease in leases.store.by_index(BY_POOL, pool_key(obj)):
+            if lease.get("status", {}).get("phase") in (None, "Pending"):
+                lease_controller.enqueue(key_of(lease))
+
+    def on_pool(obj: JSON) -> None:
+        pool_controller.enqueue(key_of(obj))
+        namespace_ = obj["metadata"].get("namespace")
+        for lease in leases.store.by_index(BY_POOL, f"{namespace_}/{obj['metadata']['name']}"):
+            lease_controller.enqueue(key_of(lease))
+
+    def on_instance(obj: JSON) -> None:
+        instance_controller.enqueue(key_of(obj))
+        pool_controller.enqueue(pool_key(obj))
+        claim = obj.get("spec", {}).get("claimRef")
+        if claim:
+            lease_controller.enqueue(f"{obj['metadata'].get('namespace')}/{claim['name']}")
+        pending_leases_of(obj)
+
+    def on_lease(obj: JSON) -> None:
+        lease_controller.enqueue(key_of(obj))
+        pool_controller.enqueue(pool_key(obj))
+        for instance in instances.store.by_index(BY_CLAIM, obj["metadata"].get("uid", "")):
+            instance_controller.enqueue(key_of(instance))
+
+    for informer, handle in ((pools, on_pool), (instances, on_instance), (leases, on_lease)):
+        informer.store.add_handler(_on_any_change(handle))
+    return manager
+
+
+def _on_any_change(handle: Callable[[JSON], None]) -> Handler:
+    def on_update(_old: JSON, new: JSON) -> None:
+        handle(new)
+
+    return Handler(on_add=handle, on_update=on_update, on_delete=handle)
+
+
+async def run(args: argparse.Namespace) -> int:
+    client = await KubeClient.connect(args.kubeconfig)
+    identity = default_identity()
+    logging.getLogger(__name__).info(
+        "operator %s starting in namespace %s", identity, args.namespace
+    )
+    return await build(client, args, identity).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    return asyncio.run(run(args))

@@ -1,0 +1,187 @@
+"""Running the real operator process against the local control plane, and looking at what it did.
+
+Tests drive the operator only as a user would: objects in, status and events out, the process
+started, SIGKILLed and restarted like a real deployment's pod.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.kubectl import Cluster
+
+T = TypeVar("T")
+JSON = dict[str, Any]
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout: float = 120.0, every: float = 0.2
+) -> T:
+    """Poll until `probe` returns something truthy; the timeout is a hang guard, not a figure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@dataclass
+class Operator:
+    kubeconfig: Path
+    namespace: str
+    backend_dir: Path
+    log_path: Path
+    lease_duration: float = 4.0
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        argv = [
+            sys.executable,
+            "-m",
+            "lessor.operator",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--namespace={self.namespace}",
+            "--http-host=127.0.0.1",
+            f"--http-port={self.port}",
+            f"--local-backend-dir={self.backend_dir}",
+            f"--lease-duration={self.lease_duration}",
+            f"--renew-deadline={self.lease_duration * 0.75}",
+            f"--retry-period={self.lease_duration / 8}",
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self, signum: int = signal.SIGKILL) -> int:
+        assert self.process is not None
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=60)
+
+    def metric(self, name: str) -> float:
+        """Sum of a metric's samples on this process's /metrics."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
+    def serving(self) -> bool:
+        try:
+            self.metric("lessor_leader")
+        except OSError:
+            return False
+        return True
+
+
+class Objects:
+    """kubectl over one namespace, returning parsed JSON."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+
+    def apply(self, document: JSON) -> None:
+        document.setdefault("metadata", {})["namespace"] = self.namespace
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
+
+    def get(self, kind: str, name: str) -> JSON | None:
+        result = self.cluster.kubectl(
+            "get", kind, name, "-n", self.namespace, "-o", "json", check=False
+        )
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    def list(self, kind: str) -> list[JSON]:
+        result = self.cluster.kubectl("get", kind, "-n", self.namespace, "-o", "json")
+        items: list[JSON] = json.loads(result.stdout)["items"]
+        return items
+
+    def patch(self, kind: str, name: str, patch: JSON) -> None:
+        self.cluster.kubectl(
+            "patch", kind, name, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch)
+        )
+
+    def pool(self, name: str, **spec: Any) -> None:
+        self.apply(
+            {
+                "apiVersion": "lessor.dev/v1alpha1",
+                "kind": "ClusterPool",
+                "metadata": {"name": name},
+                "spec": {"backend": {"type": "local"}, **spec},
+            }
+        )
+
+    def lease(self, name: str, pool: str, **spec: Any) -> None:
+        self.apply(
+            {
+                "apiVersion": "lessor.dev/v1alpha1",
+                "kind": "ClusterLease",
+                "metadata": {"name": name},
+                "spec": {"pool": pool, **spec},
+            }
+        )
+
+    def phase(self, kind: str, name: str) -> str | None:
+        obj = self.get(kind, name)
+        return (obj or {}).get("status", {}).get("phase")
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 120.0) -> JSON:
+        """The lease once it reaches `phase`."""
+
+        def probe() -> JSON | None:
+            lease = self.get("clusterlease", name)
+            return lease if lease and lease.get("status", {}).get("phase") == phase else None
+
+        return wait_for(f"lease {name} {phase}", probe, timeout)
+
+    def pool_status(self, name: str) -> JSON:
+        return (self.get("clusterpool", name) or {}).get("status", {})
+
+    def events(self, name: str) -> list[str]:
+        result = self.cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            self.namespace,
+            f"--field-selector=involvedObject.name={name}",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        )
+        return result.stdout.split()
+
+
+def pids_of(instance: JSON) -> list[int]:
+    details = instance.get("status", {}).get("backendDetails", {}).get("pids", "")
+    return [int(part.split("=")[1]) for part in details.split(",") if "=" in part]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def destroy_local_clusters(backend_dir: Path) -> None:
+    """Test cleanup: stop every local cluster the operator left (quarantined ones included)."""
+    if not backend_dir.exists():
+        return
+    for directory in backend_dir.iterdir():
+        subprocess.run(["chattr", "-R", "-i", str(directory)], check=False, capture_output=True)
+        LocalControlPlane(directory).destroy()

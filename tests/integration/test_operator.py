@@ -1,0 +1,284 @@
+"""The operator, run as a real process against the real API server, leasing real local clusters."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.kubectl import Cluster
+from lessor.operator.pools import count_instances
+from tests.integration.operator_harness import (
+    Objects,
+    Operator,
+    alive,
+    destroy_local_clusters,
+    pids_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: Cluster) -> Cluster:
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    return control_plane
+
+
+@pytest.fixture
+def env(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Objects, list[Operator]]]:
+    namespace = f"op-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", namespace)
+    started: list[Operator] = []
+    yield Objects(cluster, namespace), started
+    for operator in started:
+        if operator.process and operator.process.poll() is None:
+            operator.kill(signal.SIGKILL)
+    destroy_local_clusters(tmp_path / "instances")
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def start_operator(
+    cluster: Cluster, objects: Objects, started: list[Operator], tmp_path: Path
+) -> Operator:
+    operator = Operator(
+        kubeconfig=cluster.kubeconfig,
+        namespace=objects.namespace,
+        backend_dir=tmp_path / "instances",
+        log_path=tmp_path / f"operator-{len(started)}.log",
+    ).start()
+    started.append(operator)
+    return operator
+
+
+def kubeconfig_of(objects: Objects, lease: str, tmp_path: Path) -> Path:
+    secret = objects.get("secret", f"lease-{lease}-kubeconfig")
+    assert secret is not None
+    path = tmp_path / f"{lease}.kubeconfig"
+    path.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
+    return path
+
+
+def test_warm_pool_lease_kubeconfig_and_release(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    objects.pool("warm", warmTarget=2, ttl="10m")
+    wait_for("2 ready", lambda: objects.pool_status("warm").get("ready") == 2)
+    before = {i["metadata"]["name"] for i in objects.list("clusterinstances")}
+
+    objects.lease("l1", "warm")
+    lease = objects.wait_phase("l1", "Bound")
+    status = lease["status"]
+    assert status["clusterName"] in before
+    assert status["effectiveTtl"] == "10m"
+    kubeconfig = kubeconfig_of(objects, "l1", tmp_path)
+    kubectl = str(ensure_binaries() / "kubectl")
+    namespaces = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "get", "namespaces", "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert namespaces.returncode == 0, namespaces.stderr
+    assert "namespace/kube-system" in namespaces.stdout.split()
+    instance = objects.get("clusterinstance", status["clusterName"])
+    assert instance is not None
+    pids = pids_of(instance)
+    assert pids and all(alive(pid) for pid in pids)
+
+    objects.patch("clusterlease", "l1", {"spec": {"releaseRequested": True}})
+    wait_for("Released", lambda: objects.phase("clusterlease", "l1") == "Released")
+    assert not any(alive(pid) for pid in pids), "the leased cluster's processes are gone"
+    assert objects.get("clusterinstance", status["clusterName"]) is None
+    assert objects.get("secret", "lease-l1-kubeconfig") is None, "credentials are not kept"
+    wait_for("the pool back at 2 ready", lambda: objects.pool_status("warm").get("ready") == 2)
+    after = {i["metadata"]["name"] for i in objects.list("clusterinstances")}
+    assert status["clusterName"] not in after and len(after) == 2
+    assert {"Bound", "Released", "LeaseReleased"} <= set(objects.events("l1"))
+
+
+def test_a_lease_expires_at_its_ttl_and_its_cluster_is_destroyed(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    objects.pool("short", warmTarget=1)
+    wait_for("1 ready", lambda: objects.pool_status("short").get("ready") == 1)
+    objects.lease("brief", "short", ttl="5s")
+    bound = objects.wait_phase("brief", "Bound")
+    instance = objects.get("clusterinstance", bound["status"]["clusterName"])
+    assert instance is not None
+    pids = pids_of(instance)
+    wait_for("Expired", lambda: objects.phase("clusterlease", "brief") == "Expired", timeout=60)
+    expired = objects.get("clusterlease", "brief")
+    assert expired is not None
+    assert expired["status"]["endReason"] == "Expired"
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_queued_leases_get_fifo_positions_and_bind_in_order(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    objects.pool("one", warmTarget=1)
+    for name in ("q1", "q2", "q3"):
+        objects.lease(name, "one")
+    # Positions are assigned before any cluster exists: start the operator only now.
+    start_operator(cluster, objects, started, tmp_path)
+    positions = wait_for(
+        "queue positions",
+        lambda: (
+            (
+                p := {
+                    n: (objects.get("clusterlease", n) or {}).get("status", {}).get("queuePosition")
+                    for n in ("q1", "q2", "q3")
+                }
+            )
+            and all(p.values())
+            and p
+        ),
+        timeout=30,
+        every=0.05,
+    )
+    assert positions == {"q1": 1, "q2": 2, "q3": 3}
+    wait_for(
+        "all bound",
+        lambda: all(objects.phase("clusterlease", n) == "Bound" for n in ("q1", "q2", "q3")),
+        timeout=180,
+    )
+    bound_at = [objects.get("clusterlease", n)["status"]["boundAt"] for n in ("q1", "q2", "q3")]  # type: ignore[index]
+    assert bound_at == sorted(bound_at), f"bound out of order: {bound_at}"
+    clusters = {objects.get("clusterlease", n)["status"]["clusterName"] for n in ("q1", "q2", "q3")}  # type: ignore[index]
+    assert len(clusters) == 3
+
+
+def test_quarantine_when_teardown_cannot_be_verified(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    objects.pool("q", warmTarget=1)
+    objects.lease("stuck", "q")
+    bound = objects.wait_phase("stuck", "Bound")
+    name = bound["status"]["clusterName"]
+    [directory] = [d for d in (tmp_path / "instances").iterdir() if f"_{name}_" in d.name]
+    # A real fault: an immutable file that even root cannot delete survives the teardown.
+    subprocess.run(["chattr", "+i", str(directory / "pki" / "ca.crt")], check=True)
+    objects.patch("clusterlease", "stuck", {"spec": {"releaseRequested": True}})
+    wait_for(
+        "Quarantined", lambda: objects.phase("clusterlease", "stuck") == "Quarantined", timeout=60
+    )
+    instance = objects.get("clusterinstance", name)
+    assert instance is not None and instance["status"]["phase"] == "Quarantined"
+    assert any("ca.crt" in line for line in instance["status"]["teardown"]["evidence"])
+    wait_for("quarantined=1", lambda: objects.pool_status("q").get("quarantined") == 1)
+    # Deleting the lease object does not discard the evidence: it stays, Quarantined.
+    cluster.kubectl("delete", "clusterlease", "stuck", "-n", objects.namespace, "--wait=false")
+    time.sleep(2)
+    assert objects.phase("clusterlease", "stuck") == "Quarantined"
+    assert objects.get("clusterinstance", name) is not None
+    assert "TeardownQuarantined" in objects.events("stuck")
+
+
+def test_two_operators_one_leader_and_failover(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    first = start_operator(cluster, objects, started, tmp_path)
+    wait_for("first leads", lambda: first.serving() and first.metric("lessor_leader") == 1)
+    second = start_operator(cluster, objects, started, tmp_path)
+    wait_for("second serves", second.serving)
+    objects.pool("ha", warmTarget=1)
+    wait_for("1 ready", lambda: objects.pool_status("ha").get("ready") == 1)
+    assert first.metric("lessor_reconcile_total") > 0
+    assert second.metric("lessor_leader") == 0
+    assert second.metric("lessor_reconcile_total") == 0, "the standby reconciles nothing"
+
+    first.kill(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for("second leads", lambda: second.metric("lessor_leader") == 1, timeout=30)
+    takeover = time.monotonic() - killed
+    assert takeover < first.lease_duration + 5, f"takeover took {takeover:.1f}s"
+    objects.lease("after-failover", "ha")
+    wait_for(
+        "Bound by the new leader",
+        lambda: objects.phase("clusterlease", "after-failover") == "Bound",
+    )
+    assert second.metric("lessor_reconcile_total") > 0
+
+
+def test_sigkill_at_any_point_never_double_binds_or_leaks(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    objects.pool("crash", warmTarget=3)
+    operator = start_operator(cluster, objects, started, tmp_path)
+    names = [f"c{n:02d}" for n in range(20)]
+    for name in names:
+        objects.lease(name, "crash")
+    stop = threading.Event()
+    kills = itertools.count()
+
+    def chaos() -> None:
+        nonlocal operator
+        while not stop.wait(2.5):
+            operator.kill(signal.SIGKILL)
+            next(kills)
+            operator = start_operator(cluster, objects, started, tmp_path)
+
+    killer = threading.Thread(target=chaos, daemon=True)
+    killer.start()
+    released: set[str] = set()
+    seen_bindings: dict[str, str] = {}
+    deadline = time.monotonic() + 420
+    try:
+        while len(released) < len(names) and time.monotonic() < deadline:
+            for lease in objects.list("clusterleases"):
+                name, status = lease["metadata"]["name"], lease.get("status", {})
+                if status.get("instance"):
+                    uid = status["instance"]["uid"]
+                    assert seen_bindings.setdefault(uid, name) == name, (
+                        f"instance {uid} bound twice"
+                    )
+                if status.get("phase") == "Bound" and not lease["spec"].get("releaseRequested"):
+                    objects.patch("clusterlease", name, {"spec": {"releaseRequested": True}})
+                if status.get("phase") == "Released":
+                    released.add(name)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        killer.join()
+    assert next(kills) >= 3, "the operator was killed repeatedly"
+    assert released == set(names), f"not released: {sorted(set(names) - released)}"
+
+    # Once things settle: the pool is warm again, its counts match, nothing is leaked.
+    wait_for("pool settles", lambda: objects.pool_status("crash").get("ready") == 3, timeout=180)
+    instances = objects.list("clusterinstances")
+    counts = count_instances(instances)
+    status = objects.pool_status("crash")
+    assert {k: status[k] for k in counts} == counts
+    assert all(not i["spec"].get("claimRef") for i in instances), "no reservation leaked"
+    live = {
+        f"{objects.namespace}_{i['metadata']['name']}_{i['metadata']['uid']}" for i in instances
+    }
+    on_disk = {d.name for d in (tmp_path / "instances").iterdir()}
+    assert on_disk == live, "no cluster leaked or recreated beside its instance"
+    leases = objects.list("clusterleases")
+    assert {lease["status"]["phase"] for lease in leases} == {"Released"}
+    assert len(json.dumps(leases)) > 0
