@@ -67,6 +67,9 @@ class ClusterState:
     with_node: bool
     ports: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRecord] = field(default_factory=list)
+    # Set only once start-up finished: a start interrupted by a crash (some processes spawned,
+    # others not) is never mistaken for a running cluster.
+    complete: bool = False
 
     @classmethod
     def load(cls, path: Path) -> ClusterState:
@@ -107,11 +110,7 @@ class LocalControlPlane:
 
     def is_running(self) -> bool:
         state = self.state()
-        return (
-            state is not None
-            and bool(state.processes)
-            and all(p.is_running() for p in state.processes)
-        )
+        return state is not None and state.complete and all(p.is_running() for p in state.processes)
 
     @property
     def server(self) -> str:
@@ -158,6 +157,8 @@ class LocalControlPlane:
                 self._wait(deadline, "the kwok node", self._node_ready)
                 self._wait(deadline, "the default service account", self._default_sa_exists)
                 progress(f"node {NODE_NAME} is Ready (kwok)")
+            state.complete = True
+            state.save(self.state_path)
         except BaseException:
             self.stop()
             raise

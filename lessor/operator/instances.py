@@ -47,11 +47,14 @@ class InstanceReconciler:
     def __init__(
         self,
         client: KubeClient,
+        *,
         instances: Informer,
         leases: Informer,
         backends: Backends,
         events: EventRecorder,
+        teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2),
     ) -> None:
+        self.teardown_grace = teardown_grace
         self.client = client
         self.instances = instances
         self.leases = leases
@@ -159,10 +162,12 @@ class InstanceReconciler:
         )
         # A recheck that finds the same remains rewrites nothing (no status churn, no event storm).
         checked_at = previous.get("checkedAt") if unchanged else timestamp(utcnow())
+        started_at = previous.get("startedAt") or timestamp(utcnow())
         checked = {
             "verified": report.verified,
             "evidence": report.evidence,
             "checkedAt": checked_at,
+            "startedAt": started_at,
         }
         if report.verified:
             status["teardown"] = checked
@@ -170,6 +175,13 @@ class InstanceReconciler:
             await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             await remove_finalizer(self.client, INSTANCES, obj, INSTANCE_FINALIZER)
             return Result()
+        elapsed = utcnow() - datetime.datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+        if status.get("phase") != "Quarantined" and elapsed < self.teardown_grace:
+            # Deletions take a moment (pods terminating, volumes detaching): look again before
+            # concluding that the cleanup cannot be verified.
+            status.update(phase="Recycling", teardown=checked)
+            await write_status(self.client, INSTANCES, obj, status)
+            return Result(requeue_after=2.0)
         if status.get("phase") != "Quarantined":
             await self.events.record(obj, "Warning", "Quarantined", "; ".join(report.evidence))
         status.update(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import logging
 import sys
 from collections.abc import Callable
@@ -52,6 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retry-period", type=float, default=2.0)
     parser.add_argument("--local-backend-dir", type=Path, help="where `local` clusters live")
     parser.add_argument("--workers", type=int, default=4, help="workers per controller")
+    parser.add_argument(
+        "--teardown-grace",
+        type=float,
+        default=120.0,
+        help="seconds a teardown may take to verify before the instance is quarantined",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -94,7 +101,14 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
     )
     instance_controller = Controller(
         "clusterinstance",
-        InstanceReconciler(client, instances, leases, backends, events).reconcile,
+        InstanceReconciler(
+            client,
+            instances=instances,
+            leases=leases,
+            backends=backends,
+            events=events,
+            teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
+        ).reconcile,
         [instances, leases],
         workers=args.workers,
     )

@@ -140,6 +140,7 @@ InstancePhase = Literal["Creating", "Ready", "Leased", "Unhealthy", "Recycling",
 class Teardown(StatusModel):
     verified: bool
     evidence: list[str] = Field(default_factory=list)
+    started_at: datetime.datetime | None = None
     checked_at: datetime.datetime | None = None
 
 

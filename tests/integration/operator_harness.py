@@ -44,6 +44,7 @@ class Operator:
     backend_dir: Path
     log_path: Path
     lease_duration: float = 4.0
+    leader_election: bool = True
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -60,7 +61,10 @@ class Operator:
             f"--lease-duration={self.lease_duration}",
             f"--renew-deadline={self.lease_duration * 0.75}",
             f"--retry-period={self.lease_duration / 8}",
+            "--teardown-grace=5",
         ]
+        if not self.leader_election:
+            argv.append("--no-leader-election")
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         return self
