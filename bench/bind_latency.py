@@ -94,17 +94,8 @@ def main() -> int:
             if operator is not None:
                 operator.terminate()
                 operator.wait(timeout=60)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys,pathlib\nfrom lessor.controlplane.cluster import "
-                    "LocalControlPlane\nfor d in pathlib.Path(sys.argv[1]).glob('*'): "
-                    "LocalControlPlane(d).destroy()",
-                    f"{directory}/instances",
-                ],
-                check=False,
-            )
+            for leftover in Path(directory, "instances").glob("*"):
+                LocalControlPlane(leftover).destroy()
             cluster.destroy()
     figures = {
         "benchmark": "bind_latency",

@@ -358,18 +358,40 @@ class LocalControlPlane:
         self.kubectl("apply", "-f", "-", input=_node_manifest())
 
     def _write_kwok_config(self) -> None:
-        """Pods on the fake node exec and log as local processes in the cluster's directory."""
+        """Pods on the fake node exec as local processes in the cluster's `node/` directory, and
+        their logs and attach stream are the file `node/pod.log` (kwok serves one file for all
+        pods, in the kubelet's CRI log format; a test that wants output writes it there)."""
         workdir = self.directory / "node"
         workdir.mkdir(exist_ok=True)
+        log_file = workdir / "pod.log"
+        log_file.touch()
+        api = "kwok.x-k8s.io/v1alpha1"
         documents = [
             {
-                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "apiVersion": api,
                 "kind": "ClusterExec",
                 "metadata": {"name": "local-exec"},
                 "spec": {"execs": [{"local": {"workDir": str(workdir)}}]},
             },
+            {
+                "apiVersion": api,
+                "kind": "ClusterLogs",
+                "metadata": {"name": "local-logs"},
+                "spec": {"logs": [{"logsFile": str(log_file), "follow": True}]},
+            },
+            {
+                "apiVersion": api,
+                "kind": "ClusterAttach",
+                "metadata": {"name": "local-attach"},
+                "spec": {"attaches": [{"logsFile": str(log_file)}]},
+            },
         ]
         (self.directory / "kwok.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+    @property
+    def pod_log(self) -> Path:
+        """The file kwok serves as every pod's log and attach output."""
+        return self.directory / "node" / "pod.log"
 
     # -- readiness probes -------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ def test_pod_runs_on_the_node_and_exec_runs_a_local_command(
         failing = local.kubectl("exec", "exec-probe", "--", "sh", "-c", "exit 3", check=False)
         assert failing.returncode != 0
         assert "exit status 3" in failing.stderr
+        # The kubelet's (CRI) log line format, which kwok parses like a real node would.
+        stamp = "2026-01-01T00:00:00.000000000Z"
+        local.pod_log.write_text(f"{stamp} stdout F line one\n{stamp} stderr F line two\n")
+        logs = local.kubectl("logs", "exec-probe")
+        assert logs.stdout == "line one\nline two\n"
     finally:
         local.kubectl("delete", "pod", "exec-probe", "--wait=false", "--grace-period=0")
 
