@@ -1,0 +1,106 @@
+"""AccessPolicy evaluation: the caller's identity, and what a rule grants for one pool.
+
+Which rule wins when several match (the spec leaves it open): **the first one, in the order
+written, whose match clause holds and whose pool globs cover the requested pool.** Like firewall
+rules, put the most specific first. A caller whom no rule covers for a pool is refused (403).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lessor.resources.access_policy import AccessPolicySpec, Match, Rule
+from lessor.resources.durations import format_duration, parse_duration
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
+
+
+class IdentityError(ValueError):
+    """The identity template names a claim the caller's token does not carry."""
+
+
+def claim_at(claims: Mapping[str, Any], path: str) -> Any:
+    """The claim at a dot path (`org.team`), or None when any step is missing."""
+    value: Any = claims
+    for step in path.split("."):
+        if not isinstance(value, Mapping) or step not in value:
+            return None
+        value = value[step]
+    return value
+
+
+def _scalar(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return None
+
+
+def render_identity(template: str, claims: Mapping[str, Any]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        value = _scalar(claim_at(claims, match.group(1)))
+        if value is None or value == "":
+            raise IdentityError(f"the token has no usable claim {match.group(1)!r}")
+        return value
+
+    return _PLACEHOLDER.sub(substitute, template)
+
+
+def matches(match: Match | None, claims: Mapping[str, Any]) -> bool:
+    if match is None:
+        return True
+    value = claim_at(claims, match.claim)
+    if isinstance(value, list):  # a claim like `groups` matches when it contains the value
+        return match.value in [_scalar(v) for v in value]
+    return _scalar(value) == match.value
+
+
+def pool_allowed(globs: list[str], pool: str) -> bool:
+    # Globs and pool names are both restricted to [a-z0-9.-] plus `*`, so fnmatch's other
+    # metacharacters cannot occur and `*` is the only wildcard, as the spec says.
+    return any(fnmatch.fnmatchcase(pool, pattern) for pattern in globs)
+
+
+@dataclass(frozen=True)
+class Grant:
+    rule_index: int
+    max_ttl: datetime.timedelta | None
+    max_concurrent_leases: int | None
+    max_extensions: int
+
+
+def grant_for(policy: AccessPolicySpec, claims: Mapping[str, Any], pool: str) -> Grant | None:
+    """What the first applicable rule grants for `pool`, or None (403)."""
+    for index, rule in enumerate(policy.rules):
+        if matches(rule.match, claims) and pool_allowed(rule.pools, pool):
+            return _grant(index, rule)
+    return None
+
+
+def visible_pools(
+    policy: AccessPolicySpec, claims: Mapping[str, Any], pools: list[str]
+) -> list[str]:
+    return [pool for pool in pools if grant_for(policy, claims, pool) is not None]
+
+
+def _grant(index: int, rule: Rule) -> Grant:
+    return Grant(
+        rule_index=index,
+        max_ttl=parse_duration(rule.max_ttl) if rule.max_ttl else None,
+        max_concurrent_leases=rule.max_concurrent_leases,
+        max_extensions=rule.max_extensions,
+    )
+
+
+def effective_ttl(requested: str | None, pool_default: str, grant: Grant) -> str:
+    """The TTL a lease gets: the request or the pool's default, clamped to the rule's maxTtl."""
+    ttl = parse_duration(requested or pool_default)
+    if grant.max_ttl is not None:
+        ttl = min(ttl, grant.max_ttl)
+    return format_duration(ttl)
