@@ -50,5 +50,8 @@ def _positive(text: str) -> str:
     return text
 
 
-Duration = Annotated[str, Field(pattern=PATTERN), AfterValidator(_valid)]
-PositiveDuration = Annotated[str, Field(pattern=PATTERN), AfterValidator(_positive)]
+# The pattern goes into JSON Schema (and so the CRDs) only; validation in Python is the parser's,
+# whose message says what a duration looks like instead of quoting a regular expression.
+_SCHEMA = Field(json_schema_extra={"pattern": PATTERN})
+Duration = Annotated[str, _SCHEMA, AfterValidator(_valid)]
+PositiveDuration = Annotated[str, _SCHEMA, AfterValidator(_positive)]

@@ -23,13 +23,19 @@ from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableE
 Fetch = Callable[[str], bytes]
 
 
-def https_fetch(ca_file: str | None = None, timeout: float = 5.0) -> Fetch:
-    """A fetcher for JWKS documents; `ca_file` trusts a private issuer's CA as well."""
-    context = ssl.create_default_context(cafile=ca_file)
+def https_fetch(
+    ca_pem_for: Callable[[str], str | None] = lambda _url: None, timeout: float = 5.0
+) -> Fetch:
+    """A fetcher for JWKS documents. `ca_pem_for(url)` may name extra CA certificates to trust
+    for a URL, for private issuers such as a cluster's own service-account issuer."""
 
     def fetch(url: str) -> bytes:
         if not url.startswith(("https://", "http://")):
             raise IssuerUnavailableError(f"unsupported JWKS URL scheme: {url}")
+        context = ssl.create_default_context()
+        extra = ca_pem_for(url)
+        if extra:
+            context.load_verify_locations(cadata=extra)
         with urllib.request.urlopen(url, timeout=timeout, context=context) as response:  # noqa: S310
             body: bytes = response.read(1 << 20)
             return body

@@ -1,0 +1,222 @@
+"""The Falcon WSGI application: routes, authentication, and the error contract.
+
+Stateless: everything a request needs is in the Kubernetes API (leases, pools, policies,
+reservations) or recomputable from it, so any replica can serve any request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import cached_property
+from typing import Any
+
+import falcon
+from kubernetes.client.exceptions import ApiException
+
+from lessor import __version__
+from lessor.apiserver import metrics
+from lessor.apiserver.authn import Authenticator, Principal
+from lessor.apiserver.bodies import CreateLease, ExtendLease, parse
+from lessor.apiserver.errors import HttpError, NotFoundError, UnavailableError
+from lessor.apiserver.kube import Kube, kube
+from lessor.apiserver.leases import LeaseService
+from lessor.apiserver.policies import PolicyStore
+from lessor.apiserver.pools import PoolService
+from lessor.apiserver.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Services:
+    """Per-process services, built on first use (after gunicorn's fork)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @property
+    def kube(self) -> Kube:
+        return kube(self.settings.kubeconfig, self.settings.namespace)
+
+    @cached_property
+    def policies(self) -> PolicyStore:
+        return PolicyStore(lambda: self.kube)
+
+    @cached_property
+    def auth(self) -> Authenticator:
+        return Authenticator(self.policies, self.kube)
+
+    @cached_property
+    def leases(self) -> LeaseService:
+        return LeaseService(self.kube)
+
+    @cached_property
+    def pools(self) -> PoolService:
+        return PoolService(self.kube)
+
+
+def _target(req: falcon.Request) -> str:
+    return req.path + (f"?{req.query_string}" if req.query_string else "")
+
+
+class Base:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def principal(self, req: falcon.Request) -> Principal:
+        return self.services.auth.authenticate(
+            req.method, _target(req), req.get_header("Authorization"), req.context.body
+        )
+
+
+class LeasesResource(Base):
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal = self.principal(req)
+        request = parse(CreateLease, req.context.body, req.content_type)
+        resp.media = self.services.leases.create(principal, request)
+        resp.status = falcon.HTTP_202
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.services.leases.list_mine(self.principal(req))
+
+
+class LeaseResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        resp.media = self.services.leases.read(self.principal(req), lease_id)
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        self.services.leases.release(self.principal(req), lease_id)
+        resp.status = falcon.HTTP_204
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal = self.principal(req)
+        request = parse(ExtendLease, req.context.body, req.content_type)
+        resp.media = self.services.leases.extend(principal, lease_id, request)
+
+
+class DiagnosticsResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        self.services.leases.owned(self.principal(req), lease_id)
+        # No backend captures bundles yet, so none exists (spec 4.2: 404 when no bundle exists).
+        raise NotFoundError("no diagnostics bundle was captured for this lease")
+
+
+class PoolsResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.services.pools.list_records(self.principal(req))
+
+
+class PoolResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = self.services.pools.one(self.principal(req), name)
+
+
+class PoolLeasesResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = self.services.pools.leases(self.principal(req), name)
+
+
+class StatusResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal = None
+        if req.get_header("Authorization"):
+            principal = self.principal(req)
+        resp.media = {
+            "version": __version__,
+            "auth": {"methods": self.services.auth.methods(), "sessions": []},
+            "pools": self.services.pools.status_rows(principal),
+        }
+
+
+class HealthResource:
+    def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = falcon.MEDIA_TEXT
+        resp.text = "ok\n"
+
+
+class MetricsResource:
+    def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
+        body, content_type = metrics.exposition()
+        resp.data = body
+        resp.content_type = content_type
+
+
+class Observe:
+    """Reads the body once (SSH signatures cover it), and counts and times every request."""
+
+    def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
+        req.context.started = time.perf_counter()
+        req.context.body = req.bounded_stream.read(1 << 20) if req.content_length else b""
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, _resource: object, _ok: bool
+    ) -> None:
+        route = req.uri_template or "unmatched"
+        status = str(resp.status_code)
+        metrics.REQUESTS.labels(route, req.method, status).inc()
+        started = getattr(req.context, "started", None)
+        if started is not None:
+            metrics.LATENCY.labels(route, req.method).observe(time.perf_counter() - started)
+
+
+def _send(resp: falcon.Response, error: HttpError) -> None:
+    resp.status = error.status
+    resp.media = error.body()
+    for name, value in error.headers.items():
+        resp.set_header(name, value)
+
+
+def _on_http_error(req: falcon.Request, resp: falcon.Response, error: HttpError, _p: Any) -> None:
+    _send(resp, error)
+
+
+def _on_falcon_error(
+    req: falcon.Request, resp: falcon.Response, error: falcon.HTTPError, _p: Any
+) -> None:
+    """Falcon's own refusals (no such route, method not allowed) in the service's error shape."""
+    reason = "not_found" if error.status_code == 404 else None
+    title = str(error.title or "error")
+    body = {"error": (title.partition(" ")[2] if title[:3].isdigit() else title).lower()}
+    if error.description:
+        body["detail"] = error.description
+    if reason:
+        body["reason"] = reason
+    resp.status = error.status
+    resp.media = body
+    resp.set_headers(error.headers or {})
+
+
+def _on_kube_error(
+    req: falcon.Request, resp: falcon.Response, error: ApiException, _p: Any
+) -> None:
+    log.warning(
+        "kubernetes API error on %s %s: %s %s", req.method, req.path, error.status, error.reason
+    )
+    _send(resp, UnavailableError("the cluster API did not answer as expected; retry"))
+
+
+def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception, _p: Any) -> None:
+    if isinstance(error, falcon.HTTPError | HttpError):
+        raise error
+    log.exception("unexpected error on %s %s", req.method, req.path)
+    resp.status = 500
+    resp.media = {"error": "internal error", "detail": "the failure was logged"}
+
+
+def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response]:
+    services = Services(settings)
+    app = falcon.App(middleware=[Observe()])
+    app.add_route("/healthz", HealthResource())
+    app.add_route("/metrics", MetricsResource())
+    app.add_route("/v1/status", StatusResource(services))
+    app.add_route("/v1/leases", LeasesResource(services))
+    app.add_route("/v1/leases/{lease_id}", LeaseResource(services))
+    app.add_route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource(services))
+    app.add_route("/v1/pools", PoolsResource(services))
+    app.add_route("/v1/pools/{name}", PoolResource(services))
+    app.add_route("/v1/pools/{name}/leases", PoolLeasesResource(services))
+    app.add_error_handler(Exception, _on_unexpected)
+    app.add_error_handler(falcon.HTTPError, _on_falcon_error)
+    app.add_error_handler(ApiException, _on_kube_error)
+    app.add_error_handler(HttpError, _on_http_error)
+    return app

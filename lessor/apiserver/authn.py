@@ -1,0 +1,161 @@
+"""Who is calling: OIDC JWTs, static tokens and SSH request signatures, against the policies.
+
+Every method ends in the same place, the caller's claims and the policy that accepted them; the
+identity is then the policy's template applied to the claims. Failures are a bare 401 for the
+caller (the precise cause goes to the log and a metric); an identity provider that cannot be
+reached is a 503 with a retryable reason, because the caller did nothing wrong.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cachetools
+from prometheus_client import Counter
+
+from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
+from lessor.apiserver.auth.jwks import JwksCache, https_fetch
+from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+from lessor.apiserver.auth.ssh import (
+    NonceCache,
+    key_blob_from_openssh,
+    parse_authorization,
+    verify_request,
+)
+from lessor.apiserver.errors import ForbiddenError, UnauthorizedError, UnavailableError
+from lessor.apiserver.kube import Kube
+from lessor.apiserver.policies import NamedPolicy, PolicyStore
+from lessor.apiserver.policy import IdentityError, render_identity
+from lessor.protocol.ssh_signature import SCHEME
+
+log = logging.getLogger(__name__)
+
+AUTH_FAILURES = Counter(
+    "lessor_auth_failures_total", "Requests refused authentication, by method.", ["method"]
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    identity: str
+    method: str
+    claims: Mapping[str, Any]
+    policy: NamedPolicy
+
+
+class Authenticator:
+    def __init__(self, policies: PolicyStore, kube: Kube) -> None:
+        self.policies = policies
+        self.kube = kube
+        self._ca_by_jwks: dict[str, str] = {}
+        self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
+        self.nonces = NonceCache()
+        self._secrets: cachetools.TTLCache[tuple[str, str], str | None] = cachetools.TTLCache(
+            maxsize=1024, ttl=10
+        )
+
+    def methods(self) -> list[str]:
+        """The methods some policy configures, for /v1/status."""
+        found = []
+        snapshot = self.policies.snapshot
+        if any(p.spec.auth.oidc for p in snapshot):
+            found.append("oidc")
+        if any(p.spec.auth.static_tokens for p in snapshot):
+            found.append("token")
+        if any(p.spec.auth.ssh_keys for p in snapshot):
+            found.append("ssh")
+        return found
+
+    def authenticate(self, method: str, target: str, header: str | None, body: bytes) -> Principal:
+        if not header:
+            raise UnauthorizedError("an Authorization header is required", reason="unauthenticated")
+        kind = "ssh" if header.startswith(SCHEME + " ") else "bearer"
+        try:
+            if kind == "ssh":
+                policy, claims = self._ssh(method, target, header, body)
+                via = "ssh"
+            else:
+                scheme, _, token = header.partition(" ")
+                if scheme.lower() != "bearer" or not token:
+                    raise AuthenticationError("unsupported Authorization scheme")
+                if token.count(".") == 2:
+                    policy, claims = self._oidc(token)
+                    via = "oidc"
+                else:
+                    policy, claims = self._static(token)
+                    via = "token"
+        except AuthenticationError as error:
+            AUTH_FAILURES.labels(kind).inc()
+            log.info("authentication failed (%s): %s", kind, error.cause)
+            raise UnauthorizedError("invalid credentials", reason="unauthenticated") from error
+        except IssuerUnavailableError as error:
+            log.warning("identity provider unavailable: %s", error)
+            raise UnavailableError("the identity provider cannot be reached; retry") from error
+        try:
+            identity = render_identity(policy.spec.identity, claims)
+        except IdentityError as error:
+            raise ForbiddenError(str(error), reason="identity_unresolvable") from error
+        return Principal(identity=identity, method=via, claims=claims, policy=policy)
+
+    def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
+        by_issuer: dict[str, tuple[NamedPolicy, OidcIssuer]] = {}
+        for policy in self.policies.snapshot:
+            oidc = policy.spec.auth.oidc
+            if oidc is None or oidc.issuer in by_issuer:
+                continue
+            issuer = OidcIssuer(
+                issuer=oidc.issuer,
+                audiences=tuple(oidc.audience),
+                authorized_parties=tuple(oidc.authorized_parties),
+                jwks_url=oidc.jwks_url,
+                algorithms=tuple(oidc.algorithms),
+            )
+            by_issuer[oidc.issuer] = (policy, issuer)
+            if oidc.ca_bundle:
+                self._ca_by_jwks[issuer.jwks_endpoint] = oidc.ca_bundle
+        issuer, claims = verify_token(token, {k: v[1] for k, v in by_issuer.items()}, self.jwks)
+        return by_issuer[issuer.issuer][0], claims
+
+    def _static(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
+        found: tuple[NamedPolicy, Mapping[str, Any]] | None = None
+        for policy in self.policies.snapshot:
+            for entry in policy.spec.auth.static_tokens:
+                expected = self._secret(entry.secret_ref.name, entry.secret_ref.key)
+                # Constant-time, and every configured token is compared, match or not.
+                if expected and hmac.compare_digest(token.encode(), expected.encode()):
+                    found = found or (policy, entry.claims)
+        if found is None:
+            raise AuthenticationError("unknown static token")
+        return found
+
+    def _secret(self, name: str, key: str) -> str | None:
+        cache_key = (name, key)
+        if cache_key not in self._secrets:
+            self._secrets[cache_key] = self.kube.secret_value(self.kube.namespace, name, key)
+        return self._secrets[cache_key]
+
+    def _ssh(
+        self, method: str, target: str, header: str, body: bytes
+    ) -> tuple[NamedPolicy, Mapping[str, Any]]:
+        owners: dict[bytes, tuple[NamedPolicy, Mapping[str, Any]]] = {}
+        for policy in self.policies.snapshot:
+            for entry in policy.spec.auth.ssh_keys:
+                try:
+                    blob = key_blob_from_openssh(entry.public_key)
+                except ValueError:
+                    continue
+                owners.setdefault(blob, (policy, entry.claims))
+        request = parse_authorization(header)
+        verify_request(
+            request,
+            method=method,
+            target=target,
+            body=body,
+            authorized_keys=dict.fromkeys(owners, ""),
+            nonces=self.nonces,
+        )
+        return owners[request.key_blob]

@@ -1,0 +1,67 @@
+"""Every error the API answers, as `{"error": ..., "detail": ..., "reason": ...}` (spec 7.2).
+
+The same condition carries the same reason on the cluster and Sandbox paths. A client mistake is
+a 4xx with a message that says what to change; a 500 never carries internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HttpError(Exception):
+    status = 500
+    error = "internal error"
+    reason: str | None = None
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail or self.error)
+        self.detail = detail
+        if reason is not None:
+            self.reason = reason
+        if error is not None:
+            self.error = error
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.error}
+        if self.detail:
+            body["detail"] = self.detail
+        if self.reason:
+            body["reason"] = self.reason
+        return body
+
+
+class BadRequestError(HttpError):
+    status, error = 400, "bad request"
+
+
+class UnauthorizedError(HttpError):
+    status, error = 401, "unauthorized"
+
+
+class ForbiddenError(HttpError):
+    status, error = 403, "forbidden"
+
+
+class NotFoundError(HttpError):
+    status, error, reason = 404, "not found", "not_found"
+
+
+class ConflictError(HttpError):
+    status, error = 409, "conflict"
+
+
+class TooManyRequestsError(HttpError):
+    status, error = 429, "too many requests"
+
+
+class UnavailableError(HttpError):
+    status, error, reason = 503, "service unavailable", "backend_error"

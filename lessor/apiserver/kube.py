@@ -1,0 +1,103 @@
+"""The Kubernetes API as the API server uses it: the official client, one per worker process.
+
+Clients hold sockets and a thread pool, which must not cross a fork: gunicorn forks its workers
+after loading the app, so the client is made lazily in the process that uses it, and remade if
+the process id changed. Every call has a timeout, so a slow API server makes one request fail,
+not a worker hang.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from lessor.resources.base import GROUP, VERSION
+
+TIMEOUT = 10
+JSON = dict[str, Any]
+
+
+class Kube:
+    def __init__(self, kubeconfig: str | None, namespace: str) -> None:
+        self.namespace = namespace
+        configuration = client.Configuration()
+        if kubeconfig:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        self.api_client = client.ApiClient(configuration)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+
+    # -- lessor resources in the service namespace ---------------------------------------
+
+    def get(self, plural: str, name: str) -> JSON:
+        result = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, name, _request_timeout=TIMEOUT
+        )
+        return cast(JSON, result)
+
+    def list_objects(self, plural: str, label_selector: str = "") -> list[JSON]:
+        result = self.custom.list_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            plural,
+            label_selector=label_selector,
+            _request_timeout=TIMEOUT,
+        )
+        return cast(list[JSON], cast(JSON, result).get("items", []))
+
+    def create(self, plural: str, body: JSON) -> JSON:
+        result = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, body, _request_timeout=TIMEOUT
+        )
+        return cast(JSON, result)
+
+    def json_patch(self, plural: str, name: str, operations: list[JSON]) -> JSON:
+        """A JSON patch; lead with `test` operations on uid and resourceVersion to fence it."""
+        result = self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            plural,
+            name,
+            operations,
+            _content_type="application/json-patch+json",
+            _request_timeout=TIMEOUT,
+        )
+        return cast(JSON, result)
+
+    # -- core objects --------------------------------------------------------------------
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        encoded = (secret.data or {}).get(key)
+        return base64.b64decode(encoded).decode() if encoded else None
+
+
+_lock = threading.Lock()
+_instance: tuple[int, Kube] | None = None
+
+
+def kube(kubeconfig: str | None, namespace: str) -> Kube:
+    """This process's client, created on first use after the fork."""
+    global _instance  # noqa: PLW0603 - one client per process, by design
+    with _lock:
+        if _instance is None or _instance[0] != os.getpid():
+            _instance = (os.getpid(), Kube(kubeconfig, namespace))
+        return _instance[1]

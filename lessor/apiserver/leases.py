@@ -1,0 +1,260 @@
+"""/v1/leases: create, list, read, release and extend cluster leases (spec 4.1, 4.2).
+
+The API writes only what a caller intends: a new ClusterLease, `spec.releaseRequested`, or one
+more entry in `spec.extensions`, each fenced by the lease's uid and resourceVersion. Everything
+else (binding, expiry, teardown) is the operator's; what the API must answer at once
+(queue_position, expires_at) it computes from what is already stored, with the same functions
+the operator uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.authn import Principal
+from lessor.apiserver.bodies import CreateLease, ExtendLease
+from lessor.apiserver.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    TooManyRequestsError,
+)
+from lessor.apiserver.kube import Kube
+from lessor.apiserver.policy import effective_ttl, grant_for
+from lessor.apiserver.reservations import Reservations
+from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.lease_time import expires_at, timestamp, utcnow
+
+ACTIVE = ("Pending", "Bound", "Recycling", None)
+REQUESTER_LABEL = "lessor.dev/requester"
+Json = dict[str, Any]
+
+
+def requester_label(identity: str) -> str:
+    """A label value standing for an identity (identities may hold characters labels cannot)."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:40]
+
+
+def _phase(obj: Json) -> str | None:
+    phase: str | None = obj.get("status", {}).get("phase")
+    return phase
+
+
+class LeaseService:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.reservations = Reservations(kube)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def owned(self, principal: Principal, lease_id: str) -> Json:
+        """The caller's lease; another identity's lease is indistinguishable from none (404)."""
+        try:
+            obj = self.kube.get("clusterleases", lease_id)
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"no lease {lease_id}") from error
+            raise
+        if obj.get("spec", {}).get("requester") != principal.identity:
+            raise NotFoundError(f"no lease {lease_id}")
+        return obj
+
+    def pool(self, name: str) -> ClusterPool:
+        try:
+            return ClusterPool.model_validate(self.kube.get("clusterpools", name))
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"no pool {name}") from error
+            raise
+
+    def queue_position(self, pool: str) -> int:
+        """Where a lease created now stands: behind every Pending lease of the pool."""
+        waiting = [
+            lease
+            for lease in self.kube.list_objects("clusterleases")
+            if lease.get("spec", {}).get("pool") == pool and _phase(lease) in ("Pending", None)
+        ]
+        return len(waiting)
+
+    # -- create ----------------------------------------------------------------------------
+
+    def create(self, principal: Principal, request: CreateLease) -> Json:
+        pool_name = request.pool_name
+        grant = grant_for(principal.policy.spec, principal.claims, pool_name)
+        if grant is None:
+            raise ForbiddenError(
+                f"{principal.identity} may not lease from {pool_name}", reason="forbidden"
+            )
+        pool = self.pool(pool_name)
+        ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
+        name = f"l{secrets.token_hex(6)}"
+        taken = []
+        try:
+            if grant.max_concurrent_leases is not None:
+                slot = self.reservations.slot(principal.identity, grant.max_concurrent_leases, name)
+                if slot is None:
+                    raise TooManyRequestsError(
+                        f"{principal.identity} holds {grant.max_concurrent_leases} active leases,"
+                        " the most its policy allows",
+                        reason="concurrency_limit",
+                    )
+                taken.append(slot)
+            if request.alias:
+                alias = self.reservations.alias(principal.identity, request.alias, name)
+                if alias is None:
+                    raise ConflictError(
+                        f"alias {request.alias} is already used by one of your active leases",
+                        reason="alias_active",
+                    )
+                taken.append(alias)
+            spec: Json = {
+                "pool": pool_name,
+                "ttl": ttl,
+                "requester": principal.identity,
+                "maxExtensions": grant.max_extensions,
+            }
+            if request.alias:
+                spec["alias"] = request.alias
+            if request.metadata is not None:
+                spec["metadata"] = request.metadata
+            self.kube.create(
+                "clusterleases",
+                {
+                    "apiVersion": "lessor.dev/v1alpha1",
+                    "kind": "ClusterLease",
+                    "metadata": {
+                        "name": name,
+                        "labels": {REQUESTER_LABEL: requester_label(principal.identity)},
+                    },
+                    "spec": spec,
+                },
+            )
+        except BaseException:
+            for reservation in taken:
+                self.reservations.release(reservation)
+            raise
+        response: Json = {
+            "id": name,
+            "phase": "Pending",
+            "profile": pool_name,
+            "queue_position": self.queue_position(pool_name),
+            "effective_ttl": ttl,
+        }
+        if request.alias:
+            response["alias"] = request.alias
+        if request.metadata is not None:
+            response["metadata"] = request.metadata
+        return response
+
+    # -- read ------------------------------------------------------------------------------
+
+    def list_mine(self, principal: Principal) -> list[Json]:
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
+        return [
+            self.summary(lease)
+            for lease in self.kube.list_objects("clusterleases", selector)
+            if lease["spec"].get("requester") == principal.identity and _phase(lease) in ACTIVE
+        ]
+
+    def summary(self, lease: Json) -> Json:
+        status = lease.get("status", {})
+        return {
+            "id": lease["metadata"]["name"],
+            "phase": status.get("phase", "Pending"),
+            "profile": lease["spec"]["pool"],
+            "expires_at": status.get("expiresAt"),
+        }
+
+    def read(self, principal: Principal, lease_id: str) -> Json:
+        lease = self.owned(principal, lease_id)
+        body = self.summary(lease)
+        spec = lease["spec"]
+        for key, field in (("alias", "alias"), ("metadata", "metadata")):
+            if field in spec:
+                body[key] = spec[field]
+        if body["phase"] == "Bound":
+            secret_name = lease.get("status", {}).get("kubeconfigSecret", "")
+            value = self.kube.secret_value(self.kube.namespace, secret_name, "kubeconfig")
+            if value:
+                body["kubeconfig"] = value
+        return body
+
+    # -- release and extend -----------------------------------------------------------------
+
+    def release(self, principal: Principal, lease_id: str) -> None:
+        for _ in range(3):
+            lease = self.owned(principal, lease_id)
+            phase = _phase(lease)
+            if phase == "Quarantined":
+                raise ConflictError(
+                    "the lease's cluster could not be verified as cleaned up; cleanup evidence "
+                    "is kept for an administrator",
+                    reason="teardown_quarantined",
+                    error="TeardownQuarantined",
+                )
+            if phase in ("Released", "Expired") or lease["spec"].get("releaseRequested"):
+                return
+            try:
+                self._fenced(
+                    lease, [{"op": "add", "path": "/spec/releaseRequested", "value": True}]
+                )
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(
+            "the lease changed while releasing it; retry", reason="conflict_retryable"
+        )
+
+    def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
+        for _ in range(3):
+            raw = self.owned(principal, lease_id)
+            lease = ClusterLease.model_validate(raw)
+            status = lease.status
+            if status is None or status.phase != "Bound" or status.bound_at is None:
+                raise ConflictError("only a Bound lease can be extended", reason="not_ready")
+            if len(lease.spec.extensions) >= lease.spec.max_extensions:
+                raise ConflictError(
+                    f"this lease allows {lease.spec.max_extensions} extensions and has used them",
+                    reason="extension_budget_exhausted",
+                )
+            extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
+            operation = (
+                {"op": "add", "path": "/spec/extensions/-", "value": extension}
+                if lease.spec.extensions
+                else {"op": "add", "path": "/spec/extensions", "value": [extension]}
+            )
+            try:
+                self._fenced(raw, [operation])
+            except ConflictError:
+                continue  # a concurrent extension won: count again against the fresh lease
+            updated = ClusterLease.model_validate(self.kube.get("clusterleases", lease_id))
+            ttl = (updated.status.effective_ttl if updated.status else None) or updated.spec.ttl
+            expiry = expires_at(
+                status.bound_at, ttl or "0s", updated.spec.extensions, updated.spec.max_extensions
+            )
+            return {"expires_at": timestamp(expiry)}
+        raise ConflictError(
+            "the lease changed while extending it; retry", reason="conflict_retryable"
+        )
+
+    def _fenced(self, lease: Json, operations: list[Json]) -> None:
+        metadata = lease["metadata"]
+        fence = [
+            {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": metadata["resourceVersion"],
+            },
+        ]
+        try:
+            self.kube.json_patch("clusterleases", metadata["name"], [*fence, *operations])
+        except ApiException as error:
+            # A failed `test` is a 422 from the API server; a changed object, a 409.
+            if error.status in (409, 422):
+                raise ConflictError("the lease changed", reason="conflict_retryable") from error
+            raise

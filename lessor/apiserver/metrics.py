@@ -1,0 +1,44 @@
+"""Prometheus metrics of the API server, correct across gunicorn workers.
+
+Each worker is a process with its own counters; in multiprocess mode (PROMETHEUS_MULTIPROC_DIR
+set by the server before it forks) they write to files that /metrics aggregates, so any worker
+answers for all of them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUESTS = Counter(
+    "lessor_http_requests_total",
+    "HTTP requests by route, method and status.",
+    ["route", "method", "status"],
+)
+LATENCY = Histogram(
+    "lessor_http_request_duration_seconds",
+    "HTTP request latency by route and method.",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+SANDBOX_ADMISSION_RATE_LIMITED = Counter(
+    "lessor_sandbox_admission_rate_limited_total",
+    "Sandbox lease creations refused by the per-principal admission rate limit.",
+)
+
+
+def exposition() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

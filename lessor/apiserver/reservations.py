@@ -1,0 +1,125 @@
+"""Ceilings that span API replicas, enforced by atomic creates rather than check-then-create.
+
+A caller's concurrent leases are slots `0 .. maxConcurrentLeases-1`; an alias is one name. Each
+is a ConfigMap whose name is derived from the identity (and slot or alias), so two replicas
+taking the same slot race on one create and exactly one wins. A reservation names its lease; it
+is reclaimed when that lease has ended, or when the lease was never created (a replica died
+between the two creates) and the reservation is older than a grace period.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.kube import TIMEOUT, Kube
+
+ENDED = frozenset({"Released", "Expired", "Quarantined"})
+ORPHAN_GRACE = datetime.timedelta(seconds=30)
+KIND_LABEL = "lessor.dev/reservation"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+
+
+class Reservations:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def slot(self, identity: str, limit: int, lease: str) -> Reservation | None:
+        """Take a free slot for `lease`, or None when all `limit` slots are held."""
+        for index in range(limit):
+            name = f"lessor-slot-{_digest(identity)}-{index}"
+            if self._take(name, "slot", identity, lease):
+                return Reservation(name)
+        return None
+
+    def alias(self, identity: str, alias: str, lease: str) -> Reservation | None:
+        name = f"lessor-alias-{_digest(identity, alias)}"
+        return Reservation(name) if self._take(name, "alias", identity, lease) else None
+
+    def holder(self, identity: str, alias: str) -> str | None:
+        """The lease currently holding an alias of this identity, if any."""
+        try:
+            found = self.kube.core.read_namespaced_config_map(
+                f"lessor-alias-{_digest(identity, alias)}",
+                self.kube.namespace,
+                _request_timeout=TIMEOUT,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        lease = (found.data or {}).get("lease")
+        return None if lease is None or self._ended(found, lease) else lease
+
+    def release(self, reservation: Reservation) -> None:
+        try:
+            self.kube.core.delete_namespaced_config_map(
+                reservation.name, self.kube.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def _take(self, name: str, kind: str, identity: str, lease: str) -> bool:
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name, labels={KIND_LABEL: kind}),
+            data={"identity": identity, "lease": lease},
+        )
+        for _ in range(2):
+            try:
+                self.kube.core.create_namespaced_config_map(
+                    self.kube.namespace, body, _request_timeout=TIMEOUT
+                )
+                return True
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            if not self._reclaim_if_stale(name):
+                return False
+        return False
+
+    def _reclaim_if_stale(self, name: str) -> bool:
+        try:
+            current = self.kube.core.read_namespaced_config_map(
+                name, self.kube.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            return bool(error.status == 404)
+        lease = (current.data or {}).get("lease", "")
+        if not self._ended(current, lease) or current.metadata is None:
+            return False
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(
+                uid=current.metadata.uid, resource_version=current.metadata.resource_version
+            )
+        )
+        try:
+            self.kube.core.delete_namespaced_config_map(
+                name, self.kube.namespace, body=options, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            return bool(error.status == 404)  # 409: someone else reclaimed or renewed it first
+        return True
+
+    def _ended(self, reservation: client.V1ConfigMap, lease: str) -> bool:
+        try:
+            found = self.kube.get("clusterleases", lease)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            created = reservation.metadata.creation_timestamp if reservation.metadata else None
+            now = datetime.datetime.now(datetime.UTC)
+            return created is None or now - created > ORPHAN_GRACE
+        return found.get("status", {}).get("phase") in ENDED

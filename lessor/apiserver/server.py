@@ -1,0 +1,70 @@
+"""`python -m lessor.apiserver`: the API under gunicorn with gevent workers.
+
+gevent workers serve many slow clients (long polls, slow networks) per process; the app is
+loaded in each worker after the fork, so nothing with sockets or threads crosses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from lessor.apiserver.settings import Settings
+
+
+class Server(BaseApplication):  # type: ignore[misc]
+    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
+        self.settings = settings
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        # Imported here, in the worker, after gevent has patched the standard library: modules
+        # that import ssl or sockets (the kubernetes client) must never load in the master.
+        from lessor.apiserver.app import create_app  # noqa: PLC0415
+
+        return create_app(self.settings)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lessor.apiserver", description=__doc__)
+    parser.add_argument("--bind", default="0.0.0.0:8000")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--worker-connections", type=int, default=1000)
+    parser.add_argument(
+        "--timeout", type=int, default=60, help="seconds before a stuck worker is restarted"
+    )
+    parser.add_argument("--graceful-timeout", type=int, default=25)
+    parser.add_argument("--namespace", default="lessor-system")
+    parser.add_argument("--kubeconfig", help="default: in-cluster service account")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Metrics of every worker are aggregated from files here (prometheus multiprocess mode).
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="lessor-metrics-"))
+    options = {
+        "bind": args.bind,
+        "workers": args.workers,
+        "worker_class": "gevent",
+        "worker_connections": args.worker_connections,
+        "timeout": args.timeout,
+        "graceful_timeout": args.graceful_timeout,
+        "keepalive": 5,
+        "accesslog": "-",
+        "errorlog": "-",
+        "limit_request_line": 8190,
+        "limit_request_field_size": 16380,
+    }
+    settings = Settings(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    Server(settings, options).run()
+    return 0
