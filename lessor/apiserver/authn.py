@@ -21,13 +21,13 @@ from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableE
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
 from lessor.apiserver.auth.ssh import (
-    NonceCache,
     key_blob_from_openssh,
     parse_authorization,
     verify_request,
 )
 from lessor.apiserver.errors import ForbiddenError, UnauthorizedError, UnavailableError
 from lessor.apiserver.kube import Kube
+from lessor.apiserver.nonces import ClusterNonces
 from lessor.apiserver.policies import NamedPolicy, PolicyStore
 from lessor.apiserver.policy import IdentityError, render_identity
 from lessor.protocol.ssh_signature import SCHEME
@@ -53,7 +53,7 @@ class Authenticator:
         self.kube = kube
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
-        self.nonces = NonceCache()
+        self.nonces = ClusterNonces(kube)
         self._secrets: cachetools.TTLCache[tuple[str, str], str | None] = cachetools.TTLCache(
             maxsize=1024, ttl=10
         )

@@ -1,0 +1,422 @@
+"""The HTTP API served by real gunicorn processes, against the real API server and operator,
+with real credentials: static tokens from Secrets, ServiceAccount JWTs from the local
+kube-apiserver as OIDC issuer, and Ed25519 request signatures."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.kubectl import Cluster
+from lessor.protocol.ssh_signature import canonical_request
+from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
+
+pytestmark = pytest.mark.integration
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class Api:
+    base: str
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read().decode()
+                status, response_headers = response.status, dict(response.headers)
+        except urllib.error.HTTPError as error:
+            text = error.read().decode()
+            status, response_headers = error.code, dict(error.headers)
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        return Response(status, parsed, response_headers)
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    namespace: str
+    apis: list[Api]
+    ssh_key: Ed25519PrivateKey
+
+    @property
+    def api(self) -> Api:
+        return self.apis[0]
+
+
+def start_api(cluster: Cluster, namespace: str, log: Path) -> tuple[subprocess.Popen[bytes], Api]:
+    port = free_port()
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lessor.apiserver",
+                f"--bind=127.0.0.1:{port}",
+                "--workers=2",
+                f"--namespace={namespace}",
+                f"--kubeconfig={cluster.kubeconfig}",
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    api = Api(f"http://127.0.0.1:{port}")
+
+    def healthy() -> bool:
+        try:
+            return api.call("GET", "/healthz").status == 200
+        except OSError:
+            return False
+
+    wait_for("the API server", healthy, timeout=60)
+    return process, api
+
+
+def policy(namespace: str, issuer: str, ca: str, ssh_public: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "tests", "namespace": namespace},
+        "spec": {
+            "auth": {
+                "oidc": {
+                    "issuer": issuer,
+                    "audience": ["lessor"],
+                    "jwksUrl": f"{issuer}/openid/v1/jwks",
+                    "caBundle": ca,
+                },
+                "staticTokens": [
+                    {"secretRef": {"name": "tokens", "key": "alice"}, "claims": {"sub": "alice"}},
+                    {"secretRef": {"name": "tokens", "key": "bob"}, "claims": {"sub": "bob"}},
+                ],
+                "sshKeys": [{"publicKey": ssh_public, "claims": {"sub": "carol"}}],
+            },
+            "identity": "{sub}",
+            "rules": [
+                {
+                    "match": {"claim": "sub", "value": "alice"},
+                    "pools": ["api-*"],
+                    "maxTtl": "1h",
+                    "maxConcurrentLeases": 3,
+                    "maxExtensions": 1,
+                },
+                {"pools": ["api-*"], "maxConcurrentLeases": 5},
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("uses the local control plane's issuer and local backend")
+    directory = tmp_path_factory.mktemp("api")
+    namespace = f"api-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    control_plane.kubectl("create", "namespace", namespace)
+    control_plane.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "tokens",
+        "-n",
+        namespace,
+        f"--from-literal=alice={ALICE}",
+        f"--from-literal=bob={BOB}",
+    )
+    key = Ed25519PrivateKey.generate()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
+    ca = (control_plane.pki / "ca.crt").read_text()
+    document = policy(namespace, control_plane.server, ca, public)
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(document))
+    for name, warm in (("api-warm", 1), ("api-cold", 0)):
+        pool = {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "ClusterPool",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": "local"}},
+        }
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(pool))
+    operator = Operator(
+        control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log"
+    ).start()
+    processes, apis = [], []
+    for n in range(2):
+        process, api = start_api(control_plane, namespace, directory / f"api-{n}.log")
+        processes.append(process)
+        apis.append(api)
+    try:
+        yield Stack(control_plane, namespace, apis, key)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+        operator.kill(signal.SIGTERM)
+        destroy_local_clusters(directory / "instances")
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def lease_until(stack: Stack, token: str, lease_id: str, phase: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        response = stack.api.call("GET", f"/v1/leases/{lease_id}", token=token)
+        return response.body if response.body.get("phase") == phase else None
+
+    return wait_for(f"{lease_id} {phase}", probe, timeout=120)
+
+
+def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack) -> None:
+    anonymous = stack.api.call("GET", "/v1/status")
+    assert anonymous.status == 200
+    assert set(anonymous.body["auth"]["methods"]) == {"oidc", "token", "ssh"}
+    rows = {row["name"]: row for row in anonymous.body["pools"]}
+    assert set(rows) >= {"api-warm", "api-cold"}
+    assert "phase" not in rows["api-warm"]
+    known = stack.api.call("GET", "/v1/status", token=ALICE)
+    assert {"phase", "quarantined"} <= set(known.body["pools"][0])
+
+
+def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: Path) -> None:
+    created = stack.api.call(
+        "POST",
+        "/v1/leases",
+        token=ALICE,
+        body={"profile": "api-warm", "ttl": "2h", "metadata": {"job": 7}},
+    )
+    assert created.status == 202, created.body
+    assert created.body["effective_ttl"] == "1h", "clamped to the rule's maxTtl"
+    assert created.body["phase"] == "Pending" and created.body["queue_position"] >= 1
+    lease_id = created.body["id"]
+    bound = lease_until(stack, ALICE, lease_id, "Bound")
+    kubeconfig = tmp_path / "k"
+    kubeconfig.write_text(bound["kubeconfig"])
+    result = subprocess.run(
+        [
+            str(ensure_binaries() / "kubectl"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "get",
+            "ns",
+            "-o",
+            "name",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "namespace/default" in result.stdout.split()
+    listed = stack.api.call("GET", "/v1/leases", token=ALICE).body
+    assert [row["id"] for row in listed] == [lease_id]
+
+    extended = stack.api.call(
+        "PATCH", f"/v1/leases/{lease_id}", token=ALICE, body={"extend_ttl": "15m"}
+    )
+    assert extended.status == 200
+    assert extended.body["expires_at"] > bound["expires_at"]
+    again = stack.api.call(
+        "PATCH", f"/v1/leases/{lease_id}", token=ALICE, body={"extend_ttl": "15m"}
+    )
+    assert (again.status, again.body["reason"]) == (409, "extension_budget_exhausted")
+    wait_for(
+        "operator applied the extension",
+        lambda: (
+            stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body["expires_at"]
+            == extended.body["expires_at"]
+        ),
+    )
+
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204, (
+        "repeat is safe"
+    )
+    lease_until(stack, ALICE, lease_id, "Released")
+    assert stack.api.call("GET", "/v1/leases", token=ALICE).body == []
+
+
+def test_another_tenants_lease_is_not_found_and_redacted_in_listings(stack: Stack) -> None:
+    created = stack.api.call(
+        "POST",
+        "/v1/leases",
+        token=ALICE,
+        body={"pool": "api-cold", "alias": "mine", "metadata": {"secret": "no"}},
+    )
+    assert created.status == 202
+    lease_id = created.body["id"]
+    for method, body in (("GET", None), ("PATCH", {"extend_ttl": "5m"}), ("DELETE", None)):
+        response = stack.api.call(method, f"/v1/leases/{lease_id}", token=BOB, body=body)
+        assert (response.status, response.body["reason"]) == (404, "not_found"), method
+    rows = stack.api.call("GET", "/v1/pools/api-cold/leases", token=BOB).body
+    [row] = [r for r in rows if r["id"] == lease_id]
+    assert row["requester"] == "redacted"
+    assert "alias" not in row and "metadata" not in row
+    own = stack.api.call("GET", "/v1/pools/api-cold/leases", token=ALICE).body
+    assert next(r for r in own if r["id"] == lease_id)["requester"] == "alice"
+    duplicate = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"pool": "api-cold", "alias": "mine"}
+    )
+    assert (duplicate.status, duplicate.body["reason"]) == (409, "alias_active")
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+
+
+def test_oidc_tokens_from_the_clusters_issuer_authenticate(stack: Stack) -> None:
+    kubectl = stack.cluster.kubectl
+    kubectl("create", "serviceaccount", "ci", "-n", stack.namespace)
+    token = kubectl(
+        "create", "token", "ci", "-n", stack.namespace, "--audience", "lessor"
+    ).stdout.strip()
+    response = stack.api.call("GET", "/v1/pools", token=token)
+    assert response.status == 200
+    assert {p["name"] for p in response.body} == {"api-warm", "api-cold"}
+    other = kubectl(
+        "create", "token", "ci", "-n", stack.namespace, "--audience", "other"
+    ).stdout.strip()
+    refused = stack.api.call("GET", "/v1/pools", token=other)
+    assert refused.status == 401
+    assert refused.body == {
+        "error": "unauthorized",
+        "detail": "invalid credentials",
+        "reason": "unauthenticated",
+    }, "no hint of why"
+
+
+def test_ssh_signed_requests_authenticate_once(stack: Stack) -> None:
+    timestamp, nonce = int(time.time()), secrets.token_urlsafe(24)
+    signature = stack.ssh_key.sign(canonical_request("GET", "/v1/pools", timestamp, nonce, b""))
+    raw_public = stack.ssh_key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    key = base64.b64encode(ed25519_key_blob(raw_public)).decode()
+    sig = base64.b64encode(ed25519_signature_blob(signature)).decode()
+    header = f'Lessor-SSH key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+    assert stack.apis[0].call("GET", "/v1/pools", headers={"Authorization": header}).status == 200
+    # The replay goes to every worker of both API servers: none of them accepts it.
+    for attempt in range(6):
+        api = stack.apis[attempt % 2]
+        assert api.call("GET", "/v1/pools", headers={"Authorization": header}).status == 401
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "needle"),
+    [
+        (b"{not json", "application/json", "not valid JSON"),
+        (b'{"profile": "api-warm"}', "text/plain", "Content-Type: application/json"),
+        (b'{"profile": "api-warm", "colour": "blue"}', "application/json", "colour"),
+        (b'{"profile": 7}', "application/json", "profile"),
+        (b'{"profile": "api-warm", "ttl": "soon"}', "application/json", "invalid duration"),
+        (
+            b'{"profile": "api-warm", "metadata": {"a": {"b": {"c": {"d": 1}}}}}',
+            "application/json",
+            "nests 5 levels",
+        ),
+        (
+            json.dumps(
+                {"profile": "api-warm", "metadata": {f"k{n}": n for n in range(33)}}
+            ).encode(),
+            "application/json",
+            "33 top-level keys",
+        ),
+        (
+            json.dumps({"profile": "api-warm", "metadata": {"blob": "x" * 9000}}).encode(),
+            "application/json",
+            "bytes of JSON",
+        ),
+        (
+            json.dumps({"profile": "api-warm", "metadata": {"l": list(range(130))}}).encode(),
+            "application/json",
+            "JSON values",
+        ),
+    ],
+)
+def test_bad_requests_are_400_with_a_message_naming_the_problem(
+    stack: Stack, raw: bytes, content_type: str, needle: str
+) -> None:
+    response = stack.api.call("POST", "/v1/leases", token=ALICE, raw=raw, content_type=content_type)
+    assert response.status == 400
+    assert needle in response.body["detail"]
+
+
+def test_refusals_forbidden_pool_and_unknown_pool(stack: Stack) -> None:
+    forbidden = stack.api.call("POST", "/v1/leases", token=ALICE, body={"profile": "prod-db"})
+    assert forbidden.status == 403
+    missing = stack.api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-nowhere"})
+    assert (missing.status, missing.body["reason"]) == (404, "not_found")
+    assert stack.api.call("GET", "/v1/leases").status == 401
+
+
+def test_max_concurrent_leases_holds_exactly_across_two_api_servers(stack: Stack) -> None:
+    def create(n: int) -> int:
+        api = stack.apis[n % 2]
+        return api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"}).status
+
+    with ThreadPoolExecutor(max_workers=25) as pool:
+        statuses = list(pool.map(create, range(50)))
+    assert statuses.count(202) == 5, statuses
+    assert statuses.count(429) == 45
+    for lease in stack.api.call("GET", "/v1/leases", token=BOB).body:
+        assert stack.api.call("DELETE", f"/v1/leases/{lease['id']}", token=BOB).status == 204
+
+
+def test_metrics_count_requests_across_workers(stack: Stack) -> None:
+    for _ in range(4):
+        stack.api.call("GET", "/v1/status")
+    text = stack.api.call("GET", "/metrics").body
+    assert "lessor_sandbox_admission_rate_limited_total" in text
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("lessor_http_requests_total{") and 'route="/v1/status"' in line
+    )
+    assert counted >= 4
