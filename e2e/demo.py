@@ -1,21 +1,32 @@
-"""The demo behind `make demo`: a real local control plane with lessor's CRDs installed.
+"""The demo behind `make demo`: lease a real cluster through lessor and use its kubeconfig.
 
-It says what it does at each step and stops everything it started, even when a step fails.
-It grows into the full lease demo (operator, API, `lessor lease demo`) as those parts land.
+It brings up a local control plane, installs the CRDs, starts the operator and the API server
+(two gunicorn workers), applies a static-token AccessPolicy and a `local` ClusterPool with two
+warm clusters, leases one over HTTP, runs `kubectl get namespaces` with the leased kubeconfig,
+releases it, and stops everything it started, even when a step fails. It says what it does at
+each step. (`lessor lease demo` replaces the HTTP calls once the CLI lands.)
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.cluster import LocalControlPlane, free_port
 from lessor.controlplane.errors import ControlPlaneError
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "manifests" / "examples"
+TOKEN = "demo-token-change-me"  # noqa: S105 - the example policy's token (manifests/examples)
 STARTED = time.monotonic()
 
 
@@ -23,32 +34,148 @@ def step(message: str) -> None:
     print(f"[{time.monotonic() - STARTED:6.1f}s] {message}", flush=True)
 
 
-def show(cluster: LocalControlPlane, *args: str) -> None:
-    print(f"$ kubectl {' '.join(args)}")
-    print(cluster.kubectl(*args).stdout.rstrip(), flush=True)
+def call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)  # noqa: S310
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+            text = response.read().decode()
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read().decode() or "null")
+
+
+def wait(what: str, probe: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise ControlPlaneError(f"timed out waiting for {what}")
+
+
+def run_demo(
+    cluster: LocalControlPlane, work: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    step("installing lessor's CRDs (generated from lessor/resources)")
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    step("applying the example AccessPolicy (static token) and a local ClusterPool (warmTarget 2)")
+    for name in ("namespace", "accesspolicy-static-token", "clusterpool-local"):
+        cluster.kubectl("apply", "-f", str(EXAMPLES / f"{name}.yaml"))
+    port = free_port()
+    log = (work / "lessor.log").open("ab")
+    step("starting the operator and the API server (gunicorn, 2 gevent workers)")
+    common = [f"--kubeconfig={cluster.kubeconfig}", "--namespace=lessor-system"]
+    processes.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lessor.operator",
+                *common,
+                "--http-host=127.0.0.1",
+                f"--http-port={free_port()}",
+                f"--local-backend-dir={work / 'instances'}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    processes.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lessor.apiserver",
+                *common,
+                f"--bind=127.0.0.1:{port}",
+                "--workers=2",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def pool_ready() -> bool:
+        try:
+            status, pools = call(base, "GET", "/v1/pools/demo")
+        except OSError:
+            return False
+        return status == 200 and pools["ready"] >= 2
+
+    step("waiting for the pool to have 2 warm clusters")
+    wait("2 warm clusters", pool_ready)
+    print(json.dumps(call(base, "GET", "/v1/pools/demo")[1], indent=2))
+
+    step('POST /v1/leases {"profile": "demo", "ttl": "15m"}')
+    leased_at = time.monotonic()
+    status, created = call(base, "POST", "/v1/leases", {"profile": "demo", "ttl": "15m"})
+    if status != 202:
+        raise ControlPlaneError(f"lease refused: {status} {created}")
+    print(json.dumps(created, indent=2))
+    lease_id = created["id"]
+    bound = wait(
+        "the lease to be Bound",
+        lambda: (
+            (lease := call(base, "GET", f"/v1/leases/{lease_id}")[1]).get("phase") == "Bound"
+            and lease
+        ),
+    )
+    took = time.monotonic() - leased_at
+    step(f"lease {lease_id} Bound in {took:.2f}s, expires {bound['expires_at']}")
+    kubeconfig = work / f"lessor-{lease_id}.kubeconfig"
+    kubeconfig.write_text(bound["kubeconfig"])
+    kubeconfig.chmod(0o600)
+    step(f"$ kubectl --kubeconfig {kubeconfig.name} get namespaces")
+    kubectl = str(ensure_binaries() / "kubectl")
+    result = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "get", "namespaces"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    print(result.stdout.rstrip())
+    step(f"DELETE /v1/leases/{lease_id}: the cluster is destroyed and replaced")
+    call(base, "DELETE", f"/v1/leases/{lease_id}")
+    wait(
+        "the lease to be Released",
+        lambda: call(base, "GET", f"/v1/leases/{lease_id}")[1].get("phase") == "Released",
+    )
+    step("released; the pool refills to 2 warm clusters")
+    wait("the pool to refill", pool_ready)
 
 
 def main() -> int:
     step("finding (or building, the first time) the local control plane's binaries")
     binaries = ensure_binaries(step)
+    processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="lessor-demo-") as directory:
-        cluster = LocalControlPlane(Path(directory) / "cluster")
-        step("starting etcd, kube-apiserver, controller manager, scheduler and a kwok node")
+        work = Path(directory)
+        cluster = LocalControlPlane(work / "cluster")
+        step("starting a local control plane (etcd, kube-apiserver) on 127.0.0.1")
         try:
-            cluster.start(binaries, progress=step)
-            step("installing lessor's CRDs (generated from lessor/resources)")
-            cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-            show(cluster, "get", "crds")
-            step("applying an example AccessPolicy (static token) and a local ClusterPool")
-            for name in ("namespace", "accesspolicy-static-token", "clusterpool-local"):
-                cluster.kubectl("apply", "-f", str(ROOT / "manifests/examples" / f"{name}.yaml"))
-            show(cluster, "get", "accesspolicies,clusterpools", "-n", "lessor-system")
-        except ControlPlaneError as error:
+            cluster.start(binaries, with_node=False, progress=step)
+            run_demo(cluster, work, processes)
+        except (ControlPlaneError, subprocess.CalledProcessError, OSError) as error:
             print(f"demo failed: {error}", file=sys.stderr)
+            log = work / "lessor.log"
+            if log.exists():
+                print(log.read_text()[-3000:], file=sys.stderr)
             return 1
         finally:
             step("stopping everything the demo started")
+            for process in reversed(processes):
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+            for leftover in (work / "instances").glob("*"):
+                LocalControlPlane(leftover).destroy()
             cluster.destroy()
     step("done")
     return 0
