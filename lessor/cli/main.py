@@ -1,4 +1,6 @@
-"""The `lessor` command. Its full set of commands arrives with the CLI; this is the entry point."""
+"""The `lessor` command. Client commands (lease, release, status, ...) arrive with the CLI issue;
+`lessor apiserver` and `lessor operator` start the two server components, which are imported only
+when asked for, so the client never loads server code."""
 
 from __future__ import annotations
 
@@ -16,11 +18,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lessor {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("version", help="print the local lessor version")
+    commands.add_parser(
+        "apiserver", help="run the HTTP API (gunicorn); `lessor apiserver --help`", add_help=False
+    )
+    commands.add_parser(
+        "operator", help="run the operator; `lessor operator --help`", add_help=False
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["apiserver"]:
+        from lessor.apiserver.server import main as apiserver  # noqa: PLC0415 - on demand
+
+        return apiserver(arguments[1:])
+    if arguments[:1] == ["operator"]:
+        from lessor.operator.main import main as operator  # noqa: PLC0415 - on demand
+
+        return operator(arguments[1:])
+    args = build_parser().parse_args(arguments)
     if args.command == "version":
         print(f"lessor {__version__}")
     return 0
