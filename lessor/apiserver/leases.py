@@ -31,6 +31,7 @@ from lessor.resources.lease_time import expires_at, timestamp, utcnow
 
 ACTIVE = ("Pending", "Bound", "Recycling", None)
 REQUESTER_LABEL = "lessor.dev/requester"
+POOL_LABEL = "lessor.dev/pool"
 Json = dict[str, Any]
 
 
@@ -75,7 +76,7 @@ class LeaseService:
         """Where a lease created now stands: behind every Pending lease of the pool."""
         waiting = [
             lease
-            for lease in self.kube.list_objects("clusterleases")
+            for lease in self.kube.list_objects("clusterleases", f"{POOL_LABEL}={pool}")
             if lease.get("spec", {}).get("pool") == pool and _phase(lease) in ("Pending", None)
         ]
         return len(waiting)
@@ -128,7 +129,10 @@ class LeaseService:
                     "kind": "ClusterLease",
                     "metadata": {
                         "name": name,
-                        "labels": {REQUESTER_LABEL: requester_label(principal.identity)},
+                        "labels": {
+                            REQUESTER_LABEL: requester_label(principal.identity),
+                            POOL_LABEL: pool_name,
+                        },
                     },
                     "spec": spec,
                 },
