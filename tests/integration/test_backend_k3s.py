@@ -25,14 +25,14 @@ from lessor.operator.runtime.client import KubeClient
 pytestmark = pytest.mark.integration
 
 
-async def _until(predicate_coro, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+async def _until(predicate_coro, what: str, timeout: float = 120.0):  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
         value = await predicate_coro()
         if value:
             return value
         await asyncio.sleep(0.5)
-    raise AssertionError("timed out")
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: Cluster) -> None:
@@ -44,15 +44,21 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(control_plane.kubeconfig))
-        backend = K3sBackend(client.api, manifests.K3sConfig(persistent=False))
+        backend = K3sBackend(client, manifests.K3sConfig(persistent=False))
         await backend.provision(instance)
         await backend.provision(instance)  # a replay after a crash creates nothing twice
 
+        seen: list[str] = []
+
         async def waiting_for_kubeconfig() -> bool:
             readiness = await backend.readiness(instance)
+            seen.append(readiness.message)
             return readiness.message == "kubeconfig not published yet"
 
-        await _until(waiting_for_kubeconfig)
+        try:
+            await _until(waiting_for_kubeconfig, "the StatefulSet to be ready")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; readiness said {sorted(set(seen))}") from None
         kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\n"
         secret = {
             "apiVersion": "v1",
@@ -73,7 +79,7 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
         async def verified() -> bool:
             return (await backend.verify_teardown(instance)).verified
 
-        await _until(verified)
+        await _until(verified, "teardown to be verified")
 
     pods = control_plane.kubectl
     asyncio.run(scenario())

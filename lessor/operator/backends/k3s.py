@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import base64
 import secrets
-from typing import Any
-
-import httpx
-import kr8s.asyncio
 
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
 
 # (api path prefix, plural) of every kind a k3s cluster consists of, in teardown order.
 _KINDS: tuple[tuple[str, str], ...] = (
@@ -44,25 +41,9 @@ def _prefix(api_version: str) -> str:
 
 
 class K3sBackend:
-    def __init__(self, api: kr8s.asyncio.Api, config: manifests.K3sConfig) -> None:
-        self.api = api
+    def __init__(self, client: KubeClient, config: manifests.K3sConfig) -> None:
+        self.client = client
         self.config = config
-
-    async def _request(
-        self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None
-    ) -> httpx.Response:
-        # kr8s joins base, version and url with "/"; an absolute path goes in as base + last part.
-        base, _, last = path.rpartition("/")
-        async with self.api.call_api(
-            method,
-            base=base,
-            version="",
-            url=last,
-            json=body,
-            params=params,
-            raise_for_status=False,
-        ) as response:
-            return response
 
     async def provision(self, instance: InstanceRef) -> None:
         # Creates are atomic: on replay, objects that already exist answer 409 and are kept. The
@@ -70,36 +51,41 @@ class K3sBackend:
         for manifest in manifests.render(instance, self.config, secrets.token_urlsafe(32)):
             plural = _PLURALS[manifest["kind"]]
             path = f"/{_prefix(manifest['apiVersion'])}/namespaces/{instance.namespace}/{plural}"
-            response = await self._request("POST", path, body=manifest)
-            if response.status_code not in (201, 409):
-                raise BackendError(
-                    f"creating {manifest['kind']} {manifest['metadata']['name']} failed: "
-                    f"{response.status_code} {response.text[:300]}"
-                )
+            try:
+                await self.client.create(path, manifest)
+            except ConflictError:
+                continue
+            except ApiError as error:
+                name = manifest["metadata"]["name"]
+                raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
 
     async def readiness(self, instance: InstanceRef) -> Readiness:
         ns = instance.namespace
         name = manifests.object_name(instance)
         details = {"service": f"{name}.{ns}.svc:6443"}
-        response = await self._request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}")
-        if response.status_code == 404:
+        try:
+            statefulset = await self.client.get(
+                f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}"
+            )
+        except NotFoundError:
             return Readiness(False, "StatefulSet missing", details)
-        if response.status_code != 200:
-            return Readiness(False, f"StatefulSet unreadable: {response.status_code}", details)
-        if int(response.json().get("status", {}).get("readyReplicas", 0)) < 1:
+        except ApiError as error:
+            return Readiness(False, f"StatefulSet unreadable: {error}", details)
+        if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
             return Readiness(False, "k3s server not ready", details)
         if await self._published_kubeconfig(instance) is None:
             return Readiness(False, "kubeconfig not published yet", details)
         return Readiness(True, "k3s server ready, kubeconfig published", details)
 
     async def _published_kubeconfig(self, instance: InstanceRef) -> str | None:
-        secret = manifests.kubeconfig_secret_name(instance)
-        response = await self._request(
-            "GET", f"/api/v1/namespaces/{instance.namespace}/secrets/{secret}"
-        )
-        if response.status_code != 200:
+        secret_name = manifests.kubeconfig_secret_name(instance)
+        try:
+            secret = await self.client.get(
+                f"/api/v1/namespaces/{instance.namespace}/secrets/{secret_name}"
+            )
+        except ApiError:
             return None
-        encoded = response.json().get("data", {}).get(manifests.KUBECONFIG_KEY)
+        encoded = secret.get("data", {}).get(manifests.KUBECONFIG_KEY)
         return base64.b64decode(encoded).decode() if encoded else None
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
@@ -112,11 +98,14 @@ class K3sBackend:
         selector = {"labelSelector": manifests.label_selector(instance)}
         for prefix, plural in _KINDS:
             path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
-            response = await self._request("DELETE", path, params=selector)
-            if response.status_code not in (200, 404):
+            try:
+                await self.client.request("DELETE", path, params=selector)
+            except NotFoundError:
+                continue
+            except ApiError as error:
                 raise BackendError(
-                    f"deleting {plural} of {instance.name} failed: {response.status_code}"
-                )
+                    f"deleting {plural} of {instance.name} failed: {error}"
+                ) from error
 
     async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
         """List every kind by the instance's labels: verified only when each list is empty."""
@@ -125,11 +114,12 @@ class K3sBackend:
         remaining: list[str] = []
         for prefix, plural in _KINDS:
             path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
-            response = await self._request("GET", path, params=selector)
-            if response.status_code != 200:
-                remaining.append(f"{plural}: could not list ({response.status_code})")
+            try:
+                listed = await self.client.request("GET", path, params=selector)
+            except ApiError as error:
+                remaining.append(f"{plural}: could not list ({error})")
                 continue
-            names = [item["metadata"]["name"] for item in response.json().get("items", [])]
+            names = [item["metadata"]["name"] for item in listed.get("items", [])]
             if names:
                 remaining.append(f"{plural}: {', '.join(names)}")
             else:

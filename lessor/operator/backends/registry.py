@@ -31,4 +31,4 @@ class Backends:
             if settings
             else K3sConfig()
         )
-        return K3sBackend(self.client.api, config)
+        return K3sBackend(self.client, config)
