@@ -6,6 +6,7 @@ reservations) or recomputable from it, so any replica can serve any request.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from functools import cached_property
@@ -17,13 +18,16 @@ from kubernetes.client.exceptions import ApiException
 from lessor import __version__
 from lessor.apiserver import metrics
 from lessor.apiserver.authn import Authenticator, Principal
-from lessor.apiserver.bodies import CreateLease, ExtendLease, parse
-from lessor.apiserver.errors import HttpError, NotFoundError, UnavailableError
+from lessor.apiserver.bodies import CreateLease, ExtendLease, Login, parse
+from lessor.apiserver.errors import BadRequestError, HttpError, NotFoundError, UnavailableError
 from lessor.apiserver.kube import Kube, kube
 from lessor.apiserver.leases import LeaseService
 from lessor.apiserver.policies import PolicyStore
 from lessor.apiserver.pools import PoolService
+from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
+from lessor.resources.durations import parse_duration
+from lessor.resources.lease_time import timestamp
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +120,45 @@ class PoolLeasesResource(Base):
         resp.media = self.services.pools.leases(self.principal(req), name)
 
 
+class LoginResource(Base):
+    """POST exchanges any configured credential (a static token, an OIDC token, or an SSH-signed
+    request, whose timestamp and single-use nonce make it the challenge) for a session token;
+    DELETE with the session token logs it out on every replica."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal = self.principal(req)
+        if principal.session is not None:
+            raise BadRequestError("log in with a credential, not with a session token")
+        request = parse(Login, req.context.body, req.content_type) if req.context.body else Login()
+        ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
+        token, expires = self.services.auth.sessions.issue(
+            principal.identity, principal.policy.name, dict(principal.claims), principal.method, ttl
+        )
+        resp.media = {
+            "session_token": token,
+            "identity": principal.identity,
+            "method": principal.method,
+            "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
+        }
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal = self.principal(req)
+        if principal.session is None:
+            raise BadRequestError("log out with the session token itself")
+        self.services.auth.sessions.revoke(principal.session)
+        resp.status = falcon.HTTP_204
+
+
 class StatusResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         principal = None
         if req.get_header("Authorization"):
             principal = self.principal(req)
+        methods = self.services.auth.methods()
         resp.media = {
             "version": __version__,
-            "auth": {"methods": self.services.auth.methods(), "sessions": []},
+            # Every configured method can be exchanged for a session at POST /v1/login.
+            "auth": {"methods": methods, "sessions": methods},
             "pools": self.services.pools.status_rows(principal),
         }
 
@@ -209,6 +244,7 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
     app.add_route("/healthz", HealthResource())
     app.add_route("/metrics", MetricsResource())
     app.add_route("/v1/status", StatusResource(services))
+    app.add_route("/v1/login", LoginResource(services))
     app.add_route("/v1/leases", LeasesResource(services))
     app.add_route("/v1/leases/{lease_id}", LeaseResource(services))
     app.add_route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource(services))

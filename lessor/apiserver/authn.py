@@ -30,6 +30,8 @@ from lessor.apiserver.kube import Kube
 from lessor.apiserver.nonces import ClusterNonces
 from lessor.apiserver.policies import NamedPolicy, PolicyStore
 from lessor.apiserver.policy import IdentityError, render_identity
+from lessor.apiserver.sessions import PREFIX as SESSION_PREFIX
+from lessor.apiserver.sessions import Session, Sessions
 from lessor.protocol.ssh_signature import SCHEME
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class Principal:
     method: str
     claims: Mapping[str, Any]
     policy: NamedPolicy
+    session: Session | None = None
 
 
 class Authenticator:
@@ -54,6 +57,7 @@ class Authenticator:
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
         self.nonces = ClusterNonces(kube)
+        self.sessions = Sessions(kube)
         self._secrets: cachetools.TTLCache[tuple[str, str], str | None] = cachetools.TTLCache(
             maxsize=1024, ttl=10
         )
@@ -82,6 +86,8 @@ class Authenticator:
                 scheme, _, token = header.partition(" ")
                 if scheme.lower() != "bearer" or not token:
                     raise AuthenticationError("unsupported Authorization scheme")
+                if token.startswith(SESSION_PREFIX):
+                    return self._session(token)
                 if token.count(".") == 2:
                     policy, claims = self._oidc(token)
                     via = "oidc"
@@ -100,6 +106,19 @@ class Authenticator:
         except IdentityError as error:
             raise ForbiddenError(str(error), reason="identity_unresolvable") from error
         return Principal(identity=identity, method=via, claims=claims, policy=policy)
+
+    def _session(self, token: str) -> Principal:
+        session = self.sessions.verify(token)
+        for policy in self.policies.snapshot:
+            if policy.name == session.policy:
+                return Principal(
+                    identity=session.identity,
+                    method="session",
+                    claims=session.claims,
+                    policy=policy,
+                    session=session,
+                )
+        raise AuthenticationError("the session's policy no longer exists")
 
     def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
         by_issuer: dict[str, tuple[NamedPolicy, OidcIssuer]] = {}

@@ -98,3 +98,9 @@ def parse(model: type[ModelT], raw: bytes, content_type: str | None) -> ModelT:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()
         )
         raise BadRequestError(problems, reason="invalid_request") from error
+
+
+class Login(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl: PositiveDuration | None = Field(default=None, description="Session lifetime; max 24h.")

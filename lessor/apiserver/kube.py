@@ -79,7 +79,7 @@ class Kube:
 
     # -- core objects --------------------------------------------------------------------
 
-    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    def secret_value_bytes(self, namespace: str, name: str, key: str) -> bytes | None:
         try:
             secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT)
         except ApiException as error:
@@ -87,7 +87,11 @@ class Kube:
                 return None
             raise
         encoded = (secret.data or {}).get(key)
-        return base64.b64decode(encoded).decode() if encoded else None
+        return base64.b64decode(encoded) if encoded else None
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        value = self.secret_value_bytes(namespace, name, key)
+        return value.decode() if value is not None else None
 
 
 _lock = threading.Lock()

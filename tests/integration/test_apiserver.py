@@ -420,3 +420,32 @@ def test_metrics_count_requests_across_workers(stack: Stack) -> None:
         if line.startswith("lessor_http_requests_total{") and 'route="/v1/status"' in line
     )
     assert counted >= 4
+
+
+def test_sessions_work_on_every_replica_and_logout_revokes_everywhere(stack: Stack) -> None:
+    login = stack.apis[0].call("POST", "/v1/login", token=ALICE)
+    assert login.status == 200, login.body
+    assert (login.body["identity"], login.body["method"]) == ("alice", "token")
+    session = login.body["session_token"]
+    assert ALICE not in session, "the session token does not carry the credential"
+    for api in stack.apis:
+        assert api.call("GET", "/v1/pools", token=session).status == 200
+    again = stack.apis[1].call("POST", "/v1/login", token=session)
+    assert again.status == 400, "a session cannot mint sessions"
+    tampered = session[:-4] + ("AAAA" if not session.endswith("AAAA") else "BBBB")
+    assert stack.apis[0].call("GET", "/v1/pools", token=tampered).status == 401
+    assert stack.apis[1].call("DELETE", "/v1/login", token=session).status == 204
+    time.sleep(2.5)  # a replica may trust a cached "not revoked" for two seconds
+    for api in stack.apis:
+        assert api.call("GET", "/v1/pools", token=session).status == 401
+    assert stack.apis[0].call("GET", "/v1/pools", token=ALICE).status == 200
+
+
+def test_a_session_expires(stack: Stack) -> None:
+    login = stack.api.call("POST", "/v1/login", token=BOB, body={"ttl": "2s"})
+    session = login.body["session_token"]
+    assert stack.api.call("GET", "/v1/pools", token=session).status == 200
+    time.sleep(3)
+    assert stack.api.call("GET", "/v1/pools", token=session).status == 401
+    status = stack.api.call("GET", "/v1/status").body
+    assert set(status["auth"]["sessions"]) == {"oidc", "token", "ssh"}
