@@ -16,7 +16,7 @@ import falcon
 from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
-from lessor.apiserver import metrics
+from lessor.apiserver import metrics, openapi
 from lessor.apiserver.authn import Authenticator, Principal
 from lessor.apiserver.bodies import CreateLease, ExtendLease, Login, parse
 from lessor.apiserver.errors import BadRequestError, HttpError, NotFoundError, UnavailableError
@@ -169,6 +169,14 @@ class HealthResource:
         resp.text = "ok\n"
 
 
+class OpenApiResource:
+    def __init__(self) -> None:
+        self.document = openapi.document()
+
+    def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.document
+
+
 class MetricsResource:
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
         body, content_type = metrics.exposition()
@@ -243,6 +251,7 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
     app = falcon.App(middleware=[Observe()])
     app.add_route("/healthz", HealthResource())
     app.add_route("/metrics", MetricsResource())
+    app.add_route("/openapi.json", OpenApiResource())
     app.add_route("/v1/status", StatusResource(services))
     app.add_route("/v1/login", LoginResource(services))
     app.add_route("/v1/leases", LeasesResource(services))

@@ -10,6 +10,7 @@ the operator uses.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from typing import Any
 
@@ -32,6 +33,8 @@ from lessor.resources.lease_time import expires_at, timestamp, utcnow
 ACTIVE = ("Pending", "Bound", "Recycling", None)
 REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
+# A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 Json = dict[str, Any]
 
 
@@ -54,6 +57,8 @@ class LeaseService:
 
     def owned(self, principal: Principal, lease_id: str) -> Json:
         """The caller's lease; another identity's lease is indistinguishable from none (404)."""
+        if not OBJECT_NAME.match(lease_id):
+            raise NotFoundError(f"no lease {lease_id[:80]}")
         try:
             obj = self.kube.get("clusterleases", lease_id)
         except ApiException as error:
@@ -65,6 +70,8 @@ class LeaseService:
         return obj
 
     def pool(self, name: str) -> ClusterPool:
+        if not OBJECT_NAME.match(name):
+            raise NotFoundError(f"no pool {name[:80]}")
         try:
             return ClusterPool.model_validate(self.kube.get("clusterpools", name))
         except ApiException as error:

@@ -24,7 +24,10 @@ def parse_duration(text: str) -> datetime.timedelta:
     if match is None or not any(match.groups()):
         raise ValueError(f"invalid duration {text!r}: use hours, minutes, seconds like {EXAMPLES}")
     hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return datetime.timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        return datetime.timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError as error:
+        raise ValueError(f"invalid duration {text!r}: too long") from error
 
 
 def format_duration(value: datetime.timedelta) -> str:

@@ -19,11 +19,14 @@ def test_accepted_durations(text: str, seconds: int) -> None:
     assert re.match(PATTERN, text), "the CRD pattern accepts what the parser accepts"
 
 
-@pytest.mark.parametrize("text", ["", "h", "1m1h", "-1s", "1.5h", "1d", "10", "1h 30m", " 1h"])
+@pytest.mark.parametrize(
+    "text", ["", "h", "1m1h", "-1s", "1.5h", "1d", "10", "1h 30m", " 1h", "99999999999999999999h"]
+)
 def test_refused_durations(text: str) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(text)
-    assert not re.match(PATTERN, text), "the CRD pattern refuses what the parser refuses"
+    if text != "99999999999999999999h":  # syntactically fine; only its size is refused
+        assert not re.match(PATTERN, text), "the CRD pattern refuses what the parser refuses"
 
 
 @pytest.mark.parametrize(
