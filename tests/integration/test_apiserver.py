@@ -332,6 +332,27 @@ def test_oidc_tokens_from_the_clusters_issuer_authenticate(stack: Stack) -> None
     }, "no hint of why"
 
 
+def ssh_header(stack: Stack, method: str, target: str, body: bytes, timestamp: int) -> str:
+    nonce = secrets.token_urlsafe(24)
+    signature = stack.ssh_key.sign(canonical_request(method, target, timestamp, nonce, body))
+    raw_public = stack.ssh_key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    key = base64.b64encode(ed25519_key_blob(raw_public)).decode()
+    sig = base64.b64encode(ed25519_signature_blob(signature)).decode()
+    return f'Lessor-SSH key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+
+
+def test_stale_or_altered_ssh_requests_are_refused(stack: Stack) -> None:
+    stale = ssh_header(stack, "GET", "/v1/pools", b"", int(time.time()) - 600)
+    assert stack.api.call("GET", "/v1/pools", headers={"Authorization": stale}).status == 401
+    signed = ssh_header(stack, "POST", "/v1/leases", b'{"profile":"api-cold"}', int(time.time()))
+    altered = stack.api.call(
+        "POST", "/v1/leases", raw=b'{"profile":"api-warm"}', headers={"Authorization": signed}
+    )
+    assert altered.status == 401, "the body changed after signing"
+
+
 def test_ssh_signed_requests_authenticate_once(stack: Stack) -> None:
     timestamp, nonce = int(time.time()), secrets.token_urlsafe(24)
     signature = stack.ssh_key.sign(canonical_request("GET", "/v1/pools", timestamp, nonce, b""))
@@ -449,3 +470,28 @@ def test_a_session_expires(stack: Stack) -> None:
     assert stack.api.call("GET", "/v1/pools", token=session).status == 401
     status = stack.api.call("GET", "/v1/status").body
     assert set(status["auth"]["sessions"]) == {"oidc", "token", "ssh"}
+
+
+def test_concurrent_extensions_never_spend_one_extension_twice(stack: Stack) -> None:
+    created = stack.api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-warm"})
+    lease_id = created.body["id"]
+    lease_until(stack, ALICE, lease_id, "Bound")
+
+    def extend(n: int) -> tuple[int, str | None]:
+        response = stack.apis[n % 2].call(
+            "PATCH", f"/v1/leases/{lease_id}", token=ALICE, body={"extend_ttl": "10m"}
+        )
+        return response.status, (response.body or {}).get("reason")
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        results = list(pool.map(extend, range(10)))
+    assert [status for status, _ in results].count(200) == 1, results
+    assert {reason for status, reason in results if status != 200} <= {
+        "extension_budget_exhausted",
+        "conflict_retryable",
+    }
+    lease = stack.cluster.kubectl(
+        "get", "clusterlease", lease_id, "-n", stack.namespace, "-o", "jsonpath={.spec.extensions}"
+    )
+    assert len(json.loads(lease.stdout)) == 1
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204

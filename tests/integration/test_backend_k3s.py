@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.runtime.client import KubeClient
 
 pytestmark = pytest.mark.integration
+CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
 async def _until(predicate_coro, what: str, timeout: float = 120.0):  # type: ignore[no-untyped-def]
@@ -40,7 +42,19 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
         pytest.skip("kind runs k3s for real in the e2e suite")
     namespace = f"k3s-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", namespace)
-    instance = InstanceRef(namespace=namespace, name="pool-abcde", uid=str(uuid.uuid4()))
+    # The objects are owned by their ClusterInstance; it must exist, or the garbage collector
+    # rightly deletes them as orphans.
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    owner = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "ClusterInstance",
+        "metadata": {"name": "pool-abcde", "namespace": namespace},
+        "spec": {"pool": "pool", "backend": {"type": "k3s"}},
+    }
+    created = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(owner))
+    uid = json.loads(created.stdout)["metadata"]["uid"]
+    instance = InstanceRef(namespace=namespace, name="pool-abcde", uid=uid)
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(control_plane.kubeconfig))
@@ -58,7 +72,13 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
         try:
             await _until(waiting_for_kubeconfig, "the StatefulSet to be ready")
         except AssertionError as error:
-            raise AssertionError(f"{error}; readiness said {sorted(set(seen))}") from None
+            pods = control_plane.kubectl("get", "events", "-n", namespace, check=False).stdout
+            state = control_plane.state()
+            dead = [p.name for p in state.processes if not p.is_running()] if state else []
+            pods += f"\nexited control plane processes: {dead}"
+            raise AssertionError(
+                f"{error}; readiness said {sorted(set(seen))}; pods:\n{pods[-3000:]}"
+            ) from None
         kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\n"
         secret = {
             "apiVersion": "v1",
