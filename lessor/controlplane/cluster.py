@@ -33,6 +33,8 @@ from lessor.controlplane.processes import ProcessRecord, spawn, terminate
 NODE_NAME = "kwok-node-0"
 SERVICE_CIDR = "10.96.0.0/16"
 STATE_FILE = "state.json"
+# Pod ports that `kubectl port-forward` reaches on the kwok node (see _write_kwok_config).
+FORWARDED_PORTS = tuple(range(18000, 18020))
 # Anonymous callers may read the OIDC discovery document and JWKS, as on managed clusters, so
 # that a client outside the cluster can verify ServiceAccount tokens with this API server as issuer.
 _DISCOVERY_BINDING = """
@@ -358,9 +360,10 @@ class LocalControlPlane:
         self.kubectl("apply", "-f", "-", input=_node_manifest())
 
     def _write_kwok_config(self) -> None:
-        """Pods on the fake node exec as local processes in the cluster's `node/` directory, and
-        their logs and attach stream are the file `node/pod.log` (kwok serves one file for all
-        pods, in the kubelet's CRI log format; a test that wants output writes it there)."""
+        """Pods on the fake node exec as local processes in the cluster's `node/` directory; their
+        logs and attach stream are the file `node/pod.log` (kwok serves one file for all pods, in
+        the kubelet's CRI log format; a test that wants output writes it there); port-forward to
+        a pod port in FORWARDED_PORTS reaches the same port on 127.0.0.1."""
         workdir = self.directory / "node"
         workdir.mkdir(exist_ok=True)
         log_file = workdir / "pod.log"
@@ -384,6 +387,19 @@ class LocalControlPlane:
                 "kind": "ClusterAttach",
                 "metadata": {"name": "local-attach"},
                 "spec": {"attaches": [{"logsFile": str(log_file)}]},
+            },
+            {
+                # kwok forwards a pod port only to a fixed target, so each forwardable port is
+                # listed: pod port P reaches whatever listens on 127.0.0.1:P on this host.
+                "apiVersion": api,
+                "kind": "ClusterPortForward",
+                "metadata": {"name": "local-port-forward"},
+                "spec": {
+                    "forwards": [
+                        {"ports": [port], "target": {"address": "127.0.0.1", "port": port}}
+                        for port in FORWARDED_PORTS
+                    ]
+                },
             },
         ]
         (self.directory / "kwok.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))

@@ -4,15 +4,19 @@ and the API server is an OIDC issuer whose JWKS verifies the ServiceAccount toke
 from __future__ import annotations
 
 import json
+import socket
 import ssl
+import subprocess
 import textwrap
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
 import jwt
 import pytest
 
-from lessor.controlplane.cluster import NODE_NAME, LocalControlPlane
+from lessor.controlplane.cluster import FORWARDED_PORTS, NODE_NAME, LocalControlPlane, free_port
 from lessor.controlplane.kubectl import Cluster
 
 pytestmark = pytest.mark.integration
@@ -66,6 +70,56 @@ def test_pod_runs_on_the_node_and_exec_runs_a_local_command(
         assert logs.stdout == "line one\nline two\n"
     finally:
         local.kubectl("delete", "pod", "exec-probe", "--wait=false", "--grace-period=0")
+
+
+def test_port_forward_reaches_a_local_server_on_the_pod_port(local: LocalControlPlane) -> None:
+    pod_port = FORWARDED_PORTS[7]
+    with socket.create_server(("127.0.0.1", pod_port)) as server:
+
+        def answer() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.sendall(b"hello through port-forward\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "pf-probe", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        }
+        local.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        local.kubectl("wait", "--for=condition=Ready", "pod/pf-probe", "--timeout=60s")
+        local_port = free_port()
+        state = local.state()
+        assert state is not None
+        forward = subprocess.Popen(
+            [
+                f"{state.binaries}/kubectl",
+                "--kubeconfig",
+                str(local.kubeconfig),
+                "port-forward",
+                "pod/pf-probe",
+                f"{local_port}:{pod_port}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", local_port), timeout=5) as client:
+                        received = client.makefile("rb").readline()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "port-forward never listened"
+                    time.sleep(0.2)
+            assert received == b"hello through port-forward\n"
+        finally:
+            forward.terminate()
+            forward.wait(timeout=10)
+            local.kubectl("delete", "pod", "pf-probe", "--wait=false", "--grace-period=0")
 
 
 def test_service_account_tokens_verify_against_the_issuers_public_jwks(
