@@ -48,21 +48,6 @@ class Reservations:
         name = f"lessor-alias-{_digest(identity, alias)}"
         return Reservation(name) if self._take(name, "alias", identity, lease) else None
 
-    def holder(self, identity: str, alias: str) -> str | None:
-        """The lease currently holding an alias of this identity, if any."""
-        try:
-            found = self.kube.core.read_namespaced_config_map(
-                f"lessor-alias-{_digest(identity, alias)}",
-                self.kube.namespace,
-                _request_timeout=TIMEOUT,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        lease = (found.data or {}).get("lease")
-        return None if lease is None or self._ended(found, lease) else lease
-
     def release(self, reservation: Reservation) -> None:
         try:
             self.kube.core.delete_namespaced_config_map(

@@ -8,20 +8,16 @@ fails a reconcile: an Event is information, not state.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import secrets
 
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, ResourceType
+from lessor.resources.lease_time import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
 
 EVENTS = ResourceType("events.k8s.io", "v1", "events", "Event")
 REPORTING_CONTROLLER = "lessor.dev/operator"
-
-
-def _micro_time() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EventRecorder:
@@ -40,7 +36,9 @@ class EventRecorder:
             previous = self._series.get(key)
             if previous is not None:
                 name, count = previous
-                patch = {"series": {"count": count + 1, "lastObservedTime": _micro_time()}}
+                patch = {
+                    "series": {"count": count + 1, "lastObservedTime": micro_timestamp(utcnow())}
+                }
                 await self.client.merge_patch(EVENTS.path(namespace, name), patch)
                 self._series[key] = (name, count + 1)
                 return
@@ -49,7 +47,7 @@ class EventRecorder:
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
-                "eventTime": _micro_time(),
+                "eventTime": micro_timestamp(utcnow()),
                 "reportingController": REPORTING_CONTROLLER,
                 "reportingInstance": self.instance[:128],
                 "action": action or reason,

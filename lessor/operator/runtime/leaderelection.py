@@ -11,7 +11,6 @@ before anyone else may start.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import secrets
@@ -21,22 +20,11 @@ from collections.abc import Callable
 
 from lessor.operator.runtime import metrics
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
+from lessor.resources.lease_time import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
 
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def _micro_time(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def default_identity() -> str:
@@ -100,7 +88,7 @@ class LeaderElector:
                 return
 
     def _spec(self, acquire_time: str, transitions: int) -> JSON:
-        now = _micro_time(_now())
+        now = micro_timestamp(utcnow())
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),

@@ -32,9 +32,6 @@ class ExponentialFailureLimiter:
     def forget(self, key: str) -> None:
         self._failures.pop(key, None)
 
-    def retries(self, key: str) -> int:
-        return self._failures.get(key, 0)
-
 
 class TokenBucketLimiter:
     def __init__(self, rate: float = 10.0, burst: int = 100) -> None:
@@ -68,9 +65,6 @@ class RateLimiter:
     def forget(self, key: str) -> None:
         self.per_key.forget(key)
 
-    def retries(self, key: str) -> int:
-        return self.per_key.retries(key)
-
 
 class WorkQueue:
     def __init__(self, name: str, limiter: RateLimiter | None = None) -> None:
@@ -86,10 +80,6 @@ class WorkQueue:
 
     def __len__(self) -> int:
         return len(self._queue)
-
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutting_down
 
     def add(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
@@ -128,9 +118,6 @@ class WorkQueue:
 
     def forget(self, key: str) -> None:
         self.limiter.forget(key)
-
-    def retries(self, key: str) -> int:
-        return self.limiter.retries(key)
 
     async def get(self) -> str | None:
         """The next key to process, or None once the queue is shut down."""
