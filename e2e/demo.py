@@ -2,14 +2,15 @@
 
 It brings up a local control plane, installs the CRDs, starts the operator and the API server
 (two gunicorn workers), applies a static-token AccessPolicy and a `local` ClusterPool with two
-warm clusters, leases one over HTTP, runs `kubectl get namespaces` with the leased kubeconfig,
-releases it, and stops everything it started, even when a step fails. It says what it does at
-each step. (`lessor lease demo` replaces the HTTP calls once the CLI lands.)
+warm clusters, leases one with `lessor lease demo`, runs `kubectl get namespaces` with the
+leased kubeconfig, shows `lessor status`, releases the lease with `lessor release`, and stops
+everything it started, even when a step fails. It says what it does at each step.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -113,26 +114,20 @@ def run_demo(
     wait("2 warm clusters", pool_ready)
     print(json.dumps(call(base, "GET", "/v1/pools/demo")[1], indent=2))
 
-    step('POST /v1/leases {"profile": "demo", "ttl": "15m"}')
+    env = {**os.environ, "LESSOR_ENDPOINT": base, "LESSOR_TOKEN": TOKEN, "HOME": str(work)}
+    lessor = [sys.executable, "-m", "lessor.cli.main"]
+    step("$ lessor lease demo --ttl 15m")
     leased_at = time.monotonic()
-    status, created = call(base, "POST", "/v1/leases", {"profile": "demo", "ttl": "15m"})
-    if status != 202:
-        raise ControlPlaneError(f"lease refused: {status} {created}")
-    print(json.dumps(created, indent=2))
-    lease_id = created["id"]
-    bound = wait(
-        "the lease to be Bound",
-        lambda: (
-            (lease := call(base, "GET", f"/v1/leases/{lease_id}")[1]).get("phase") == "Bound"
-            and lease
-        ),
-    )
+    leased = subprocess.run(
+        [*lessor, "lease", "demo", "--ttl", "15m"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
     took = time.monotonic() - leased_at
-    step(f"lease {lease_id} Bound in {took:.2f}s, expires {bound['expires_at']}")
-    kubeconfig = work / f"lessor-{lease_id}.kubeconfig"
-    kubeconfig.write_text(bound["kubeconfig"])
-    kubeconfig.chmod(0o600)
-    step(f"$ kubectl --kubeconfig {kubeconfig.name} get namespaces")
+    print(leased.stdout.rstrip())
+    lease_id = leased.stdout.split()[1]
+    kubeconfig = work / ".kube" / f"lessor-{lease_id}"
+    step(f"lessor lease took {took:.2f}s (process start to kubeconfig written)")
+    step(f"$ kubectl --kubeconfig ~/.kube/lessor-{lease_id} get namespaces")
     kubectl = str(ensure_binaries() / "kubectl")
     result = subprocess.run(
         [kubectl, "--kubeconfig", str(kubeconfig), "get", "namespaces"],
@@ -142,8 +137,11 @@ def run_demo(
         check=True,
     )
     print(result.stdout.rstrip())
-    step(f"DELETE /v1/leases/{lease_id}: the cluster is destroyed and replaced")
-    call(base, "DELETE", f"/v1/leases/{lease_id}")
+    step("$ lessor status")
+    print(subprocess.run([*lessor, "status"], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.rstrip())  # fmt: skip
+    step(f"$ lessor release {lease_id}: the cluster is destroyed and replaced")
+    subprocess.run([*lessor, "release", lease_id], env=env, timeout=60, check=True)
     wait(
         "the lease to be Released",
         lambda: call(base, "GET", f"/v1/leases/{lease_id}")[1].get("phase") == "Released",
@@ -165,6 +163,8 @@ def main() -> int:
             run_demo(cluster, work, processes)
         except (ControlPlaneError, subprocess.CalledProcessError, OSError) as error:
             print(f"demo failed: {error}", file=sys.stderr)
+            if isinstance(error, subprocess.CalledProcessError) and error.stderr:
+                print(error.stderr, file=sys.stderr)
             log = work / "lessor.log"
             if log.exists():
                 print(log.read_text()[-3000:], file=sys.stderr)

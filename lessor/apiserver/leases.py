@@ -172,21 +172,26 @@ class LeaseService:
         ]
 
     def summary(self, lease: Json) -> Json:
-        status = lease.get("status", {})
-        return {
+        """What the owner sees in a listing; the alias lets a client find its named lease."""
+        status, spec = lease.get("status", {}), lease["spec"]
+        body = {
             "id": lease["metadata"]["name"],
             "phase": status.get("phase", "Pending"),
-            "profile": lease["spec"]["pool"],
+            "profile": spec["pool"],
             "expires_at": status.get("expiresAt"),
         }
+        if "alias" in spec:
+            body["alias"] = spec["alias"]
+        return body
 
     def read(self, principal: Principal, lease_id: str) -> Json:
         lease = self.owned(principal, lease_id)
         body = self.summary(lease)
-        spec = lease["spec"]
-        for key, field in (("alias", "alias"), ("metadata", "metadata")):
-            if field in spec:
-                body[key] = spec[field]
+        status = lease.get("status", {})
+        if "metadata" in lease["spec"]:
+            body["metadata"] = lease["spec"]["metadata"]
+        if body["phase"] == "Pending" and status.get("queuePosition"):
+            body["queue_position"] = status["queuePosition"]
         if body["phase"] == "Bound":
             secret_name = lease.get("status", {}).get("kubeconfigSecret", "")
             value = self.kube.secret_value(self.kube.namespace, secret_name, "kubeconfig")

@@ -34,11 +34,12 @@ class LeaseSummary(BaseModel):
     phase: str
     profile: str
     expires_at: str | None = None
+    alias: str | None = None
 
 
 class Lease(LeaseSummary):
-    alias: str | None = None
     metadata: dict[str, Any] | None = None
+    queue_position: int | None = Field(default=None, description="1-based, while Pending.")
     kubeconfig: str | None = Field(default=None, description="Present once the lease is Bound.")
 
 

@@ -1,46 +1,38 @@
-"""The `lessor` command. Client commands (lease, release, status, ...) arrive with the CLI issue;
-`lessor apiserver` and `lessor operator` start the two server components, which are imported only
-when asked for, so the client never loads server code."""
+"""The `lessor` command: parse, run one handler, turn every failure into one line and an exit
+code (see `lessor.cli.errors`). `lessor apiserver` and `lessor operator` hand over to the server
+components, imported only when asked for, so the client never loads server code."""
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import sys
+from collections.abc import Callable
 
-from lessor import __version__
+from lessor.cli.errors import INTERRUPTED, CliError
+from lessor.cli.parser import build_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="lessor",
-        description="Lease ephemeral Kubernetes clusters and agent sandboxes from warm pools.",
-    )
-    parser.add_argument("--version", action="version", version=f"lessor {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("version", help="print the local lessor version")
-    commands.add_parser(
-        "apiserver", help="run the HTTP API (gunicorn); `lessor apiserver --help`", add_help=False
-    )
-    commands.add_parser(
-        "operator", help="run the operator; `lessor operator --help`", add_help=False
-    )
-    return parser
+def _handler(reference: str) -> Callable[..., int]:
+    module, _, function = reference.partition(":")
+    handler: Callable[..., int] = getattr(importlib.import_module(module), function)
+    return handler
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if arguments[:1] == ["apiserver"]:
-        from lessor.apiserver.server import main as apiserver  # noqa: PLC0415 - on demand
-
-        return apiserver(arguments[1:])
+        return _handler("lessor.apiserver.server:main")(arguments[1:])
     if arguments[:1] == ["operator"]:
-        from lessor.operator.main import main as operator  # noqa: PLC0415 - on demand
-
-        return operator(arguments[1:])
+        return _handler("lessor.operator.main:main")(arguments[1:])
     args = build_parser().parse_args(arguments)
-    if args.command == "version":
-        print(f"lessor {__version__}")
-    return 0
+    try:
+        return _handler(args.handler)(args)
+    except CliError as error:
+        print(f"lessor: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        print("lessor: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ sign the canonical request bytes defined in `lessor.apiserver.auth.ssh`.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import secrets
 import socket
@@ -19,6 +20,11 @@ _REQUEST_IDENTITIES = 11
 _IDENTITIES_ANSWER = 12
 _SIGN_REQUEST = 13
 _SIGN_RESPONSE = 14
+
+
+def fingerprint(key_blob: bytes) -> str:
+    """OpenSSH's fingerprint of a public key, as `ssh-add -l` prints it: SHA256:<base64>."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key_blob).digest()).decode().rstrip("=")
 
 
 class AgentError(RuntimeError):

@@ -1,0 +1,164 @@
+"""HTTP to the lessor API with the right credential, errors turned into one-line messages.
+
+The credential for a request is, in order: the session from `lessor login` (while it lasts), then
+the target's own credential: a static token (`LESSOR_TOKEN` or the config) sent as a Bearer token,
+or a signature by the ssh-agent's key over each request. An OIDC target has no credential of its
+own besides the session, so it needs `lessor login` first. When a session is refused (revoked,
+or the server's session key changed), it is dropped and the target's credential is used instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from lessor.cli import sessions
+from lessor.cli.config import Target
+from lessor.cli.errors import AUTH, SERVER, ApiError, CliError
+from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
+
+TIMEOUT_SECONDS = 30
+
+
+class Credential(Protocol):
+    def header(self, method: str, target: str, body: bytes) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Anonymous:
+    def header(self, method: str, target: str, body: bytes) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Bearer:
+    token: str = field(repr=False)
+
+    def header(self, method: str, target: str, body: bytes) -> str | None:
+        return f"Bearer {self.token}"
+
+
+@dataclass(frozen=True)
+class SshSignature:
+    agent: SshAgent
+    key: bytes
+
+    def header(self, method: str, target: str, body: bytes) -> str | None:
+        try:
+            return self.agent.authorization(self.key, method, target, body)
+        except AgentError as error:
+            raise CliError(str(error), AUTH) from None
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+def agent_keys(target: Target) -> tuple[SshAgent, list[bytes]]:
+    """The agent and its Ed25519 keys, the configured one alone when `ssh_key` names one."""
+    try:
+        agent = SshAgent()
+        keys = agent.ed25519_keys()
+    except AgentError as error:
+        raise CliError(str(error), AUTH) from None
+    if target.ssh_key:
+        keys = [(blob, c) for blob, c in keys if target.ssh_key in (fingerprint(blob), c)]
+        if not keys:
+            raise CliError(f"the ssh-agent holds no Ed25519 key {target.ssh_key}", AUTH)
+    if not keys:
+        raise CliError("the ssh-agent holds no Ed25519 key: ssh-add one", AUTH)
+    return agent, [blob for blob, _ in keys]
+
+
+def own_credential(target: Target) -> Credential | None:
+    """The target's credential without a session; None for OIDC (which needs a login)."""
+    if target.auth == "token":
+        token = os.environ.get("LESSOR_TOKEN") or target.token
+        if not token:
+            raise CliError(
+                "no token: set LESSOR_TOKEN or `lessor config set NAME --auth token --token-stdin`",
+                AUTH,
+            )
+        return Bearer(token)
+    if target.auth == "ssh":
+        agent, keys = agent_keys(target)
+        return SshSignature(agent, keys[0])
+    if target.auth == "none":
+        return Anonymous()
+    return None
+
+
+class Client:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.endpoint = target.endpoint
+        self._context = ssl.create_default_context(cafile=target.ca_file)
+        self._session = sessions.load(self.endpoint)
+
+    @property
+    def session(self) -> sessions.Session | None:
+        return self._session if self._session and self._session.usable else None
+
+    def credential(self) -> Credential:
+        if self.session is not None:
+            return Bearer(self.session.token)
+        credential = own_credential(self.target)
+        if credential is None:
+            raise CliError(f"not logged in to {self.endpoint}: run `lessor login`", AUTH)
+        return credential
+
+    def send(
+        self, method: str, path: str, body: Any = None, credential: Credential | None = None
+    ) -> Response:
+        data = json.dumps(body).encode() if body is not None else b""
+        url = self.endpoint + path
+        parts = urlsplit(url)
+        signed_target = parts.path + (f"?{parts.query}" if parts.query else "")
+        request = urllib.request.Request(url, data=data or None, method=method)  # noqa: S310
+        request.add_header("Accept", "application/json")
+        if data:
+            request.add_header("Content-Type", "application/json")
+        header = (credential or Anonymous()).header(method, signed_target, data)
+        if header:
+            request.add_header("Authorization", header)
+        try:
+            with urllib.request.urlopen(  # noqa: S310 - the scheme is checked in config
+                request, timeout=TIMEOUT_SECONDS, context=self._context
+            ) as answer:
+                status, raw, headers = answer.status, answer.read(), dict(answer.headers)
+        except urllib.error.HTTPError as error:
+            status, raw, headers = error.code, error.read(), dict(error.headers)
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise CliError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = {"error": f"HTTP {status}", "detail": raw[:200].decode(errors="replace")}
+        return Response(status, parsed, headers)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """An authenticated call; the parsed body, or ApiError for any 4xx/5xx."""
+        credential = self.credential()
+        response = self.send(method, path, body, credential)
+        if response.status == 401 and self.session is not None:
+            # The session was revoked or the server's key rotated: fall back to the target's
+            # own credential when it has one, and stop sending the dead session.
+            sessions.forget(self.endpoint)
+            self._session = None
+            fallback = own_credential(self.target)
+            if fallback is None:
+                raise CliError(f"the session for {self.endpoint} ended: run `lessor login`", AUTH)
+            response = self.send(method, path, body, fallback)
+        if response.status >= 400:
+            raise ApiError(response.status, response.body)
+        return response.body

@@ -1,0 +1,191 @@
+"""`lessor lease POOL`: create (or, with --ensure, reuse) a cluster lease, wait until it is Bound,
+write its kubeconfig (mode 0600), and print what was leased.
+
+Giving up (Ctrl-C or --wait-timeout) on a lease this command created releases it, so an
+abandoned wait never holds a cluster until its TTL; a lease reused with --ensure is left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from lessor.cli import context, output
+from lessor.cli.client import Client
+from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
+from lessor.cli.files import write_private
+from lessor.cli.progress import Progress
+from lessor.resources.durations import parse_duration
+
+ENDED = ("Released", "Expired", "Recycling", "Quarantined")
+_FIRST_POLL, _MAX_POLL = 0.1, 1.0
+
+
+def _metadata(value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    source = "--metadata-json"
+    if value.startswith("@"):
+        source = value[1:]
+        try:
+            value = Path(source).read_text(encoding="utf-8")
+        except OSError as error:
+            raise CliError(
+                f"--metadata-json: cannot read {source}: {error.strerror}", USAGE
+            ) from None
+    try:
+        parsed = json.loads(value)
+    except ValueError as error:
+        raise CliError(f"{source} is not JSON: {error}", USAGE) from None
+    if not isinstance(parsed, dict):
+        raise CliError(f"{source} must be a JSON object", USAGE)
+    return parsed
+
+
+def _seconds(flag: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value).total_seconds()
+    except ValueError as error:
+        raise CliError(f"{flag}: {error}", USAGE) from None
+
+
+def _existing(client: Client, pool: str, alias: str) -> dict[str, Any] | None:
+    for lease in client.call("GET", "/v1/leases"):
+        if lease.get("alias") == alias:
+            if lease["profile"] != pool:
+                raise CliError(
+                    f"your lease {lease['id']} named {alias} is from pool {lease['profile']}, "
+                    f"not {pool}",
+                    REFUSED,
+                )
+            found: dict[str, Any] = lease
+            return found
+    return None
+
+
+def _create(client: Client, args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    """(the lease, whether it was reused)."""
+    if args.ensure:
+        found = _existing(client, args.pool, args.name)
+        if found is not None:
+            return found, True
+    body: dict[str, Any] = {"profile": args.pool}
+    if args.ttl:
+        body["ttl"] = args.ttl
+    if args.name:
+        body["alias"] = args.name
+    metadata = _metadata(args.metadata_json)
+    if metadata is not None:
+        body["metadata"] = metadata
+    try:
+        return client.call("POST", "/v1/leases", body), False
+    except ApiError as error:
+        # Two `--ensure` runs raced and the other created it first: use that one.
+        if args.ensure and error.reason == "alias_active":
+            found = _existing(client, args.pool, args.name)
+            if found is not None:
+                return found, True
+        raise
+
+
+def _wait(
+    client: Client, lease_id: str, timeout: float | None, progress: Progress
+) -> dict[str, Any]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = _FIRST_POLL
+    while True:
+        lease: dict[str, Any] = client.call("GET", f"/v1/leases/{lease_id}")
+        phase = lease.get("phase")
+        if phase == "Bound" and lease.get("kubeconfig"):
+            return lease
+        if phase in ENDED:
+            raise CliError(f"lease {lease_id} ended while waiting: {phase}")
+        queue = lease.get("queue_position")
+        progress.update(
+            f"lease {lease_id}: {phase}" + (f", queue position {queue}" if queue else "")
+        )
+        if deadline is not None and time.monotonic() + pause > deadline:
+            raise TimeoutError
+        time.sleep(pause)
+        pause = min(pause * 1.5, _MAX_POLL)
+
+
+def _give_up(client: Client, lease_id: str, reused: bool, why: str, code: int) -> CliError:
+    if reused:
+        return CliError(f"{why}; lease {lease_id} (reused) is left as it was", code)
+    try:
+        client.call("DELETE", f"/v1/leases/{lease_id}")
+    except CliError as error:
+        return CliError(
+            f"{why}; releasing lease {lease_id} failed ({error}): `lessor release {lease_id}`",
+            code,
+        )
+    return CliError(f"{why}; released lease {lease_id}", code)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ensure and not args.name:
+        raise CliError("--ensure needs --name: it reuses your active lease with that name", USAGE)
+    timeout = _seconds("--wait-timeout", args.wait_timeout)
+    _seconds("--ttl", args.ttl)  # a typo fails here, before any request
+    client = context.client(args)
+    pool = client.call("GET", f"/v1/pools/{args.pool}")
+    lease, reused = _create(client, args)
+    lease_id = lease["id"]
+    result: dict[str, Any] = {
+        "id": lease_id,
+        "profile": lease["profile"],
+        "kind": pool.get("resourceKind", "Cluster"),
+        "capabilities": pool.get("capabilities", []),
+        "reused": reused,
+    }
+    if lease.get("alias") or args.name:
+        result["alias"] = lease.get("alias") or args.name
+    if args.no_wait:
+        result.update(phase=lease["phase"], queue_position=lease.get("queue_position"))
+        return _report(args, result)
+    progress = Progress()
+    progress.update(f"lease {lease_id}: {lease['phase']}")
+    try:
+        bound = _wait(client, lease_id, timeout, progress)
+    except KeyboardInterrupt:
+        progress.clear()
+        raise _give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
+    except TimeoutError:
+        progress.clear()
+        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+        raise _give_up(client, lease_id, reused, why, TIMEOUT) from None
+    progress.clear()
+    path = Path(args.kubeconfig or Path.home() / ".kube" / f"lessor-{lease_id}").expanduser()
+    write_private(path, bound["kubeconfig"])
+    result.update(phase=bound["phase"], expires_at=bound.get("expires_at"), kubeconfig=str(path))
+    return _report(args, result)
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    if output.wants_json(args):
+        output.emit_json(result)
+        return 0
+    rows: list[tuple[str, object]] = [("lease", result["id"])]
+    if "alias" in result:
+        rows.append(("name", result["alias"] + (" (reused)" if result["reused"] else "")))
+    rows += [
+        ("pool", result["profile"]),
+        ("kind", result["kind"]),
+        ("capabilities", ", ".join(result["capabilities"]) or "-"),
+        ("phase", result["phase"]),
+    ]
+    if "kubeconfig" in result:
+        rows += [
+            ("expires", output.until(result["expires_at"])),
+            ("kubeconfig", result["kubeconfig"]),
+        ]
+    elif result.get("queue_position"):
+        rows.append(("queue position", result["queue_position"]))
+    output.fields(rows)
+    return 0

@@ -1,0 +1,128 @@
+"""`lessor status` and `lessor version`: what the endpoint is, and what the caller holds there."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lessor import __version__
+from lessor.cli import context, output
+from lessor.cli.client import Client, Credential
+from lessor.cli.errors import CliError
+from lessor.cli.sessions import Session
+
+
+def _credential(client: Client) -> Credential | None:
+    """Status needs no credential; use one only if the target has one ready."""
+    try:
+        return client.credential()
+    except CliError:
+        return None
+
+
+def _session_line(session: Session | None, authenticated: bool) -> str:
+    if session is None:
+        return (
+            "none; each request carries the target's credential"
+            if authenticated
+            else ("none (`lessor login`)")
+        )
+    return f"{session.identity} via {session.method}, expires {output.until(session.expires_at)}"
+
+
+def status(args: argparse.Namespace) -> int:
+    name, target = context.target(args)
+    client = Client(target)
+    credential = _credential(client)
+    answer = client.send("GET", "/v1/status", credential=credential)
+    note = None
+    if answer.status == 401 and credential is not None:
+        note = "your credentials were refused; showing the anonymous view"
+        credential, answer = None, client.send("GET", "/v1/status")
+    if answer.status != 200:
+        raise CliError(f"{target.endpoint}/v1/status answered {answer.status}")
+    body: dict[str, Any] = answer.body
+    leases = client.call("GET", "/v1/leases") if credential is not None else None
+    session = client.session
+    result = {
+        "endpoint": target.endpoint,
+        "target": name,
+        "version": body.get("version"),
+        "auth": body.get("auth", {}),
+        "session": (
+            {
+                "identity": session.identity,
+                "method": session.method,
+                "expires_at": session.expires_at,
+            }
+            if session
+            else None
+        ),
+        "pools": body.get("pools", []),
+        "leases": leases,
+    }
+    if output.wants_json(args):
+        output.emit_json(result)
+        return 0
+    auth = body.get("auth", {})
+    output.fields(
+        [
+            ("endpoint", target.endpoint + (f" (target {name})" if name else "")),
+            ("version", body.get("version", "?")),
+            ("auth methods", ", ".join(auth.get("methods", [])) or "-"),
+            ("sessions", ", ".join(auth.get("sessions", [])) or "-"),
+            ("session", _session_line(session, credential is not None)),
+        ]
+    )
+    if note:
+        print(f"note: {note}")
+    print()
+    pools = body.get("pools", [])
+    detailed = any("phase" in pool for pool in pools)
+    headers = ["POOL", "READY", "LEASED", "CREATING"] + (
+        ["PHASE", "QUARANTINED"] if detailed else []
+    )
+    keys = ["name", "ready", "leased", "creating"] + (["phase", "quarantined"] if detailed else [])
+    output.table(headers, [[pool.get(key) for key in keys] for pool in pools])
+    if leases is not None:
+        print()
+        if leases:
+            output.table(
+                ["LEASE", "POOL", "PHASE", "NAME", "EXPIRES"],
+                [
+                    [
+                        row["id"],
+                        row["profile"],
+                        row["phase"],
+                        row.get("alias"),
+                        row.get("expires_at"),
+                    ]
+                    for row in leases
+                ],
+            )
+        else:
+            print("no active leases")
+    return 0
+
+
+def version(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {"client": __version__, "endpoint": None, "server": None}
+    try:
+        _, target = context.target(args)
+        result["endpoint"] = target.endpoint
+        answer = Client(target).send("GET", "/v1/status")
+        if answer.status == 200:
+            result["server"] = answer.body.get("version")
+        else:
+            result["error"] = f"/v1/status answered {answer.status}"
+    except CliError as error:
+        result["error"] = str(error)
+    if output.wants_json(args):
+        output.emit_json(result)
+        return 0
+    print(f"lessor {__version__}")
+    if result["server"]:
+        print(f"endpoint {result['endpoint']}: lessor {result['server']}")
+    elif result["endpoint"]:
+        print(f"endpoint {result['endpoint']}: unreachable ({result['error']})")
+    return 0

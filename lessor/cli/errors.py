@@ -1,0 +1,45 @@
+"""Exit codes and the one error type every command raises: a message a person can act on.
+
+Scripts branch on the exit code, so each outcome a caller handles differently has its own:
+
+    0  success                      4  not found (lease, pool, target)
+    1  server error or unreachable  5  timed out (--wait-timeout)
+    2  usage error (bad flag/input) 6  refused: conflict or limit (409, 429)
+    3  authentication or permission 130 interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+OK = 0
+SERVER = 1
+USAGE = 2
+AUTH = 3
+NOT_FOUND = 4
+TIMEOUT = 5
+REFUSED = 6
+INTERRUPTED = 130
+
+_BY_STATUS = {400: USAGE, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: REFUSED, 429: REFUSED}
+
+
+class CliError(Exception):
+    """Printed as one line `lessor: <message>`; the process exits with `code`."""
+
+    def __init__(self, message: str, code: int = SERVER) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ApiError(CliError):
+    """The server refused: its status, reason and detail, as one line."""
+
+    def __init__(self, status: int, body: object) -> None:
+        fields = body if isinstance(body, dict) else {}
+        self.status = status
+        self.reason = str(fields.get("reason") or "")
+        error = str(fields.get("error") or f"HTTP {status}")
+        detail = str(fields.get("detail") or "")
+        message = f"{error}: {detail}" if detail else error
+        if self.reason:
+            message += f" ({self.reason})"
+        super().__init__(message, _BY_STATUS.get(status, SERVER if status >= 500 else USAGE))

@@ -1,0 +1,313 @@
+"""The command line, kept apart from the commands so that `--help` and the man page generator
+load argparse and nothing else. Each command names its handler as "module:function", imported
+only when that command runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from lessor import __version__
+
+EPILOG = """\
+examples:
+  lessor config set dev --endpoint https://lessor.example.com --auth ssh
+  lessor login
+  lessor lease ci-small --ttl 30m          # wait, write ~/.kube/lessor-<id>, print it
+  KUBECONFIG=~/.kube/lessor-<id> kubectl get nodes
+  lessor release <id>
+
+In CI, no config is needed: LESSOR_ENDPOINT=https://... LESSOR_TOKEN=... lessor lease ci-small
+
+exit codes: 0 ok, 1 server error or unreachable, 2 usage error, 3 authentication or
+permission, 4 not found, 5 timed out, 6 refused (conflict or limit), 130 interrupted.
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every command accepts before or after its name. SUPPRESS keeps a subcommand
+    from overwriting what was given before it with the default."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("target selection")
+    group.add_argument(
+        "--target", default=argparse.SUPPRESS, metavar="NAME", help="named target from the config"
+    )
+    group.add_argument(
+        "--endpoint",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help="one-off endpoint override (env LESSOR_ENDPOINT)",
+    )
+    return common
+
+
+def _output() -> argparse.ArgumentParser:
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text for people (default), json for scripts",
+    )
+    return output
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: str,
+    summary: str,
+    description: str,
+    *,
+    prints: bool = True,
+) -> argparse.ArgumentParser:
+    parents = [_common()] + ([_output()] if prints else [])
+    parser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        parents=parents,
+        formatter_class=_Formatter,
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _lease(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    lease = _command(
+        commands,
+        "lease",
+        "lessor.cli.commands.lease:run",
+        "lease a cluster from a pool and write its kubeconfig",
+        """\
+Lease a cluster from POOL, wait until it is Bound, write its kubeconfig (mode 0600) and print
+the lease id, resource kind, capabilities, expiry and kubeconfig path.
+
+While waiting on a terminal, one line shows the phase, queue position and time elapsed; when
+output goes to a pipe or file nothing is printed until the end. Ctrl-C or --wait-timeout
+releases a lease this command created (a lease reused with --ensure is left alone).
+
+examples:
+  lessor lease ci-small
+  lessor lease ci-small --ttl 2h --name pr-1234 --ensure   # same lease on every retry
+  lessor lease ci-small --metadata-json '{"job": "build-7"}' -o json
+  lessor lease ci-small --no-wait -o json | jq -r .id""",
+    )
+    lease.add_argument("pool", metavar="POOL", help="pool to lease from")
+    lease.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m, 2h (pool default)")
+    lease.add_argument(
+        "--kubeconfig", metavar="PATH", help="where to write the kubeconfig (~/.kube/lessor-<id>)"
+    )
+    lease.add_argument(
+        "--no-wait", action="store_true", help="return once the lease is created (Pending)"
+    )
+    lease.add_argument(
+        "--wait-timeout", metavar="DURATION", help="give up waiting after this long (exit 5)"
+    )
+    lease.add_argument(
+        "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
+    )
+    lease.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
+    lease.add_argument(
+        "--ensure",
+        action="store_true",
+        help="reuse your active lease named --name instead of creating one",
+    )
+
+
+def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = commands.add_parser(
+        "config",
+        help="named targets: view, edit, list, current, use, set",
+        description="Named targets (endpoint and auth mode) in $XDG_CONFIG_HOME/lessor/"
+        "config.json, default ~/.config/lessor/config.json, mode 0600.",
+        formatter_class=_Formatter,
+    )
+    actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
+    view = actions.add_parser("view", help="print the config (tokens redacted)")
+    view.add_argument("--raw", action="store_true", help="print tokens too")
+    view.set_defaults(handler="lessor.cli.commands.config:view")
+    actions.add_parser(
+        "edit", help="edit in $VISUAL/$EDITOR; saved only if it validates"
+    ).set_defaults(handler="lessor.cli.commands.config:edit")
+    listing = actions.add_parser("list", help="list targets", parents=[_output()])
+    listing.set_defaults(handler="lessor.cli.commands.config:list_targets")
+    actions.add_parser("current", help="print the current target's name").set_defaults(
+        handler="lessor.cli.commands.config:current"
+    )
+    use = actions.add_parser("use", help="switch the current target")
+    use.add_argument("name", metavar="NAME")
+    use.set_defaults(handler="lessor.cli.commands.config:use")
+    put = actions.add_parser(
+        "set",
+        help="create or replace a target",
+        formatter_class=_Formatter,
+        description="""\
+Create or replace target NAME; the first target becomes the current one.
+
+examples:
+  lessor config set prod --endpoint https://lessor.example.com --auth oidc \\
+      --oidc-issuer https://login.example.com --oidc-client-id lessor-cli
+  lessor config set dev --endpoint http://127.0.0.1:8000 --auth ssh
+  echo "$TOKEN" | lessor config set ci --endpoint https://lessor.example.com \
+      --auth token --token-stdin""",
+    )
+    put.add_argument("name", metavar="NAME")
+    put.add_argument("--endpoint", required=True, metavar="URL", help="the service's base URL")
+    put.add_argument(
+        "--auth", required=True, choices=("ssh", "token", "oidc", "none"), help="how to log in"
+    )
+    put.add_argument(
+        "--token-stdin", action="store_true", help="read a static token from stdin (auth token)"
+    )
+    put.add_argument("--ssh-key", metavar="FINGERPRINT|COMMENT", help="which agent key signs")
+    put.add_argument("--oidc-issuer", metavar="URL", help="OIDC issuer (auth oidc)")
+    put.add_argument("--oidc-client-id", metavar="ID", help="OIDC client id (auth oidc)")
+    put.add_argument(
+        "--oidc-scope", action="append", metavar="SCOPE", help="repeatable; default openid"
+    )
+    put.add_argument("--ca-file", metavar="PEM", help="CA bundle that signed the endpoint's cert")
+    put.set_defaults(handler="lessor.cli.commands.config:set_target")
+
+
+def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    handler = "lessor.cli.commands.sandbox:not_served"
+    run = _command(
+        commands,
+        handler=handler,
+        name="run",
+        summary="lease a sandbox, run one command, release it",
+        description="Lease an executable resource from POOL, run COMMAND in it, release it even on"
+        " failure or Ctrl-C, and exit with the command's exit code.",
+    )
+    run.add_argument("pool", metavar="POOL")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    execute = _command(
+        commands,
+        "exec",
+        handler,
+        "run a command in a sandbox lease",
+        "Run COMMAND (no shell) in"
+        " the sandbox of LEASE and print its output; --detach returns the execution id.",
+    )
+    execute.add_argument("lease_id", metavar="LEASE")
+    execute.add_argument("--detach", action="store_true", help="do not wait for the command")
+    execute.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
+    execute.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    logs = _command(
+        commands,
+        "logs",
+        handler,
+        "read a sandbox's or an execution's output",
+        "Print the log tail of LEASE, or the retained output of EXECUTION.",
+    )
+    logs.add_argument("lease_id", metavar="LEASE")
+    logs.add_argument("execution", nargs="?", metavar="EXECUTION")
+    logs.add_argument("-f", "--follow", action="store_true", help="until the execution ends")
+    cancel = _command(
+        commands, "cancel", handler, "cancel a running execution", "Cancel EXECUTION of LEASE."
+    )
+    cancel.add_argument("lease_id", metavar="LEASE")
+    cancel.add_argument("execution", metavar="EXECUTION")
+    attach = _command(
+        commands,
+        "attach",
+        handler,
+        "interactive session in a sandbox",
+        "Attach the terminal to the sandbox of LEASE.",
+        prints=False,
+    )
+    attach.add_argument("lease_id", metavar="LEASE")
+    forward = _command(
+        commands,
+        "port-forward",
+        handler,
+        "forward a declared port of a sandbox",
+        "Listen on LOCAL and forward to the declared port REMOTE of the sandbox of LEASE.",
+        prints=False,
+    )
+    forward.add_argument("lease_id", metavar="LEASE")
+    forward.add_argument("ports", metavar="LOCAL:REMOTE")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lessor",
+        description="Lease ephemeral Kubernetes clusters and agent sandboxes from warm pools.",
+        epilog=EPILOG,
+        parents=[_common()],
+        formatter_class=_Formatter,
+    )
+    parser.set_defaults(target=None, endpoint=None)
+    parser.add_argument("--version", action="version", version=f"lessor {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _command(
+        commands,
+        "status",
+        "lessor.cli.commands.status:status",
+        "endpoint status, auth methods, pools and your active leases",
+        "Show the endpoint's version, auth methods, pools and, with credentials, your session"
+        " and active leases. Works without logging in.",
+    )
+    _command(
+        commands,
+        "version",
+        "lessor.cli.commands.status:version",
+        "local version and the endpoint's, when reachable",
+        "Print the CLI's version and, when reachable, the endpoint's.",
+    )
+    login = _command(
+        commands,
+        "login",
+        "lessor.cli.commands.login:login",
+        "log in and keep a session token",
+        """\
+Exchange the target's credential for a session token, stored per endpoint in
+$XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
+
+  ssh    the ssh-agent's Ed25519 key signs the login request (SSH_AUTH_SOCK)
+  token  the static token from LESSOR_TOKEN or the config
+  oidc   a browser login (authorization code with PKCE, loopback redirect), or the device
+         flow with --device or when no browser can be opened""",
+    )
+    login.add_argument("--ttl", metavar="DURATION", help="session lifetime (server default 12h)")
+    login.add_argument("--device", action="store_true", help="oidc: use the device-code flow")
+    _command(
+        commands,
+        "logout",
+        "lessor.cli.commands.login:logout",
+        "revoke and delete the session",
+        "Revoke the session on the server and delete it locally.",
+        prints=False,
+    )
+    _lease(commands)
+    release = _command(
+        commands,
+        "release",
+        "lessor.cli.commands.leases:release",
+        "release a lease now",
+        "Release LEASE: its cluster is destroyed and the pool refills. Repeating it is safe.",
+    )
+    release.add_argument("lease_id", metavar="LEASE")
+    extend = _command(
+        commands,
+        "extend",
+        "lessor.cli.commands.leases:extend",
+        "extend a lease's expiry",
+        "Move LEASE's expiry later by --ttl, within the policy's maxExtensions.",
+    )
+    extend.add_argument("lease_id", metavar="LEASE")
+    extend.add_argument("--ttl", required=True, metavar="DURATION", help="how much later, e.g. 30m")
+    _config(commands)
+    _sandbox(commands)
+    for name, what in (("apiserver", "the HTTP API (gunicorn)"), ("operator", "the operator")):
+        server = commands.add_parser(
+            name, help=f"run {what}; `lessor {name} --help`", add_help=False
+        )
+        server.set_defaults(handler=None)
+    return parser

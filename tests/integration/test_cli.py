@@ -1,0 +1,438 @@
+"""The `lessor` command, run as a user runs it (the installed console script, a subprocess)
+against the real stack: the local control plane, the operator, and the API under gunicorn;
+static tokens, and an Ed25519 key held by a real ssh-agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster
+from tests.integration.identity_provider import CLIENT_ID, Provider
+from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
+from tests.integration.test_apiserver import Api, start_api
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("ssh-agent") is None, reason="needs OpenSSH"),
+]
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+ALICE = "alice-" + secrets.token_hex(8)
+INSTALLED = Path(sys.executable).parent / "lessor"
+LESSOR = [str(INSTALLED)] if INSTALLED.exists() else [sys.executable, "-m", "lessor.cli.main"]
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    namespace: str
+    api: Api
+    agent_socket: str
+
+
+def _agent(directory: Path) -> tuple[int, str, str]:
+    """A real ssh-agent holding a fresh Ed25519 key: (pid, socket, public key line)."""
+    key = directory / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "carol@laptop", "-f", str(key)],
+        check=True,
+    )
+    socket_path = str(directory / "agent.sock")
+    started = subprocess.run(
+        ["ssh-agent", "-a", socket_path], capture_output=True, text=True, check=True
+    ).stdout
+    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", started).group(1))  # type: ignore[union-attr]
+    subprocess.run(
+        ["ssh-add", "-q", str(key)],
+        env={**os.environ, "SSH_AUTH_SOCK": socket_path},
+        check=True,
+        capture_output=True,
+    )
+    return pid, socket_path, (directory / "id_ed25519.pub").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("uses the local backend")
+    directory = tmp_path_factory.mktemp("cli")
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    kubectl = control_plane.kubectl
+    kubectl("apply", "-f", str(CRDS))
+    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    kubectl("create", "namespace", namespace)
+    kubectl(
+        "create", "secret", "generic", "tokens", "-n", namespace, f"--from-literal=alice={ALICE}"
+    )
+    agent_pid, agent_socket, public_key = _agent(directory)
+    policy = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "cli", "namespace": namespace},
+        "spec": {
+            "auth": {
+                "staticTokens": [
+                    {"secretRef": {"name": "tokens", "key": "alice"}, "claims": {"sub": "alice"}}
+                ],
+                "sshKeys": [{"publicKey": public_key, "claims": {"sub": "carol"}}],
+            },
+            "identity": "{sub}",
+            "rules": [{"pools": ["cli-*"], "maxConcurrentLeases": 4, "maxExtensions": 2}],
+        },
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(policy))
+    for name, warm in (("cli-warm", 1), ("cli-none", 0)):
+        pool = {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "ClusterPool",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": "local"}},
+        }
+        kubectl("apply", "-f", "-", input=json.dumps(pool))
+    operator = Operator(
+        control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log"
+    ).start()
+    process, api = start_api(control_plane, namespace, directory / "api.log")
+    try:
+        yield Stack(control_plane, namespace, api, agent_socket)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        operator.kill(signal.SIGTERM)
+        destroy_local_clusters(directory / "instances")
+        os.kill(agent_pid, signal.SIGTERM)
+        kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+@dataclass
+class User:
+    """One person's machine: a home directory, a config directory, an environment."""
+
+    home: Path
+    stack: Stack
+
+    @property
+    def env(self) -> dict[str, str]:
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("LESSOR_") and k != "SSH_AUTH_SOCK"
+        }
+        return {
+            **inherited,
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+            "SSH_AUTH_SOCK": self.stack.agent_socket,
+        }
+
+    def run(self, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*LESSOR, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={**self.env, **env},
+            timeout=300,
+            check=False,
+        )
+
+    def json(self, *args: str) -> Any:
+        result = self.run(*args, "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def target(self, auth: str) -> None:
+        extra = ["--token-stdin"] if auth == "token" else []
+        result = self.run(
+            "config",
+            "set",
+            auth,
+            "--endpoint",
+            self.stack.api.base,
+            "--auth",
+            auth,
+            *extra,
+            stdin=ALICE + "\n",
+        )
+        assert result.returncode == 0, result.stderr
+        assert self.run("config", "use", auth).returncode == 0
+
+
+@pytest.fixture
+def user(stack: Stack, tmp_path: Path) -> User:
+    return User(tmp_path, stack)
+
+
+def phase(stack: Stack, lease_id: str) -> str:
+    body = stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body
+    return str(body.get("phase"))
+
+
+def test_token_login_then_lease_ensure_extend_release_and_logout(user: User) -> None:
+    user.target("token")
+    login = user.run("login")
+    assert login.returncode == 0, login.stderr
+    assert f"logged in to {user.stack.api.base} as alice (token)" in login.stdout
+    sessions = user.home / ".config" / "lessor" / "sessions.json"
+    assert stat.S_IMODE(sessions.stat().st_mode) == 0o600
+    session_token = json.loads(sessions.read_text())[user.stack.api.base]["token"]
+    assert ALICE not in sessions.read_text()
+
+    first = user.json(
+        "lease",
+        "cli-warm",
+        "--name",
+        "pr-1",
+        "--ensure",
+        "--ttl",
+        "20m",
+        "--metadata-json",
+        '{"job": 1}',
+    )
+    assert (first["phase"], first["reused"], first["kind"]) == ("Bound", False, "Cluster")
+    assert "kubeconfig" in first["capabilities"]
+    kubeconfig = Path(first["kubeconfig"])
+    assert kubeconfig == user.home / ".kube" / f"lessor-{first['id']}"
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    namespaces = subprocess.run(
+        [str(ensure_binaries() / "kubectl"), "--kubeconfig", str(kubeconfig), "get", "ns"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "kube-system" in namespaces.stdout, namespaces.stderr
+
+    again = user.json(
+        "lease",
+        "cli-warm",
+        "--name",
+        "pr-1",
+        "--ensure",
+        "--metadata-json",
+        '{"job": 2}',
+        "--kubeconfig",
+        str(user.home / "again.yaml"),
+    )
+    assert (again["id"], again["reused"]) == (first["id"], True)
+    kept = user.stack.api.call("GET", f"/v1/leases/{first['id']}", token=ALICE).body
+    assert kept["metadata"] == {"job": 1}, "a reused lease keeps its original metadata"
+    duplicate = user.run("lease", "cli-warm", "--name", "pr-1", "--no-wait")
+    assert duplicate.returncode == 6 and "alias_active" in duplicate.stderr
+
+    status = user.json("status")
+    assert status["session"]["identity"] == "alice"
+    assert [(row["id"], row["alias"]) for row in status["leases"]] == [(first["id"], "pr-1")]
+    shown = user.run("status").stdout
+    assert "alice via token" in shown and first["id"] in shown and "cli-warm" in shown
+
+    extended = user.json("extend", first["id"], "--ttl", "10m")
+    assert extended["expires_at"] > first["expires_at"]
+    released = user.run("release", first["id"])
+    assert released.returncode == 0, released.stderr
+    wait_for("Released", lambda: phase(user.stack, first["id"]) == "Released")
+    assert user.json("status")["leases"] == []
+
+    logout = user.run("logout")
+    assert logout.returncode == 0 and "logged out" in logout.stdout
+    assert user.stack.api.base not in json.loads(sessions.read_text())
+    # Every worker refuses it within its two-second "not revoked" cache (docs/api.md).
+    wait_for(
+        "the session revoked on the server",
+        lambda: user.stack.api.call("GET", "/v1/leases", token=session_token).status == 401,
+        timeout=10,
+    )
+
+
+def test_ssh_agent_signs_requests_and_the_login(user: User) -> None:
+    user.target("ssh")
+    assert user.json("status")["leases"] == [], "each request signed by the agent's key"
+    login = user.run("login")
+    assert login.returncode == 0, login.stderr
+    assert "as carol (ssh)" in login.stdout
+    created = user.json("lease", "cli-none", "--no-wait")
+    assert created["phase"] == "Pending" and created["queue_position"] >= 1
+    assert not (user.home / ".kube").exists(), "--no-wait writes no kubeconfig"
+    assert user.run("release", created["id"]).returncode == 0
+
+
+def test_progress_line_only_on_a_terminal(user: User) -> None:
+    user.target("token")
+    primary, secondary = os.openpty()
+    started = subprocess.Popen(
+        [*LESSOR, "lease", "cli-warm"],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=user.env,
+        close_fds=True,
+    )
+    os.close(secondary)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the terminal's last writer exited
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert started.wait(timeout=60) == 0, seen
+    os.close(primary)
+    text = seen.decode(errors="replace")
+    assert re.search(r"\r\x1b\[2K. lease [a-z0-9][a-z0-9-]*: (Pending|Bound)", text), text
+    leased = re.search(r"lease\s+([a-z0-9][a-z0-9-]*)", text)
+    assert leased is not None and "kubeconfig" in text
+
+    piped = user.run("lease", "cli-warm")
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == "" and "\r" not in piped.stdout and "\x1b" not in piped.stdout
+    assert piped.stdout.splitlines()[0].startswith("lease ")
+    for lease_id in (leased.group(1), piped.stdout.split()[1]):
+        assert user.run("release", lease_id).returncode == 0
+
+
+def test_giving_up_releases_the_lease_it_created(user: User) -> None:
+    user.target("token")
+    timed_out = user.run("lease", "cli-none", "--wait-timeout", "2s")
+    assert timed_out.returncode == 5, timed_out.stderr
+    found = re.search(r"released lease ([a-z0-9][a-z0-9-]*)", timed_out.stderr)
+    assert found and "not Bound within 2s" in timed_out.stderr
+    wait_for("Released", lambda: phase(user.stack, found.group(1)) == "Released")
+
+    waiting = subprocess.Popen(
+        [*LESSOR, "lease", "cli-none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=user.env,
+    )
+    wait_for(
+        "the lease to exist",
+        lambda: user.stack.api.call("GET", "/v1/leases", token=ALICE).body,
+        timeout=60,
+    )
+    time.sleep(0.5)
+    waiting.send_signal(signal.SIGINT)
+    _, stderr = waiting.communicate(timeout=60)
+    assert waiting.returncode == 130, stderr
+    interrupted = re.search(r"interrupted; released lease ([a-z0-9][a-z0-9-]*)", stderr)
+    assert interrupted, stderr
+    wait_for("Released", lambda: phase(user.stack, interrupted.group(1)) == "Released")
+
+
+def test_server_refusals_are_one_line_with_their_exit_code(user: User) -> None:
+    missing = user.run(
+        "lease", "no-such-pool", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE
+    )
+    assert missing.returncode == 4 and missing.stderr.startswith("lessor: not found")
+    refused = user.run("lease", "cli-warm", "--endpoint", user.stack.api.base, LESSOR_TOKEN="wrong")
+    assert refused.returncode == 3
+    assert refused.stderr.strip() == "lessor: unauthorized: invalid credentials (unauthenticated)"
+    oidc = user.run(
+        "config",
+        "set",
+        "sso",
+        "--endpoint",
+        user.stack.api.base,
+        "--auth",
+        "oidc",
+        "--oidc-issuer",
+        "https://login.example.com",
+        "--oidc-client-id",
+        "lessor",
+    )
+    assert oidc.returncode == 0
+    needs_login = user.run("release", "lease-x", "--target", "sso")
+    assert needs_login.returncode == 3 and "run `lessor login`" in needs_login.stderr
+
+
+@pytest.fixture(scope="module")
+def provider(stack: Stack) -> Iterator[Provider]:
+    """An OpenID provider the stack trusts, with the CLI's client id as the audience."""
+    state = Provider()
+    server = state.serve()
+    policy = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "sso", "namespace": stack.namespace},
+        "spec": {
+            "auth": {
+                "oidc": {
+                    "issuer": state.url,
+                    "audience": [CLIENT_ID],
+                    "jwksUrl": f"{state.url}/jwks",
+                }
+            },
+            "identity": "{sub}",
+            "rules": [{"pools": ["cli-*"]}],
+        },
+    }
+    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
+    wait_for(
+        "the API server trusting the provider",
+        lambda: stack.api.call("GET", "/v1/pools", token=state.id_token()).status == 200,
+        timeout=60,
+    )
+    yield state
+    server.shutdown()
+
+
+def _oidc_target(user: User, provider: Provider) -> None:
+    result = user.run(
+        "config", "set", "sso", "--endpoint", user.stack.api.base, "--auth", "oidc",
+        "--oidc-issuer", provider.url, "--oidc-client-id", CLIENT_ID,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert user.run("config", "use", "sso").returncode == 0
+
+
+def test_oidc_browser_login_with_pkce_and_a_loopback_redirect(
+    user: User, provider: Provider, tmp_path: Path
+) -> None:
+    _oidc_target(user, provider)
+    # The "browser" follows the provider's redirect to the CLI's loopback listener, as one would.
+    browser = tmp_path / "browser.py"
+    browser.write_text("import sys, urllib.request\nurllib.request.urlopen(sys.argv[1]).read()\n")
+    login = user.run("login", BROWSER=f"{sys.executable} {browser} %s")
+    assert login.returncode == 0, login.stderr
+    assert "as dana (oidc)" in login.stdout
+    assert provider.exchanged[-1] == "authorization_code"
+    assert user.json("status")["session"]["identity"] == "dana"
+    lease = user.json("lease", "cli-none", "--no-wait")
+    assert user.run("release", lease["id"]).returncode == 0
+
+
+def test_oidc_device_login_for_headless_hosts(user: User, provider: Provider) -> None:
+    _oidc_target(user, provider)
+    login = subprocess.Popen(
+        [*LESSOR, "login", "--device"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user.env,
+    )  # fmt: skip
+    assert login.stderr is not None
+    line = login.stderr.readline()
+    found = re.search(r"visit (\S+) and enter the code (\w+)", line)
+    assert found, line
+    with urllib.request.urlopen(found.group(1), timeout=10) as approved:  # the person approves
+        assert json.loads(approved.read())["approved"] is True
+    stdout, stderr = login.communicate(timeout=60)
+    assert login.returncode == 0, stderr
+    assert "as dana (oidc)" in stdout and provider.exchanged[-1] == "device_code"

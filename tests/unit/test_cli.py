@@ -1,0 +1,181 @@
+"""The `lessor` command as a user runs it (a subprocess), for everything that needs no server:
+config targets, usage errors, exit codes, man pages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessor.cli import manpages
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lessor(
+    home: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("LESSOR_") and key not in ("SSH_AUTH_SOCK",)
+    }
+    environment.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "lessor.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lessor: "), result.stderr
+    return lines[0]
+
+
+def test_config_targets_round_trip_privately(tmp_path: Path) -> None:
+    added = lessor(
+        tmp_path,
+        "config",
+        "set",
+        "ci",
+        "--endpoint",
+        "https://lessor.example.com/",
+        "--auth",
+        "token",
+        "--token-stdin",
+        stdin="s3cret-token\n",
+    )
+    assert added.returncode == 0, added.stderr
+    assert "(current)" in added.stdout, "the first target becomes the current one"
+    assert (
+        lessor(
+            tmp_path, "config", "set", "dev", "--endpoint", "http://127.0.0.1:8000", "--auth", "ssh"
+        ).returncode
+        == 0
+    )
+    path = tmp_path / "config" / "lessor" / "config.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+    listed = json.loads(lessor(tmp_path, "config", "list", "-o", "json").stdout)
+    assert listed == [
+        {"name": "ci", "endpoint": "https://lessor.example.com", "auth": "token", "current": True},
+        {"name": "dev", "endpoint": "http://127.0.0.1:8000", "auth": "ssh", "current": False},
+    ]
+    assert lessor(tmp_path, "config", "use", "dev").returncode == 0
+    assert lessor(tmp_path, "config", "current").stdout == "dev\n"
+
+    shown = lessor(tmp_path, "config", "view").stdout
+    assert "s3cret-token" not in shown and "<redacted>" in shown
+    raw = json.loads(lessor(tmp_path, "config", "view", "--raw").stdout)
+    assert raw["targets"]["ci"]["token"] == "s3cret-token"
+    assert raw["current"] == "dev"
+
+
+def test_config_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    bad = lessor(tmp_path, "config", "set", "x", "--endpoint", "ftp://host", "--auth", "ssh")
+    assert bad.returncode == 2
+    assert "endpoint" in one_line_error(bad) and "http(s)" in bad.stderr
+    missing = lessor(tmp_path, "config", "use", "nowhere")
+    assert missing.returncode == 4
+    assert "no target named 'nowhere'" in one_line_error(missing)
+    oidc = lessor(tmp_path, "config", "set", "x", "--endpoint", "https://a.b", "--auth", "oidc")
+    assert oidc.returncode == 2 and "--oidc-issuer" in one_line_error(oidc)
+    assert not (tmp_path / "config" / "lessor" / "config.json").exists()
+
+    (tmp_path / "config" / "lessor").mkdir(parents=True)
+    (tmp_path / "config" / "lessor" / "config.json").write_text('{"targets": {"a": {}}}')
+    broken = lessor(tmp_path, "config", "list")
+    assert broken.returncode == 2
+    assert "targets.a.endpoint" in one_line_error(broken)
+
+
+def test_config_edit_saves_only_a_valid_config(tmp_path: Path) -> None:
+    lessor(tmp_path, "config", "set", "a", "--endpoint", "http://one.example", "--auth", "none")
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import sys, pathlib\n"
+        "p = pathlib.Path(sys.argv[1])\n"
+        "p.write_text(p.read_text().replace('one.example', 'two.example'))\n"
+    )
+    edited = lessor(tmp_path, "config", "edit", env={"EDITOR": f"{sys.executable} {editor}"})
+    assert edited.returncode == 0, edited.stderr
+    assert json.loads(lessor(tmp_path, "config", "list", "-o", "json").stdout)[0]["endpoint"] == (
+        "http://two.example"
+    )
+    breaker = tmp_path / "breaker.py"
+    breaker.write_text(
+        'import sys, pathlib\npathlib.Path(sys.argv[1]).write_text(\'{"current": "gone"}\')\n'
+    )
+    refused = lessor(tmp_path, "config", "edit", env={"EDITOR": f"{sys.executable} {breaker}"})
+    assert refused.returncode == 2
+    assert "is unchanged" in one_line_error(refused)
+    assert json.loads(lessor(tmp_path, "config", "list", "-o", "json").stdout)[0]["endpoint"] == (
+        "http://two.example"
+    )
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes(
+    tmp_path: Path,
+) -> None:
+    no_target = lessor(tmp_path, "lease", "small")
+    assert no_target.returncode == 2 and "no target" in one_line_error(no_target)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    down = lessor(tmp_path, "--endpoint", endpoint, "status")
+    assert down.returncode == 1 and f"cannot reach {endpoint}" in one_line_error(down)
+    ttl = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--ttl", "soon")
+    assert ttl.returncode == 2 and "--ttl: invalid duration 'soon'" in one_line_error(ttl)
+    ensure = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--ensure")
+    assert ensure.returncode == 2 and "--ensure needs --name" in one_line_error(ensure)
+    metadata = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--metadata-json", "[1]")
+    assert metadata.returncode == 1, "metadata is read after the pool lookup, which fails here"
+    unknown = lessor(tmp_path, "lease")
+    assert unknown.returncode == 2 and "usage: lessor lease" in unknown.stderr
+    sandbox = lessor(tmp_path, "exec", "lease-1", "--", "true")
+    assert sandbox.returncode == 1 and "Sandbox leases" in one_line_error(sandbox)
+    version = lessor(tmp_path, "version", "-o", "json")
+    assert version.returncode == 0
+    assert json.loads(version.stdout)["client"] == "0.1.0"
+
+
+def test_man_pages_are_current() -> None:
+    assert manpages.stale(ROOT / "man" / "man1") == [], (
+        "regenerate with: python -m lessor.cli.manpages write man/man1"
+    )
+
+
+def test_man_pages_are_installed_with_the_package() -> None:
+    installed = Path(sys.prefix) / "share" / "man" / "man1"
+    if not (installed / "lessor.1").exists() and "TOX_ENV_NAME" not in os.environ:
+        pytest.skip("lessor is not installed from a wheel here (tox installs one)")
+    for name, text in manpages.pages().items():
+        assert (installed / name).read_text() == text, name
+    if shutil.which("man"):
+        found = subprocess.run(
+            ["man", "-w", "lessor-lease"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PATH": f"{Path(sys.prefix) / 'bin'}:{os.environ['PATH']}"},
+            check=False,
+        )
+        assert found.stdout.strip() == str(installed / "lessor-lease.1")
