@@ -14,6 +14,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from lessor.apiserver.settings import Settings
+from lessor.config_file import apply_defaults
 
 
 class Server(BaseApplication):  # type: ignore[misc]
@@ -45,6 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--graceful-timeout", type=int, default=25)
     parser.add_argument("--namespace", default="lessor-system")
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="SO_REUSEPORT: several servers on one address, the kernel spreads connections",
+    )
+    apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
 
@@ -64,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "errorlog": "-",
         "limit_request_line": 8190,
         "limit_request_field_size": 16380,
+        "reuse_port": args.reuse_port,
     }
     settings = Settings(namespace=args.namespace, kubeconfig=args.kubeconfig)
     Server(settings, options).run()

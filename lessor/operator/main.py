@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from lessor.config_file import apply_defaults
 from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
 from lessor.operator.instances import InstanceReconciler
@@ -60,6 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
+    apply_defaults(parser, argv, "operator")
     return parser.parse_args(argv)
 
 

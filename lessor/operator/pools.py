@@ -126,7 +126,10 @@ class PoolReconciler:
                 "labels": {POOL_LABEL: name},
                 "ownerReferences": [owner_reference(pool_obj)],
             },
-            "spec": {"pool": name, "backend": pool.spec.backend.model_dump(exclude_none=True)},
+            "spec": {
+                "pool": name,
+                "backend": pool.spec.backend.model_dump(by_alias=True, exclude_none=True),
+            },
         }
         created = await self.client.create(INSTANCES.path(namespace), body)
         instance_name: str = created["metadata"]["name"]

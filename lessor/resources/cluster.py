@@ -47,7 +47,8 @@ class Backend(SpecModel):
         description="local: kube-apiserver and etcd processes on the operator's host (development,"
         " demos, CI); k3s: a k3s server StatefulSet in the host cluster (production).",
     )
-    k3s: K3sBackendConfig | None = None
+    # An explicit alias: the camelCase generator would spell it "k3S".
+    k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")
 
 
 class PoolPolicy(SpecModel):

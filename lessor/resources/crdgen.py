@@ -182,10 +182,19 @@ def render_all() -> dict[str, str]:
     header = (
         "# Generated from lessor/resources by `python -m lessor.resources write`; do not edit.\n"
     )
-    return {
+    files = {
         file_name(resource): header + yaml.safe_dump(crd_of(resource), sort_keys=False, width=100)
         for resource in RESOURCES
     }
+    # Named `Kustomization` (no extension) so that `kubectl apply -f crds/` skips it while
+    # `manifests/base` can include the directory as a kustomize resource.
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(files),
+    }
+    files["Kustomization"] = header + yaml.safe_dump(kustomization, sort_keys=False)
+    return files
 
 
 def write(directory: Path) -> list[str]:

@@ -46,7 +46,7 @@ def walk(node: dict[str, Any], path: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", sorted(render_all()))
+@pytest.mark.parametrize("name", sorted(n for n in render_all() if n.endswith(".yaml")))
 def test_schemas_are_structural_with_status_subresource(name: str) -> None:
     crd = yaml.safe_load(render_all()[name])
     [version] = crd["spec"]["versions"]

@@ -115,3 +115,12 @@ def test_an_execution_needs_a_command_and_a_key() -> None:
         {"lease": lease, "command": ["true"], "idempotencyKey": "k"}
     )
     assert (spec.timeout, spec.detach) == ("60s", False)
+
+
+def test_backend_settings_keep_their_crd_spelling_when_copied_to_an_instance() -> None:
+    from lessor.resources.cluster import Backend  # noqa: PLC0415
+
+    backend = Backend.model_validate({"type": "k3s", "k3s": {"storageSize": "2Gi", "cpu": "1"}})
+    copied = backend.model_dump(by_alias=True, exclude_none=True)
+    assert copied["k3s"]["storageSize"] == "2Gi" and copied["k3s"]["cpu"] == "1"
+    assert Backend.model_validate(copied) == backend

@@ -1,0 +1,49 @@
+"""One installed lessor for every scenario: LESSOR_E2E_CLUSTER=local (default) or kind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.installation import Installation, install_kind, install_local
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.cluster import LocalControlPlane
+
+
+@pytest.fixture(scope="session")
+def installation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
+    kind = os.environ.get("LESSOR_E2E_CLUSTER", "local")
+    work = tmp_path_factory.mktemp("installation")
+    if kind == "kind":
+        if not (shutil.which("docker") and shutil.which("kind") and shutil.which("kubectl")):
+            pytest.fail("LESSOR_E2E_CLUSTER=kind needs docker, kind and kubectl on PATH")
+        installed = install_kind(work)
+    elif kind == "local":
+        binaries = ensure_binaries(lambda message: print(message, file=sys.stderr))
+        cluster = LocalControlPlane(work / "cluster")
+        cluster.start(binaries, with_node=False)
+        try:
+            installed = install_local(cluster, work)
+        except BaseException:
+            cluster.destroy()
+            raise
+        installed.cleanup.append(cluster.destroy)
+        installed.cleanup.append(lambda: _destroy_local_clusters(work / "instances"))
+    else:
+        pytest.fail(f"LESSOR_E2E_CLUSTER={kind}: use local or kind")
+    try:
+        yield installed
+    finally:
+        installed.stop()
+
+
+def _destroy_local_clusters(directory: Path) -> None:
+    for instance in directory.glob("*") if directory.exists() else []:
+        subprocess.run(["chattr", "-R", "-i", str(instance)], check=False, capture_output=True)
+        LocalControlPlane(instance).destroy()

@@ -1,0 +1,244 @@
+"""lessor as its users meet it: installed with `kubectl apply -k`, configured with
+`kubectl apply`, used through the `lessor` command and the HTTP API. Nothing here reaches into
+the implementation; the installation (e2e/installation.py) decides where the components run."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.installation import NAMESPACE, Installation, operator_process, pid_of, wait_for
+from lessor.controlplane.binaries import find_binaries
+
+pytestmark = pytest.mark.e2e
+ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
+INSTALLED = Path(sys.executable).parent / "lessor"
+LESSOR = [str(INSTALLED)] if INSTALLED.exists() else [sys.executable, "-m", "lessor.cli.main"]
+
+
+@dataclass
+class Person:
+    """Someone with the `lessor` command, a home directory, and a static token."""
+
+    installation: Installation
+    home: Path
+    token: str
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LESSOR_")}
+        env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"))
+        env.update(LESSOR_ENDPOINT=self.installation.endpoint, LESSOR_TOKEN=self.token)
+        return subprocess.run(
+            [*LESSOR, *args], capture_output=True, text=True, env=env, timeout=600, check=False
+        )
+
+    def json(self, *args: str) -> Any:
+        result = self.run(*args, "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def http(self, method: str, path: str) -> tuple[int, Any]:
+        request = urllib.request.Request(  # noqa: S310 - the local endpoint
+            self.installation.endpoint + path,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+                body = answer.read()
+                return answer.status, json.loads(body) if body else None
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def phase(self, lease_id: str) -> str:
+        return str(self.http("GET", f"/v1/leases/{lease_id}")[1].get("phase"))
+
+
+@pytest.fixture(scope="module")
+def configured(installation: Installation) -> Installation:
+    """What an administrator applies after installing: tokens, a policy, a warm pool."""
+    installation.kubectl(
+        "create", "secret", "generic", "e2e-tokens", "-n", NAMESPACE,
+        f"--from-literal=alice={ALICE}", f"--from-literal=bob={BOB}",
+    )  # fmt: skip
+    installation.apply(
+        {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "AccessPolicy",
+            "metadata": {"name": "e2e"},
+            "spec": {
+                "auth": {
+                    "staticTokens": [
+                        {"secretRef": {"name": "e2e-tokens", "key": k}, "claims": {"sub": k}}
+                        for k in ("alice", "bob")
+                    ]
+                },
+                "identity": "{sub}",
+                "rules": [
+                    {"pools": ["e2e-*"], "maxTtl": "1h", "maxConcurrentLeases": 2,
+                     "maxExtensions": 1}
+                ],
+            },
+        }
+    )  # fmt: skip
+    installation.apply(
+        {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "ClusterPool",
+            "metadata": {"name": "e2e-warm"},
+            "spec": {"warmTarget": 2, "ttl": "30m", "backend": {"type": installation.backend}},
+        }
+    )
+    return installation
+
+
+@pytest.fixture
+def alice(configured: Installation, tmp_path: Path) -> Person:
+    person = Person(configured, tmp_path / "alice", ALICE)
+    wait_for(
+        "two warm clusters",
+        lambda: person.http("GET", "/v1/pools/e2e-warm")[1].get("ready", 0) >= 2,
+        timeout=600,
+    )
+    return person
+
+
+def kubectl_binary() -> str:
+    cached = find_binaries()
+    return str(cached / "kubectl") if cached else (shutil.which("kubectl") or "kubectl")
+
+
+def test_the_install_is_in_place_and_answers(installation: Installation) -> None:
+    for kind, name in (
+        ("crd", "clusterleases.lessor.dev"),
+        ("deployment", "lessor-operator"),
+        ("deployment", "lessor-apiserver"),
+        ("service", "lessor-apiserver"),
+        ("poddisruptionbudget", "lessor-apiserver"),
+        ("configmap", "lessor-config"),
+    ):
+        assert installation.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode == 0
+    status = urllib.request.urlopen(f"{installation.endpoint}/v1/status", timeout=10)  # noqa: S310
+    assert json.loads(status.read())["version"] == "0.1.0"
+
+
+def test_lease_use_extend_and_release_a_cluster(alice: Person) -> None:
+    lease = alice.json("lease", "e2e-warm", "--ttl", "20m", "--name", "main")
+    namespaces = subprocess.run(
+        [kubectl_binary(), "--kubeconfig", lease["kubeconfig"], "get", "namespaces"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert namespaces.returncode == 0 and "kube-system" in namespaces.stdout, namespaces.stderr
+    extended = alice.json("extend", lease["id"], "--ttl", "10m")
+    assert extended["expires_at"] > lease["expires_at"]
+    again = alice.run("extend", lease["id"], "--ttl", "10m")
+    assert again.returncode == 6 and "extension_budget_exhausted" in again.stderr
+    assert [row["id"] for row in alice.json("status")["leases"]] == [lease["id"]]
+    assert alice.run("release", lease["id"]).returncode == 0
+    wait_for("Released", lambda: alice.phase(lease["id"]) == "Released")
+    assert alice.json("status")["leases"] == []
+
+
+def test_another_person_cannot_see_or_release_a_lease(alice: Person, tmp_path: Path) -> None:
+    bob = Person(alice.installation, tmp_path / "bob", BOB)
+    lease = alice.json("lease", "e2e-warm", "--no-wait")
+    refused = bob.run("release", lease["id"])
+    assert refused.returncode == 4 and "not found" in refused.stderr
+    assert bob.json("status")["leases"] == []
+    assert alice.run("release", lease["id"]).returncode == 0
+
+
+def test_a_lease_expires_at_its_ttl(alice: Person) -> None:
+    lease = alice.json("lease", "e2e-warm", "--ttl", "5s")
+    wait_for("Expired", lambda: alice.phase(lease["id"]) == "Expired", timeout=120)
+    assert lease["id"] not in [row["id"] for row in alice.json("status")["leases"]]
+
+
+def test_the_concurrency_quota_refuses_a_third_lease(alice: Person) -> None:
+    held = [alice.json("lease", "e2e-warm", "--no-wait")["id"] for _ in range(2)]
+    third = alice.run("lease", "e2e-warm", "--no-wait")
+    assert third.returncode == 6 and "concurrency_limit" in third.stderr
+    for lease_id in held:
+        assert alice.run("release", lease_id).returncode == 0
+
+
+def test_an_unverifiable_teardown_quarantines_and_withholds_the_cluster(alice: Person) -> None:
+    installation = alice.installation
+    if installation.kind != "local" or shutil.which("chattr") is None:
+        pytest.skip("makes a teardown fail with an immutable file of a local cluster")
+    lease = alice.json("lease", "e2e-warm")
+    rows = alice.http("GET", "/v1/pools/e2e-warm/leases")[1]
+    cluster_name = next(row["cluster_name"] for row in rows if row["id"] == lease["id"])
+    [directory] = [d for d in (installation.work / "instances").iterdir() if cluster_name in d.name]
+    pinned = directory / "pki" / "ca.crt"
+    if subprocess.run(["chattr", "+i", str(pinned)], check=False).returncode != 0:
+        pytest.skip("chattr +i is not permitted here")
+    try:
+        assert alice.run("release", lease["id"]).returncode == 0
+        wait_for("Quarantined", lambda: alice.phase(lease["id"]) == "Quarantined", timeout=120)
+        again = alice.run("release", lease["id"])
+        assert again.returncode == 6 and "teardown_quarantined" in again.stderr
+        pools = {row["name"]: row for row in alice.json("status")["pools"]}
+        assert pools["e2e-warm"]["quarantined"] >= 1
+    finally:
+        subprocess.run(["chattr", "-i", str(pinned)], check=False)
+
+
+def test_two_api_replicas_serve_one_address_and_share_sessions(alice: Person) -> None:
+    installation = alice.installation
+    if installation.kind != "local":
+        endpoints = installation.kubectl(
+            "get", "endpointslices", "-n", NAMESPACE, "-l",
+            "kubernetes.io/service-name=lessor-apiserver", "-o", "json",
+        )  # fmt: skip
+        ready = [e for s in json.loads(endpoints.stdout)["items"] for e in s.get("endpoints") or []]
+        assert len(ready) >= 2
+        return
+    assert all(api.alive for api in installation.apis)
+    for _ in range(30):
+        alice.http("GET", "/v1/pools")
+    logs = [api.log.read_text() for api in installation.apis]
+    assert all("GET /v1/pools" in log for log in logs), "the kernel spread connections to both"
+    assert alice.run("login").returncode == 0
+    first = installation.apis[0]
+    first.stop()
+    try:
+        status = alice.json("status")
+        assert status["session"]["identity"] == "alice", "the other replica accepts the session"
+        lease = alice.json("lease", "e2e-warm", "--no-wait")
+        assert alice.run("release", lease["id"]).returncode == 0
+    finally:
+        first.start()
+        wait_for("the replica back", lambda: first.alive)
+
+
+def test_the_operator_fails_over_when_its_leader_dies(alice: Person) -> None:
+    installation = alice.installation
+    leader = wait_for("a leader", installation.leader)
+    if installation.kind == "local":
+        pid = pid_of(leader)
+        [process] = [p for p in installation.operators if p.popen and p.popen.pid == pid]
+        process.stop(signal.SIGKILL)
+    else:
+        pod = leader.split("_", 1)[0]
+        installation.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")
+    lease = alice.json("lease", "e2e-warm", "--wait-timeout", "5m")
+    assert lease["phase"] == "Bound"
+    assert wait_for("a new leader", lambda: installation.leader() not in ("", leader) or None)
+    assert alice.run("release", lease["id"]).returncode == 0
+    if installation.kind == "local":
+        config = installation.work / "config.yaml"
+        kubeconfig = installation.work / "lessor-operator.kubeconfig"
+        installation.operators.append(operator_process(installation, config, kubeconfig, 9))

@@ -1,0 +1,93 @@
+"""The configuration file both servers read: the `config.yaml` key of the `lessor-config`
+ConfigMap in `manifests/`, given as `--config PATH` (or `LESSOR_CONFIG`).
+
+Every key is optional and stands for the command-line flag of the same name; a flag given
+explicitly wins over the file, and the file over the built-in default. One file for both
+components keeps a deployment's settings in one reviewed place. Keys (see docs/operations.md):
+
+    namespace: lessor-system        # where pools, leases and policies live
+    agentSandbox:
+      mode: disabled                # the Sandbox API (only `disabled` until it lands)
+    apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout}
+    operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
+                localBackendDir}
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class AgentSandbox(_Section):
+    mode: Literal["disabled"] = Field(
+        default="disabled", description="`external` arrives with Sandbox leases"
+    )
+
+
+class ApiServer(_Section):
+    bind: str | None = None
+    workers: int | None = Field(default=None, ge=1, le=64)
+    worker_connections: int | None = Field(default=None, ge=1)
+    timeout: int | None = Field(default=None, ge=1)
+    graceful_timeout: int | None = Field(default=None, ge=0)
+
+
+class Operator(_Section):
+    workers: int | None = Field(default=None, ge=1, le=64)
+    http_port: int | None = Field(default=None, ge=1, le=65535)
+    lease_duration: float | None = Field(default=None, gt=0)
+    renew_deadline: float | None = Field(default=None, gt=0)
+    retry_period: float | None = Field(default=None, gt=0)
+    teardown_grace: float | None = Field(default=None, gt=0)
+    local_backend_dir: Path | None = None
+
+
+class ConfigFile(_Section):
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    agent_sandbox: AgentSandbox = Field(default_factory=AgentSandbox)
+    apiserver: ApiServer = Field(default_factory=ApiServer)
+    operator: Operator = Field(default_factory=Operator)
+
+
+def load(path: Path) -> ConfigFile:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return ConfigFile.model_validate(document)
+    except OSError as error:
+        raise SystemExit(f"--config {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise SystemExit(f"--config {path}: not YAML: {error}") from None
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        raise SystemExit(f"--config {path}: {problems}") from None
+
+
+def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, section: str) -> None:
+    """Make the file's values (namespace and one component's section) the parser's defaults."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("LESSOR_CONFIG") or None,
+        help="YAML configuration file (env LESSOR_CONFIG); flags override it",
+    )
+    known, _ = parser.parse_known_args(argv)
+    if known.config is None:
+        return
+    config = load(known.config)
+    values: dict[str, Any] = getattr(config, section).model_dump(exclude_none=True)
+    if config.namespace:
+        values["namespace"] = config.namespace
+    parser.set_defaults(**values)

@@ -1,0 +1,51 @@
+"""The servers' configuration file: values become defaults, flags win, mistakes name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lessor.apiserver.server import parse_args as apiserver_args
+from lessor.operator.main import parse_args as operator_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_configmap_is_a_valid_config(tmp_path: Path) -> None:
+    import yaml  # noqa: PLC0415 - only this test reads the manifest
+
+    configmap = yaml.safe_load((ROOT / "manifests" / "base" / "config.yaml").read_text())
+    path = tmp_path / "config.yaml"
+    path.write_text(configmap["data"]["config.yaml"])
+    args = operator_args([f"--config={path}"])
+    assert (args.namespace, args.workers, args.teardown_grace) == ("lessor-system", 4, 120)
+    assert apiserver_args([f"--config={path}"]).bind == "0.0.0.0:8000"
+
+
+def test_file_values_are_defaults_and_flags_win(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("namespace: team-a\napiserver: {workers: 5, gracefulTimeout: 3}\n")
+    args = apiserver_args([f"--config={path}"])
+    assert (args.namespace, args.workers, args.graceful_timeout) == ("team-a", 5, 3)
+    assert args.worker_connections == 1000, "keys the file leaves out keep the flag default"
+    assert apiserver_args([f"--config={path}", "--workers=1"]).workers == 1
+    assert operator_args([f"--config={path}"]).workers == 4, "another component's section"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("apiserver: {wokers: 3}\n", "apiserver.wokers: Extra inputs are not permitted"),
+        ("operator: {workers: 0}\n", "operator.workers: Input should be greater than or equal"),
+        ("agentSandbox: {mode: external}\n", "agentSandbox.mode: Input should be 'disabled'"),
+        ("namespace: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_file_stops_with_the_key_at_fault(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as stopped:
+        operator_args([f"--config={path}"])
+    assert message in str(stopped.value)
+    assert str(path) in str(stopped.value)
