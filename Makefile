@@ -2,7 +2,7 @@
 PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 
-.PHONY: test demo lint unit integration e2e crds tools clean
+.PHONY: test demo bench lint unit integration e2e crds tools clean
 
 # The whole test suite, from a fresh machine: installs tox, builds the local control plane into
 # ~/.cache/lessor on first use, then runs every tox environment.
@@ -11,6 +11,10 @@ test: tools
 
 demo: tools
 	$(TOX) run -e demo
+
+# The benchmarks (bench/README.md): about 15 minutes; they report, never fail.
+bench: tools
+	$(TOX) run -e bench
 
 lint unit integration e2e crds: tools
 	$(TOX) run -e $@

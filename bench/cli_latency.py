@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.stack import local_stack
+from bench.stack import TOKEN, local_stack, percentiles
 
 LESSOR = Path(sys.executable).parent / "lessor"
 
@@ -30,47 +29,33 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return time.perf_counter() - started, result.stdout
 
 
-def summary(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {
-        "p50_s": round(statistics.median(ordered), 3),
-        "p90_s": round(ordered[int(0.9 * (len(ordered) - 1))], 3),
-        "max_s": round(ordered[-1], 3),
-        "min_s": round(ordered[0], 3),
-    }
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--leases", type=int, default=10)
-    parser.add_argument("--warm", type=int, default=2)
-    args = parser.parse_args()
+def run(leases: int = 10, warm: int = 2) -> dict[str, Any]:
     command = [str(LESSOR)] if LESSOR.exists() else [sys.executable, "-m", "lessor.cli.main"]
-    results: dict[str, Any] = {"benchmark": "cli_latency", "leases": args.leases, "warm": args.warm}
+    results: dict[str, Any] = {"backend": "local", "leases": leases, "warm": warm}
     with tempfile.TemporaryDirectory() as home, local_stack() as stack:
         env = {**os.environ, "HOME": home, "XDG_CONFIG_HOME": f"{home}/config"}
-        env.update(LESSOR_ENDPOINT=stack.base, LESSOR_TOKEN=stack.token)
-        results["help"] = summary([timed([*command, "--help"], env)[0] for _ in range(10)])
-        stack.pool("bench", args.warm)
-        leases = []
-        for _ in range(args.leases):
-            stack.wait_ready("bench", args.warm)
-            took, out = timed([*command, "lease", "bench", "-o", "json"], env)
-            leases.append(took)
+        env.update(LESSOR_ENDPOINT=stack.base, LESSOR_TOKEN=TOKEN)
+        helps = [timed([*command, "--help"], env)[0] for _ in range(10)]
+        results["help_ms"] = percentiles(helps, 1000, 1)
+        stack.pool("cli", warm)
+        samples = []
+        for _ in range(leases):
+            stack.wait_ready("cli", warm)
+            took, out = timed([*command, "lease", "cli", "-o", "json"], env)
+            samples.append(took)
             lease = json.loads(out)
             assert Path(lease["kubeconfig"]).exists()
             subprocess.run(
                 [*command, "release", lease["id"]], env=env, check=True, capture_output=True
             )
-        results["lease"] = summary(leases)
-    print(json.dumps(results))
-    print(
-        f"lessor --help p50 {results['help']['p50_s']} s; lessor lease (to kubeconfig written) "
-        f"p50 {results['lease']['p50_s']} s, max {results['lease']['max_s']} s",
-        file=sys.stderr,
-    )
-    return 0
+        results["lease_ms"] = percentiles(samples, 1000, 1)
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--leases", type=int, default=10)
+    parser.add_argument("--warm", type=int, default=2)
+    arguments = parser.parse_args()
+    print(json.dumps(run(arguments.leases, arguments.warm)))
+    sys.exit(0)

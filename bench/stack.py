@@ -1,130 +1,290 @@
-"""The local stack a benchmark runs against: a local control plane with lessor's CRDs, the
-operator, and the API server, with a static-token AccessPolicy. Everything is stopped on exit."""
+"""The local stack a benchmark runs against, and the clients that measure it.
+
+`local_stack()` starts a local control plane with lessor's CRDs, the operator and the API
+server, and an AccessPolicy accepting a static token, an Ed25519 key (requests signed here, as
+the CLI's agent would) and ServiceAccount tokens of the control plane as OIDC tokens; it stops
+everything on exit. `Client` speaks HTTP with any of those credentials.
+"""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import secrets
 import signal
+import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.protocol.ssh_signature import SCHEME, canonical_request
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 TOKEN = "bench-token"  # noqa: S105 - a throwaway static token for a throwaway cluster
+SUBJECT = f"system:serviceaccount:{NAMESPACE}:bench"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def percentiles(samples: list[float], unit: float = 1.0, digits: int = 4) -> dict[str, float]:
+    """p50, p90, p99, max and count of `samples` (seconds), multiplied by `unit`."""
+    ordered = sorted(samples)
+    if not ordered:
+        return {"count": 0}
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * unit, digits)
+
+    return {
+        "count": len(ordered),
+        "p50": round(statistics.median(ordered) * unit, digits),
+        "p90": at(0.90),
+        "p99": at(0.99),
+        "max": round(ordered[-1] * unit, digits),
+    }
+
+
+@dataclass
+class Client:
+    """One HTTP/1.1 connection (kept alive) to the API with one credential."""
+
+    base: str
+    authorization: Callable[[str, str, bytes], str | None]
+    connection: http.client.HTTPConnection = field(init=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.base)
+        self.connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else b""
+        headers = {"Content-Type": "application/json"} if data else {}
+        header = self.authorization(method, path, data)
+        if header:
+            headers["Authorization"] = header
+        for attempt in range(2):
+            try:
+                self.connection.request(method, path, body=data or None, headers=headers)
+                answer = self.connection.getresponse()
+                raw = answer.read()
+                break
+            except (http.client.HTTPException, OSError):
+                self.connection.close()
+                if attempt:
+                    raise
+                header = self.authorization(method, path, data)  # a nonce is single-use
+                if header:
+                    headers["Authorization"] = header
+        is_json = (answer.getheader("Content-Type") or "").startswith("application/json")
+        return answer.status, json.loads(raw) if raw and is_json else raw.decode()
 
 
 @dataclass
 class Stack:
     cluster: LocalControlPlane
     base: str
-    token: str
     work: Path
+    ssh_key: Ed25519PrivateKey
+    processes: list[subprocess.Popen[bytes]]
 
     def apply(self, document: dict[str, Any]) -> None:
         document["metadata"]["namespace"] = NAMESPACE
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
 
-    def pool(self, name: str, warm: int) -> None:
+    def pool(self, name: str, warm: int, backend: str = "local") -> None:
         self.apply(
             {
                 "apiVersion": "lessor.dev/v1alpha1",
                 "kind": "ClusterPool",
                 "metadata": {"name": name},
-                "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": "local"}},
+                "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": backend}},
             }
         )
 
-    def ready(self, pool: str) -> int:
-        request = urllib.request.Request(  # noqa: S310 - loopback
-            f"{self.base}/v1/pools/{pool}", headers={"Authorization": f"Bearer {self.token}"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-            return int(json.loads(answer.read())["ready"])
+    # -- credentials -----------------------------------------------------------------------
 
-    def wait_ready(self, pool: str, count: int, timeout: float = 600) -> None:
+    def bearer(self, token: str) -> Callable[[str, str, bytes], str | None]:
+        return lambda _method, _path, _body: f"Bearer {token}"
+
+    def static(self) -> Client:
+        return Client(self.base, self.bearer(TOKEN))
+
+    def oidc(self) -> Client:
+        token = self.cluster.kubectl(
+            "create", "token", "bench", "-n", NAMESPACE, "--audience=lessor", "--duration=2h"
+        ).stdout.strip()
+        return Client(self.base, self.bearer(token))
+
+    def session(self) -> Client:
+        status, body = self.static().call("POST", "/v1/login")
+        assert status == 200, body
+        return Client(self.base, self.bearer(body["session_token"]))
+
+    def ssh(self) -> Client:
+        raw = self.ssh_key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        key = base64.b64encode(ed25519_key_blob(raw)).decode()
+
+        def sign(method: str, path: str, body: bytes) -> str:
+            stamp, nonce = int(time.time()), secrets.token_urlsafe(24)
+            signed = self.ssh_key.sign(canonical_request(method, path, stamp, nonce, body))
+            signature = base64.b64encode(ed25519_signature_blob(signed)).decode()
+            return f'{SCHEME} key="{key}", ts="{stamp}", nonce="{nonce}", sig="{signature}"'
+
+        return Client(self.base, sign)
+
+    # -- pools and leases ------------------------------------------------------------------
+
+    def ready(self, pool: str) -> int:
+        status, body = self.static().call("GET", f"/v1/pools/{pool}")
+        return int(body.get("ready", 0)) if status == 200 else 0
+
+    def wait_ready(self, pool: str, count: int, timeout: float = 900) -> None:
         deadline = time.monotonic() + timeout
         while self.ready(pool) < count:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pool {pool} never had {count} ready clusters")
-            time.sleep(0.2)
+            time.sleep(0.5)
+
+    def release_all(self) -> None:
+        client = self.static()
+        for lease in client.call("GET", "/v1/leases")[1]:
+            client.call("DELETE", f"/v1/leases/{lease['id']}")
+
+    def kube_floor(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(a GET, a create) of a small object straight on the kube-apiserver, with the
+        admin client certificate: the cost floor every lessor figure is compared with."""
+        pki = self.cluster.pki
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        parts = urlsplit(self.cluster.server)
+        local = threading.local()
+
+        def connection() -> http.client.HTTPSConnection:
+            if not hasattr(local, "connection"):
+                local.connection = http.client.HTTPSConnection(
+                    parts.hostname or "", parts.port, context=context, timeout=60
+                )
+            found: http.client.HTTPSConnection = local.connection
+            return found
+
+        def call(method: str, path: str, body: bytes | None) -> None:
+            conn = connection()
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            answer = conn.getresponse()
+            answer.read()
+            assert answer.status < 300, answer.status
+
+        base = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+
+        def create() -> None:
+            name = f"floor-{secrets.token_hex(6)}"
+            body = {"metadata": {"name": name}, "data": {"k": "v"}}
+            call("POST", base, json.dumps(body).encode())
+
+        call("POST", base, json.dumps({"metadata": {"name": "floor"}, "data": {}}).encode())
+        return (lambda: call("GET", f"{base}/floor", None)), create
 
 
-def _healthy(base: str) -> bool:
+def _healthy(client: Client) -> bool:
     try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=2) as answer:  # noqa: S310
-            return bool(answer.status == 200)
+        return client.call("GET", "/healthz")[0] == 200
     except OSError:
         return False
 
 
 @contextmanager
-def local_stack(api_workers: int = 2) -> Iterator[Stack]:
-    binaries = ensure_binaries(lambda message: print(message, file=sys.stderr))
+def local_stack(
+    *, api_workers: int = 2, with_node: bool = False, operator_args: tuple[str, ...] = ()
+) -> Iterator[Stack]:
+    binaries = ensure_binaries(progress)
     with tempfile.TemporaryDirectory(prefix="lessor-bench-") as directory:
         work = Path(directory)
         cluster = LocalControlPlane(work / "cluster")
-        cluster.start(binaries, with_node=False)
+        cluster.start(binaries, with_node=with_node)
         processes: list[subprocess.Popen[bytes]] = []
+        key = Ed25519PrivateKey.generate()
         try:
-            cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
-            cluster.kubectl("create", "namespace", NAMESPACE)
-            cluster.kubectl(
-                "create", "secret", "generic", "tokens", "-n", NAMESPACE,
-                f"--from-literal=bench={TOKEN}",
-            )  # fmt: skip
-            policy = {
-                "apiVersion": "lessor.dev/v1alpha1",
-                "kind": "AccessPolicy",
-                "metadata": {"name": "bench", "namespace": NAMESPACE},
-                "spec": {
-                    "auth": {
-                        "staticTokens": [
-                            {
-                                "secretRef": {"name": "tokens", "key": "bench"},
-                                "claims": {"sub": "b"},
-                            }
-                        ]
-                    },
-                    "identity": "{sub}",
-                    "rules": [{"pools": ["*"], "maxConcurrentLeases": 1000}],
-                },
-            }
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
+            _configure(cluster, key)
             log = (work / "lessor.log").open("ab")
             common = [f"--kubeconfig={cluster.kubeconfig}", f"--namespace={NAMESPACE}"]
             port = free_port()
             for argv in (
                 ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={free_port()}",
-                 f"--local-backend-dir={work / 'instances'}"],
+                 f"--local-backend-dir={work / 'instances'}", *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
-                 f"--workers={api_workers}"],
+                 f"--workers={api_workers}", "--worker-connections=2000"],
             ):  # fmt: skip
                 processes.append(
                     subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log)
                 )
-            base = f"http://127.0.0.1:{port}"
+            stack = Stack(cluster, f"http://127.0.0.1:{port}", work, key, processes)
             deadline = time.monotonic() + 60
-            while not _healthy(base):
+            while not _healthy(Client(stack.base, lambda *_: None)):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the API server did not start")
                 time.sleep(0.1)
-            yield Stack(cluster, base, TOKEN, work)
+            yield stack
         finally:
             for process in reversed(processes):
                 process.send_signal(signal.SIGTERM)
-                process.wait(timeout=60)
+                process.wait(timeout=120)
             for leftover in (work / "instances").glob("*"):
                 LocalControlPlane(leftover).destroy()
             cluster.destroy()
+
+
+def _configure(cluster: LocalControlPlane, key: Ed25519PrivateKey) -> None:
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("create", "serviceaccount", "bench", "-n", NAMESPACE)
+    cluster.kubectl(
+        "create", "secret", "generic", "tokens", "-n", NAMESPACE, f"--from-literal=bench={TOKEN}"
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    policy = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "bench", "namespace": NAMESPACE},
+        "spec": {
+            "auth": {
+                "oidc": {
+                    "issuer": cluster.server,
+                    "audience": ["lessor"],
+                    "jwksUrl": f"{cluster.server}/openid/v1/jwks",
+                    "caBundle": (cluster.pki / "ca.crt").read_text(),
+                },
+                "staticTokens": [
+                    {"secretRef": {"name": "tokens", "key": "bench"}, "claims": {"sub": SUBJECT}}
+                ],
+                "sshKeys": [{"publicKey": public.decode(), "claims": {"sub": SUBJECT}}],
+            },
+            # One identity whichever the credential: the ServiceAccount's OIDC subject.
+            "identity": "{sub}",
+            "rules": [{"pools": ["*"], "maxConcurrentLeases": 100000}],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))

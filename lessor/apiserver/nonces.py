@@ -3,13 +3,16 @@ or another replica is refused as surely as one sent to the same process.
 
 A nonce is taken by creating a ConfigMap named after it, an atomic create that only one request
 can win. Records older than twice the clock-skew window can no longer matter (their timestamps
-are refused anyway) and are swept from time to time by whichever request happens to do it.
+are refused anyway). Each carries its expiry as a ten-minute bucket label, so that one
+delete-collection call by label removes every expired bucket of the last day; each process
+sweeps at most once a minute. (Listing the nonces and deleting expired ones one by one inside
+a request, as a first version did, put hundreds of calls on unlucky requests under load.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
+import threading
 import time
 
 from kubernetes import client
@@ -19,14 +22,18 @@ from lessor.apiserver.auth.ssh import MAX_SKEW_SECONDS, NonceCache
 from lessor.apiserver.kube import TIMEOUT, Kube
 
 LABEL = "lessor.dev/ssh-nonce"
-EXPIRES = "lessor.dev/expires"
-SWEEP_PROBABILITY = 0.01
+BUCKET = "lessor.dev/expiry-bucket"
+BUCKET_SECONDS = 600
+SWEPT_BUCKETS = 144  # a day: older buckets were swept by someone long ago
+SWEEP_EVERY_SECONDS = 60.0
 
 
 class ClusterNonces(NonceCache):
     def __init__(self, kube: Kube) -> None:
         super().__init__()
         self.kube = kube
+        self._next_sweep = 0.0
+        self._sweep_lock = threading.Lock()
 
     def first_use(self, key_blob: bytes, nonce: str) -> bool:
         if not super().first_use(key_blob, nonce):
@@ -35,7 +42,7 @@ class ClusterNonces(NonceCache):
         expires = int(time.time()) + 2 * MAX_SKEW_SECONDS
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
-                name=name, labels={LABEL: "true"}, annotations={EXPIRES: str(expires)}
+                name=name, labels={LABEL: "true", BUCKET: str(expires // BUCKET_SECONDS + 1)}
             )
         )
         try:
@@ -46,22 +53,23 @@ class ClusterNonces(NonceCache):
             if error.status == 409:
                 return False
             raise
-        if random.random() < SWEEP_PROBABILITY:  # noqa: S311 - load spreading, not security
-            self.sweep()
+        self._maybe_sweep()
         return True
 
+    def _maybe_sweep(self) -> None:
+        now = time.monotonic()
+        with self._sweep_lock:
+            if now < self._next_sweep:
+                return
+            self._next_sweep = now + SWEEP_EVERY_SECONDS
+        self.sweep()
+
     def sweep(self) -> None:
-        now = time.time()
-        found = self.kube.core.list_namespaced_config_map(
-            self.kube.namespace, label_selector=f"{LABEL}=true", _request_timeout=TIMEOUT
+        """Delete every nonce whose bucket (the ten minutes its expiry falls before) is past."""
+        current = int(time.time()) // BUCKET_SECONDS
+        past = ",".join(str(b) for b in range(current - SWEPT_BUCKETS, current + 1))
+        self.kube.core.delete_collection_namespaced_config_map(
+            self.kube.namespace,
+            label_selector=f"{LABEL}=true,{BUCKET} in ({past})",
+            _request_timeout=TIMEOUT,
         )
-        for item in found.items:
-            annotations = (item.metadata.annotations if item.metadata else None) or {}
-            if float(annotations.get(EXPIRES, "0")) < now and item.metadata and item.metadata.name:
-                try:
-                    self.kube.core.delete_namespaced_config_map(
-                        item.metadata.name, self.kube.namespace, _request_timeout=TIMEOUT
-                    )
-                except ApiException as error:
-                    if error.status != 404:
-                        raise

@@ -60,6 +60,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=120.0,
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
+    parser.add_argument(
+        "--test-backends",
+        action="store_true",
+        help="also serve the `namespace` backend (tests and benchmarks; no isolation)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     apply_defaults(parser, argv, "operator")
     return parser.parse_args(argv)
@@ -92,7 +97,7 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
         Informer(client, LEASES, namespace=namespace, indexers={BY_POOL: index_by_pool})
     )
     events = EventRecorder(client, identity)
-    backends = Backends(client, LocalBackend(args.local_backend_dir))
+    backends = Backends(client, LocalBackend(args.local_backend_dir), args.test_backends)
     pool_controller = Controller(
         "clusterpool",
         PoolReconciler(

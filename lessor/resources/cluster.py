@@ -42,10 +42,12 @@ class K3sBackendConfig(SpecModel):
 
 
 class Backend(SpecModel):
-    type: Literal["local", "k3s"] = Field(
+    type: Literal["local", "k3s", "namespace"] = Field(
         default="local",
         description="local: kube-apiserver and etcd processes on the operator's host (development,"
-        " demos, CI); k3s: a k3s server StatefulSet in the host cluster (production).",
+        " demos, CI); k3s: a k3s server StatefulSet in the host cluster (production); namespace:"
+        " a namespace of the host cluster, for tests and benchmarks only (operator flag"
+        " --test-backends).",
     )
     # An explicit alias: the camelCase generator would spell it "k3S".
     k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")

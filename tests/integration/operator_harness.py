@@ -46,6 +46,7 @@ class Operator:
     lease_duration: float = 4.0
     leader_election: bool = True
     port: int = field(default_factory=free_port)
+    extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Operator:
@@ -65,6 +66,7 @@ class Operator:
         ]
         if not self.leader_election:
             argv.append("--no-leader-election")
+        argv += self.extra
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         return self

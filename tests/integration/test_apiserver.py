@@ -495,3 +495,29 @@ def test_concurrent_extensions_never_spend_one_extension_twice(stack: Stack) -> 
     )
     assert len(json.loads(lease.stdout)) == 1
     assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+
+
+def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
+    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
+    from lessor.apiserver.nonces import BUCKET, LABEL, ClusterNonces  # noqa: PLC0415
+
+    nonces = ClusterNonces(kube(str(stack.cluster.kubeconfig), stack.namespace))
+    assert nonces.first_use(b"key", "fresh-nonce-0123456789")
+    current = int(time.time()) // 600
+    stale = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "lessor-nonce-stale",
+            "namespace": stack.namespace,
+            "labels": {LABEL: "true", BUCKET: str(current - 3)},
+        },
+    }
+    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(stale))
+    nonces.sweep()
+    left = stack.cluster.kubectl(
+        "get", "configmaps", "-n", stack.namespace, "-l", f"{LABEL}=true", "-o", "name"
+    ).stdout.split()
+    assert "configmap/lessor-nonce-stale" not in left
+    assert len(left) >= 1, "the fresh nonce stays until its bucket passes"
+    assert not nonces.first_use(b"key", "fresh-nonce-0123456789"), "still remembered"

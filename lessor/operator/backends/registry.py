@@ -6,18 +6,24 @@ from lessor.operator.backends.base import ClusterBackend
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
 from lessor.operator.backends.local import LocalBackend
+from lessor.operator.backends.namespace import NamespaceBackend
 from lessor.operator.runtime.client import KubeClient
 from lessor.resources.cluster import Backend
 
 
 class Backends:
-    def __init__(self, client: KubeClient, local: LocalBackend | None = None) -> None:
+    def __init__(
+        self, client: KubeClient, local: LocalBackend | None = None, test_backends: bool = False
+    ) -> None:
         self.client = client
         self.local = local or LocalBackend()
+        self.namespace = NamespaceBackend(client, enabled=test_backends)
 
     def for_spec(self, backend: Backend) -> ClusterBackend:
         if backend.type == "local":
             return self.local
+        if backend.type == "namespace":
+            return self.namespace
         settings = backend.k3s
         config = (
             K3sConfig(

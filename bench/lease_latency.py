@@ -1,0 +1,90 @@
+"""Warm lease latency: POST /v1/leases until GET shows Bound with a kubeconfig, with 1, 10 and
+50 clients at once against a warm pool, plus the cost floor (a GET and a create of a small
+object on the kube-apiserver itself) measured in the same run.
+
+The pool uses the test-only `namespace` backend so that 50 warm instances fit on one machine
+(50 `local` clusters would need 15 GiB); binding does not depend on the backend, which only
+decides how long a *replacement* takes. `bench/cli_latency.py` measures `lessor lease` with
+`local` clusters.
+
+Usage: python -m bench.lease_latency
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.stack import Stack, local_stack, percentiles, progress
+
+POLL_SECONDS = 0.02
+
+
+def one_lease(stack: Stack, pool: str, samples: list[float], lock: threading.Lock) -> None:
+    client = stack.static()
+    started = time.perf_counter()
+    status, created = client.call("POST", "/v1/leases", {"profile": pool})
+    assert status == 202, created
+    while True:
+        _, lease = client.call("GET", f"/v1/leases/{created['id']}")
+        if lease.get("phase") == "Bound" and lease.get("kubeconfig"):
+            break
+        time.sleep(POLL_SECONDS)
+    with lock:
+        samples.append(time.perf_counter() - started)
+
+
+def concurrent(stack: Stack, pool: str, clients: int, total: int) -> list[float]:
+    samples: list[float] = []
+    lock = threading.Lock()
+    while len(samples) < total:
+        stack.wait_ready(pool, clients)
+        threads = [
+            threading.Thread(target=one_lease, args=(stack, pool, samples, lock))
+            for _ in range(clients)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stack.release_all()
+    return samples
+
+
+def floor(stack: Stack, repeats: int = 200) -> dict[str, Any]:
+    get, create = stack.kube_floor()
+    result = {}
+    for name, call in (("get", get), ("create", create)):
+        samples = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - started)
+        result[name] = percentiles(samples, 1000, 2)
+    return result
+
+
+def run(levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
+    with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
+        stack.pool("latency", max(levels), backend="namespace")
+        stack.wait_ready("latency", max(levels))
+        result: dict[str, Any] = {"backend": "namespace", "floor_ms": floor(stack), "clients": {}}
+        for clients in levels:
+            progress(f"lease latency with {clients} concurrent clients")
+            samples = concurrent(stack, "latency", clients, total=max(50, clients * 2))
+            result["clients"][str(clients)] = {
+                **percentiles(samples, 1000, 1),
+                "samples_ms": [round(s * 1000, 1) for s in samples],
+            }
+    floor_create = result["floor_ms"]["create"]["p50"]
+    for row in result["clients"].values():
+        row["p50_over_create_floor"] = round(row["p50"] / floor_create, 1)
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(run()))
+    sys.exit(0)

@@ -1,0 +1,149 @@
+"""Scale of the operator: its memory (RSS) and reconcile queue latency with 10,000 ClusterLeases
+and 1,000 ClusterPools in its cache. The objects exist before the operator starts (as after a
+restart of a big installation); the pools keep nothing warm, so every lease stays Pending and
+is reconciled (a queue position written) without creating clusters.
+
+Usage: python -m bench.operator_scale [--pools 1000] [--leases 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.stack import NAMESPACE, ROOT, progress
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.cluster import LocalControlPlane, free_port
+
+BATCH = 500
+
+
+def create(cluster: LocalControlPlane, items: list[dict[str, Any]]) -> None:
+    for start in range(0, len(items), BATCH):
+        batch = {"apiVersion": "v1", "kind": "List", "items": items[start : start + BATCH]}
+        cluster.kubectl("create", "-f", "-", input=json.dumps(batch), timeout=600)
+
+
+def metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
+def quantile(values: dict[str, float], queue: str, name: str) -> float:
+    """The upper bound of the queue-latency bucket holding quantile `name` ("p99"), as
+    Prometheus' histogram_quantile would give it without interpolation."""
+    wanted = float(name[1:]) / 100
+    buckets = sorted(
+        (float(key.split('le="')[1].split('"')[0]), count)
+        for key, count in values.items()
+        if key.startswith("lessor_workqueue_queue_duration_seconds_bucket")
+        and f'name="{queue}"' in key
+    )
+    total = buckets[-1][1] if buckets else 0
+    for bound, count in buckets:
+        if total and count >= wanted * total:
+            return bound
+    return float("nan")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
+    binaries = ensure_binaries(progress)
+    with tempfile.TemporaryDirectory(prefix="lessor-scale-") as directory:
+        cluster = LocalControlPlane(Path(directory) / "cluster")
+        cluster.start(binaries, with_node=False)
+        operator = None
+        try:
+            cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            progress(f"creating {pools} pools and {leases} leases")
+            started = time.monotonic()
+            create(cluster, [
+                {"apiVersion": "lessor.dev/v1alpha1", "kind": "ClusterPool",
+                 "metadata": {"name": f"p{n:04d}", "namespace": NAMESPACE},
+                 "spec": {"warmTarget": 0, "backend": {"type": "local"}}}
+                for n in range(pools)
+            ])  # fmt: skip
+            create(cluster, [
+                {"apiVersion": "lessor.dev/v1alpha1", "kind": "ClusterLease",
+                 "metadata": {"name": f"l{n:05d}", "namespace": NAMESPACE,
+                              "labels": {"lessor.dev/pool": f"p{n % pools:04d}"}},
+                 "spec": {"pool": f"p{n % pools:04d}", "requester": "bench"}}
+                for n in range(leases)
+            ])  # fmt: skip
+            created_in = time.monotonic() - started
+            port = free_port()
+            progress("starting the operator")
+            started = time.monotonic()
+            operator = subprocess.Popen(
+                [sys.executable, "-m", "lessor.operator", f"--kubeconfig={cluster.kubeconfig}",
+                 f"--namespace={NAMESPACE}", "--http-host=127.0.0.1", f"--http-port={port}",
+                 "--no-leader-election"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            samples: list[tuple[float, float, float]] = []
+            drained = None
+            while time.monotonic() - started < 1800:
+                time.sleep(1)
+                try:
+                    values = metrics(port)
+                except OSError:
+                    continue
+                depth = sum(v for k, v in values.items() if k.startswith("lessor_workqueue_depth"))
+                done = sum(
+                    v for k, v in values.items()
+                    if k.startswith("lessor_reconcile_total") and 'controller="clusterlease"' in k
+                )  # fmt: skip
+                samples.append((time.monotonic() - started, depth, rss_mib(operator.pid)))
+                if done >= leases and depth == 0:
+                    drained = time.monotonic() - started
+                    break
+            values = metrics(port)
+            result = {
+                "pools": pools,
+                "leases": leases,
+                "objects_created_s": round(created_in, 1),
+                "drained_s": round(drained, 1) if drained else None,
+                "rss_mib_at_drain": rss_mib(operator.pid),
+                "rss_mib_peak": max(s[2] for s in samples),
+                "queue_latency_s": {
+                    queue: {q: quantile(values, queue, q) for q in ("p50", "p90", "p99")}
+                    for queue in ("clusterlease", "clusterpool")
+                },
+                "depth_over_time": [[round(t, 1), d] for t, d, _ in samples],
+            }
+        finally:
+            if operator is not None:
+                operator.terminate()
+                operator.wait(timeout=120)
+            cluster.destroy()
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pools", type=int, default=1000)
+    parser.add_argument("--leases", type=int, default=10000)
+    arguments = parser.parse_args()
+    print(json.dumps(run(arguments.pools, arguments.leases)))
+    sys.exit(0)

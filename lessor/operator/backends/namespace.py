@@ -1,0 +1,133 @@
+"""A backend whose "cluster" is a namespace of the host cluster: for tests and benchmarks only.
+
+An instance costs one Namespace, a ServiceAccount and a RoleBinding to the `admin` ClusterRole,
+so hundreds fit on a laptop where `local` (300 MiB each) or `k3s` clusters would not; it is
+what the burst benchmark binds 200 leases against. The kubeconfig is real (the host's API
+server, a TokenRequest token of that ServiceAccount, the namespace as context) but a namespace
+is no isolation boundary, so the operator serves this backend only with `--test-backends`.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import yaml
+
+from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+
+ACCOUNT = "tenant"
+TOKEN_SECONDS = 24 * 3600
+
+
+def namespace_of(instance: InstanceRef) -> str:
+    return f"lessor-ns-{instance.name}"[:63].rstrip("-")
+
+
+class NamespaceBackend:
+    def __init__(self, client: KubeClient, enabled: bool) -> None:
+        self.client = client
+        self.enabled = enabled
+
+    def _objects(self, instance: InstanceRef) -> list[tuple[str, dict[str, object]]]:
+        namespace = namespace_of(instance)
+        labels = {"lessor.dev/instance-uid": instance.uid}
+        return [
+            (
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": namespace, "labels": labels}},
+            ),
+            (
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}},
+            ),
+            (
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": f"{ACCOUNT}-admin"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT,
+                                  "namespace": namespace}],
+                },
+            ),
+        ]  # fmt: skip
+
+    async def provision(self, instance: InstanceRef) -> None:
+        if not self.enabled:
+            raise BackendError("the namespace backend is for tests: start with --test-backends")
+        for path, body in self._objects(instance):
+            try:
+                await self.client.create(path, body)
+            except ConflictError:
+                continue  # a replay after a crash: it exists already
+            except ApiError as error:
+                raise BackendError(f"creating {body['kind']} failed: {error}") from error
+
+    async def readiness(self, instance: InstanceRef) -> Readiness:
+        namespace = namespace_of(instance)
+        details = {"namespace": namespace}
+        try:
+            found = await self.client.get(f"/api/v1/namespaces/{namespace}")
+            await self.client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{ACCOUNT}")
+            await self.client.get(
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/"
+                f"{ACCOUNT}-admin"
+            )
+        except ApiError as error:
+            return Readiness(False, f"not provisioned yet ({error.reason})", details)
+        if found.get("status", {}).get("phase") != "Active":
+            return Readiness(False, "namespace not Active", details)
+        return Readiness(True, "namespace ready", details)
+
+    async def kubeconfig(self, instance: InstanceRef) -> str:
+        namespace = namespace_of(instance)
+        try:
+            answer = await self.client.create(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{ACCOUNT}/token",
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                 "spec": {"expirationSeconds": TOKEN_SECONDS}},
+            )  # fmt: skip
+        except ApiError as error:
+            raise BackendError(f"token request for {namespace} failed: {error}") from error
+        auth = self.client.api.auth
+        cluster: dict[str, object] = {"server": auth.server}
+        if auth.server_ca_file:
+            ca = Path(auth.server_ca_file).read_bytes()
+            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": namespace, "cluster": cluster}],
+                "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
+                "contexts": [
+                    {"name": namespace,
+                     "context": {"cluster": namespace, "user": ACCOUNT, "namespace": namespace}}
+                ],
+                "current-context": namespace,
+            }
+        )  # fmt: skip
+
+    async def teardown(self, instance: InstanceRef) -> None:
+        try:
+            await self.client.delete(f"/api/v1/namespaces/{namespace_of(instance)}")
+        except NotFoundError:
+            return
+        except ApiError as error:
+            raise BackendError(f"deleting namespace failed: {error}") from error
+
+    async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
+        namespace = namespace_of(instance)
+        try:
+            found = await self.client.get(f"/api/v1/namespaces/{namespace}")
+        except NotFoundError:
+            return TeardownReport(True, [f"namespace {namespace} is gone"])
+        except ApiError as error:
+            return TeardownReport(False, [f"namespace {namespace}: could not read ({error})"])
+        phase = found.get("status", {}).get("phase", "?")
+        return TeardownReport(False, [f"namespace {namespace} still exists ({phase})"])
