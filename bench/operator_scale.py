@@ -42,7 +42,7 @@ def metrics(port: int) -> dict[str, float]:
     return values
 
 
-def quantile(values: dict[str, float], queue: str, name: str) -> float:
+def quantile(values: dict[str, float], queue: str, name: str) -> float | None:
     """The upper bound of the queue-latency bucket holding quantile `name` ("p99"), as
     Prometheus' histogram_quantile would give it without interpolation."""
     wanted = float(name[1:]) / 100
@@ -55,8 +55,8 @@ def quantile(values: dict[str, float], queue: str, name: str) -> float:
     total = buckets[-1][1] if buckets else 0
     for bound, count in buckets:
         if total and count >= wanted * total:
-            return bound
-    return float("nan")
+            return bound if bound != float("inf") else None  # None: beyond the last bucket
+    return None
 
 
 def rss_mib(pid: int) -> float:

@@ -7,7 +7,7 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
 
     namespace: lessor-system        # where pools, leases and policies live
     agentSandbox:
-      mode: disabled                # the Sandbox API (only `disabled` until it lands)
+      mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 localBackendDir}
@@ -30,9 +30,7 @@ class _Section(BaseModel):
 
 
 class AgentSandbox(_Section):
-    mode: Literal["disabled"] = Field(
-        default="disabled", description="`external` arrives with Sandbox leases"
-    )
+    mode: Literal["disabled", "external"] | None = None
 
 
 class ApiServer(_Section):
@@ -90,4 +88,6 @@ def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, sect
     values: dict[str, Any] = getattr(config, section).model_dump(exclude_none=True)
     if config.namespace:
         values["namespace"] = config.namespace
+    if config.agent_sandbox.mode:
+        values["agent_sandbox_mode"] = config.agent_sandbox.mode
     parser.set_defaults(**values)

@@ -19,11 +19,18 @@ from lessor import __version__
 from lessor.apiserver import metrics, openapi
 from lessor.apiserver.authn import Authenticator, Principal
 from lessor.apiserver.bodies import CreateLease, ExtendLease, Login, parse
-from lessor.apiserver.errors import BadRequestError, HttpError, NotFoundError, UnavailableError
+from lessor.apiserver.errors import (
+    BadRequestError,
+    HttpError,
+    NotFoundError,
+    NotImplementedYetError,
+    UnavailableError,
+)
 from lessor.apiserver.kube import Kube, kube
 from lessor.apiserver.leases import LeaseService
 from lessor.apiserver.policies import PolicyStore
 from lessor.apiserver.pools import PoolService
+from lessor.apiserver.sandbox_gate import SandboxGate
 from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
 from lessor.resources.durations import parse_duration
@@ -57,6 +64,11 @@ class Services:
     @cached_property
     def pools(self) -> PoolService:
         return PoolService(self.kube)
+
+    @cached_property
+    def sandbox(self) -> SandboxGate:
+        external = self.settings.agent_sandbox_mode == "external"
+        return SandboxGate(self.settings.agent_sandbox_mode, self.kube if external else None)
 
 
 def _target(req: falcon.Request) -> str:
@@ -160,7 +172,26 @@ class StatusResource(Base):
             # Every configured method can be exchanged for a session at POST /v1/login.
             "auth": {"methods": methods, "sessions": methods},
             "pools": self.services.pools.status_rows(principal),
+            "sandbox": self.services.sandbox.status(),
         }
+
+
+class SandboxLeasesResource(Base):
+    """Every /v1/sandbox-leases path while `agentSandbox.mode` is `external`: authenticated
+    first, then refused with the compatibility verdict's reason when agent-sandbox is not
+    usable. The lease operations themselves are not in this version (501)."""
+
+    def _refuse(self, req: falcon.Request) -> None:
+        self.principal(req)
+        verdict = self.services.sandbox.verdict()
+        if not verdict.served:
+            raise UnavailableError(verdict.reason)
+        raise NotImplementedYetError("Sandbox leases are not implemented in this version")
+
+    def on_get(self, req: falcon.Request, _resp: falcon.Response, **_: str) -> None:
+        self._refuse(req)
+
+    on_post = on_patch = on_delete = on_get
 
 
 class HealthResource:
@@ -260,6 +291,11 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
     app.add_route("/v1/pools", PoolsResource(services))
     app.add_route("/v1/pools/{name}", PoolResource(services))
     app.add_route("/v1/pools/{name}/leases", PoolLeasesResource(services))
+    if settings.agent_sandbox_mode == "external":
+        sandbox = SandboxLeasesResource(services)
+        app.add_route("/v1/sandbox-leases", sandbox)
+        app.add_route("/v1/sandbox-leases/{rest:path}", sandbox)
+        services.sandbox.verdict()  # checked (and logged) as the worker starts
     app.add_error_handler(Exception, _on_unexpected)
     app.add_error_handler(falcon.HTTPError, _on_falcon_error)
     app.add_error_handler(ApiException, _on_kube_error)

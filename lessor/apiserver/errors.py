@@ -65,3 +65,7 @@ class TooManyRequestsError(HttpError):
 
 class UnavailableError(HttpError):
     status, error, reason = 503, "service unavailable", "backend_error"
+
+
+class NotImplementedYetError(HttpError):
+    status, error = 501, "not implemented"

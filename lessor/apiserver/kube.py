@@ -37,6 +37,17 @@ class Kube:
         self.api_client = client.ApiClient(configuration)
         self.custom = client.CustomObjectsApi(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
+        self.extensions = client.ApiextensionsV1Api(self.api_client)
+
+    def crd(self, name: str) -> JSON | None:
+        """A CustomResourceDefinition as plain JSON, or None when it does not exist."""
+        try:
+            found = self.extensions.read_custom_resource_definition(name, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return cast(JSON, self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
 
     # -- lessor resources in the service namespace ---------------------------------------
 

@@ -79,15 +79,6 @@ class LeaseService:
                 raise NotFoundError(f"no pool {name}") from error
             raise
 
-    def queue_position(self, pool: str) -> int:
-        """Where a lease created now stands: behind every Pending lease of the pool."""
-        waiting = [
-            lease
-            for lease in self.kube.list_objects("clusterleases", f"{POOL_LABEL}={pool}")
-            if lease.get("spec", {}).get("pool") == pool and _phase(lease) in ("Pending", None)
-        ]
-        return len(waiting)
-
     # -- create ----------------------------------------------------------------------------
 
     def create(self, principal: Principal, request: CreateLease) -> Json:
@@ -152,7 +143,9 @@ class LeaseService:
             "id": name,
             "phase": "Pending",
             "profile": pool_name,
-            "queue_position": self.queue_position(pool_name),
+            # Behind every lease the operator last counted as waiting: one read already made,
+            # where counting them here meant listing every lease the pool ever had.
+            "queue_position": (pool.status.queue_depth if pool.status else 0) + 1,
             "effective_ttl": ttl,
         }
         if request.alias:

@@ -47,6 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--namespace", default="lessor-system")
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument(
+        "--agent-sandbox-mode",
+        choices=("disabled", "external"),
+        default="disabled",
+        help="serve the Sandbox API against an installed agent-sandbox (external)",
+    )
+    parser.add_argument(
         "--reuse-port",
         action="store_true",
         help="SO_REUSEPORT: several servers on one address, the kernel spreads connections",
@@ -73,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         "limit_request_field_size": 16380,
         "reuse_port": args.reuse_port,
     }
-    settings = Settings(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    settings = Settings(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        agent_sandbox_mode=args.agent_sandbox_mode,
+    )
     Server(settings, options).run()
     return 0

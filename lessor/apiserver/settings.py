@@ -9,3 +9,4 @@ from dataclasses import dataclass
 class Settings:
     namespace: str = "lessor-system"
     kubeconfig: str | None = None
+    agent_sandbox_mode: str = "disabled"  # or "external": see lessor.apiserver.sandbox_gate

@@ -89,7 +89,7 @@ def ensure_binaries(progress: Progress = print) -> Path:
         )
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / "build.lock"):
+    with file_lock(root / "build.lock"):
         found = find_binaries(versions)
         if found:
             return found
@@ -112,7 +112,7 @@ def ensure_binaries(progress: Progress = print) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -121,7 +121,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _go(go: str, args: list[str], cwd: Path, progress: Progress) -> str:
+def run_go(go: str, args: list[str], cwd: Path, progress: Progress) -> str:
     env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
     progress(f"  go {' '.join(args[:3])}{' ...' if len(args) > 3 else ''}")
     result = subprocess.run(
@@ -135,11 +135,13 @@ def _go(go: str, args: list[str], cwd: Path, progress: Progress) -> str:
 
 
 def _module_info(go: str, module: str, cwd: Path, progress: Progress) -> dict[str, str]:
-    info: dict[str, str] = json.loads(_go(go, ["mod", "download", "-json", module], cwd, progress))
+    info: dict[str, str] = json.loads(
+        run_go(go, ["mod", "download", "-json", module], cwd, progress)
+    )
     return info
 
 
-def _wrapper_module(directory: Path, name: str, go_mod_lines: list[str]) -> None:
+def wrapper_module(directory: Path, name: str, go_mod_lines: list[str]) -> None:
     """A throwaway module that pins the component's version.
 
     Kubernetes and etcd cannot be built with `go install pkg@version`: their go.mod files carry
@@ -171,9 +173,9 @@ def _build_kubernetes(
         *(f"replace {module} => {module} {minor_version}" for module in staging),
     ]
     module_dir = work / "module"
-    _wrapper_module(module_dir, "lessor.dev/localcp/kubernetes", lines)
+    wrapper_module(module_dir, "lessor.dev/localcp/kubernetes", lines)
     packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBERNETES_COMMANDS]
-    _go(go, ["get", *(f"{p}@{version}" for p in packages)], module_dir, progress)
+    run_go(go, ["get", *(f"{p}@{version}" for p in packages)], module_dir, progress)
     major, minor = version.removeprefix("v").split(".")[:2]
     stamp = {
         "gitVersion": version,
@@ -186,16 +188,16 @@ def _build_kubernetes(
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         ldflags += [f"-X {package}.{key}={value}" for key, value in stamp.items()]
     build = ["build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", f"{out}/", *packages]
-    _go(go, build, module_dir, progress)
+    run_go(go, build, module_dir, progress)
 
 
 def _build_etcd(go: str, versions: Versions, work: Path, out: Path, progress: Progress) -> None:
     version = versions.etcd
     lines = ["go 1.24", f"require go.etcd.io/etcd/server/v3 {version}"]
-    _wrapper_module(work, "lessor.dev/localcp/etcd", lines)
-    _go(go, ["get", f"go.etcd.io/etcd/server/v3@{version}"], work, progress)
+    wrapper_module(work, "lessor.dev/localcp/etcd", lines)
+    run_go(go, ["get", f"go.etcd.io/etcd/server/v3@{version}"], work, progress)
     for sibling in ("api/v3", "client/pkg/v3", "client/v3", "pkg/v3"):
-        _go(go, ["get", f"go.etcd.io/etcd/{sibling}@{version}"], work, progress)
+        run_go(go, ["get", f"go.etcd.io/etcd/{sibling}@{version}"], work, progress)
     build = [
         "build",
         "-trimpath",
@@ -205,15 +207,15 @@ def _build_etcd(go: str, versions: Versions, work: Path, out: Path, progress: Pr
         str(out / "etcd"),
         "go.etcd.io/etcd/server/v3",
     ]
-    _go(go, build, work, progress)
+    run_go(go, build, work, progress)
 
 
 def _build_kwok(go: str, versions: Versions, work: Path, out: Path, progress: Progress) -> None:
     version = versions.kwok
-    _wrapper_module(
+    wrapper_module(
         work, "lessor.dev/localcp/kwok", ["go 1.24", f"require sigs.k8s.io/kwok {version}"]
     )
-    _go(go, ["get", f"sigs.k8s.io/kwok/cmd/kwok@{version}"], work, progress)
+    run_go(go, ["get", f"sigs.k8s.io/kwok/cmd/kwok@{version}"], work, progress)
     ldflags = f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version.removeprefix('v')}"
     build = [
         "build",
@@ -224,4 +226,4 @@ def _build_kwok(go: str, versions: Versions, work: Path, out: Path, progress: Pr
         str(out / "kwok"),
         "sigs.k8s.io/kwok/cmd/kwok",
     ]
-    _go(go, build, work, progress)
+    run_go(go, build, work, progress)

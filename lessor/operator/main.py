@@ -37,6 +37,7 @@ from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LeaderElector, default_identity
 from lessor.operator.runtime.manager import Manager
 from lessor.operator.runtime.store import Handler, key_of
+from lessor.operator.sandboxpools import SANDBOX_POOLS, SandboxPoolReconciler
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,6 +60,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=120.0,
         help="seconds a teardown may take to verify before the instance is quarantined",
+    )
+    parser.add_argument(
+        "--agent-sandbox-mode",
+        choices=("disabled", "external"),
+        default="disabled",
+        help="reconcile SandboxPools into an installed agent-sandbox (external)",
     )
     parser.add_argument(
         "--test-backends",
@@ -160,7 +167,24 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
 
     for informer, handle in ((pools, on_pool), (instances, on_instance), (leases, on_lease)):
         informer.store.add_handler(_on_any_change(handle))
+    if args.agent_sandbox_mode == "external":
+        add_sandbox_controllers(manager, client, namespace, args.workers)
     return manager
+
+
+def add_sandbox_controllers(
+    manager: Manager, client: KubeClient, namespace: str, workers: int
+) -> None:
+    """SandboxPools into agent-sandbox objects; only with `agentSandbox.mode: external`."""
+    sandbox_pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
+    controller = Controller(
+        "sandboxpool",
+        SandboxPoolReconciler(client, pools=sandbox_pools).reconcile,
+        [sandbox_pools],
+        workers=workers,
+    )
+    manager.add_controller(controller)
+    sandbox_pools.store.add_handler(_on_any_change(lambda obj: controller.enqueue(key_of(obj))))
 
 
 def _on_any_change(handle: Callable[[JSON], None]) -> Handler:

@@ -92,7 +92,9 @@ class Stack:
         return self.apis[0]
 
 
-def start_api(cluster: Cluster, namespace: str, log: Path) -> tuple[subprocess.Popen[bytes], Api]:
+def start_api(
+    cluster: Cluster, namespace: str, log: Path, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
     with log.open("ab") as output:
         process = subprocess.Popen(
@@ -104,6 +106,7 @@ def start_api(cluster: Cluster, namespace: str, log: Path) -> tuple[subprocess.P
                 "--workers=2",
                 f"--namespace={namespace}",
                 f"--kubeconfig={cluster.kubeconfig}",
+                *extra,
             ],
             stdout=output,
             stderr=subprocess.STDOUT,

@@ -31,6 +31,8 @@ def test_file_values_are_defaults_and_flags_win(tmp_path: Path) -> None:
     assert args.worker_connections == 1000, "keys the file leaves out keep the flag default"
     assert apiserver_args([f"--config={path}", "--workers=1"]).workers == 1
     assert operator_args([f"--config={path}"]).workers == 4, "another component's section"
+    path.write_text("agentSandbox: {mode: external}\n")
+    assert apiserver_args([f"--config={path}"]).agent_sandbox_mode == "external"
 
 
 @pytest.mark.parametrize(
@@ -38,7 +40,7 @@ def test_file_values_are_defaults_and_flags_win(tmp_path: Path) -> None:
     [
         ("apiserver: {wokers: 3}\n", "apiserver.wokers: Extra inputs are not permitted"),
         ("operator: {workers: 0}\n", "operator.workers: Input should be greater than or equal"),
-        ("agentSandbox: {mode: external}\n", "agentSandbox.mode: Input should be 'disabled'"),
+        ("agentSandbox: {mode: on}\n", "agentSandbox.mode: Input should be 'disabled' or"),
         ("namespace: [\n", "not YAML"),
     ],
 )

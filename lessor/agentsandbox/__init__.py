@@ -1,0 +1,1 @@
+"""lessor's side of the integration with the external agent-sandbox controller."""

@@ -1,0 +1,95 @@
+"""The external agent-sandbox controller (kubernetes-sigs/agent-sandbox) at its pinned version,
+for tests and the local stack: its CRDs and its controller binary, from the Go module.
+
+lessor integrates with agent-sandbox but ships none of it: the CRDs and the controller come from
+the module `sigs.k8s.io/agent-sandbox` at the version pinned in versions.json (`agentSandbox`),
+fetched through the Go module proxy and built into the cache beside the control plane's
+binaries (`<cache>/agent-sandbox/<version>/`: `crds/` and `agent-sandbox-controller`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+from lessor.controlplane.binaries import Progress, cache_root, file_lock, run_go, wrapper_module
+from lessor.controlplane.errors import ControlPlaneError
+
+MODULE = "sigs.k8s.io/agent-sandbox"
+CONTROLLER = "agent-sandbox-controller"
+
+
+def pinned_version() -> str:
+    text = resources.files("lessor.controlplane").joinpath("versions.json").read_text()
+    version: str = json.loads(text)["agentSandbox"]
+    return version
+
+
+def agent_sandbox_dir(version: str | None = None) -> Path:
+    return cache_root() / "agent-sandbox" / (version or pinned_version())
+
+
+def find_agent_sandbox(version: str | None = None) -> Path | None:
+    directory = agent_sandbox_dir(version)
+    complete = (directory / CONTROLLER).is_file() and len(list(directory.glob("crds/*.yaml"))) == 4
+    return directory if complete else None
+
+
+def agent_sandbox_crds(progress: Progress = print) -> list[Path]:
+    """The four CRD files of the pinned release, from the Go module cache (a download of a few
+    MiB the first time; no build)."""
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneError("the Go toolchain is needed to fetch the agent-sandbox module")
+    version = pinned_version()
+    with tempfile.TemporaryDirectory(prefix="lessor-agent-sandbox-") as scratch:
+        work = Path(scratch) / "module"
+        wrapper_module(work, "lessor.dev/localcp/agent-sandbox", ["go 1.26"])
+        download = ["mod", "download", "-json", f"{MODULE}@{version}"]
+        info = json.loads(run_go(go, download, work, progress))
+    crds = sorted((Path(info["Dir"]) / "k8s" / "crds").glob("*.yaml"))
+    if len(crds) != 4:
+        raise ControlPlaneError(f"{MODULE}@{version} has {len(crds)} CRDs under k8s/crds, not 4")
+    return crds
+
+
+def ensure_agent_sandbox(progress: Progress = print) -> Path:
+    """The directory with `crds/` (the four CRDs of the pinned release) and the controller,
+    building them the first time (about two minutes), under the same lock as the control plane."""
+    version = pinned_version()
+    found = find_agent_sandbox(version)
+    if found:
+        return found
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneError("the Go toolchain is needed to build the agent-sandbox controller")
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / "build.lock"):
+        found = find_agent_sandbox(version)
+        if found:
+            return found
+        started = time.monotonic()
+        target = agent_sandbox_dir(version)
+        progress(f"building agent-sandbox {version} into {target}")
+        with tempfile.TemporaryDirectory(prefix="build-", dir=root) as scratch:
+            work = Path(scratch) / "module"
+            out = Path(scratch) / "out"
+            (out / "crds").mkdir(parents=True)
+            wrapper_module(work, "lessor.dev/localcp/agent-sandbox", ["go 1.26"])
+            run_go(go, ["get", f"{MODULE}/cmd/{CONTROLLER}@{version}"], work, progress)
+            for crd in agent_sandbox_crds(progress):
+                shutil.copyfile(crd, out / "crds" / crd.name)
+            build = ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / CONTROLLER),
+                     f"{MODULE}/cmd/{CONTROLLER}"]  # fmt: skip
+            run_go(go, build, work, progress)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                shutil.rmtree(target)
+            out.rename(target)
+        progress(f"built agent-sandbox {version} in {time.monotonic() - started:.0f}s")
+        return target

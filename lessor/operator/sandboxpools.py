@@ -1,0 +1,156 @@
+"""The SandboxPool reconciler: each SandboxPool becomes an agent-sandbox SandboxTemplate (the
+administrator's pod template) and a SandboxWarmPool of `warm` sandboxes made from it, both
+owned by the pool so that deleting the pool deletes them; the pool's status reports the warm
+pool's ready count and references both objects by uid.
+
+Nothing is written to agent-sandbox's APIs until the read-only compatibility check passes (the
+same check the API server runs; lessor.agentsandbox.compat). While it fails, the pool is
+`Unavailable` with the reason in its `AgentSandboxCompatible` condition, and it is rechecked
+every ten seconds (every minute once it passes). Writes are server-side applies under the field
+manager `lessor`: idempotent, so a reconcile replayed after a crash converges without reading
+first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
+from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.writes import owner_reference, write_status
+from lessor.resources.base import GROUP, VERSION
+from lessor.resources.lease_time import timestamp, utcnow
+from lessor.resources.sandbox import SandboxPool
+
+log = logging.getLogger(__name__)
+
+SANDBOX_POOLS = ResourceType(GROUP, VERSION, "sandboxpools", "SandboxPool")
+EXTENSIONS = "extensions.agents.x-k8s.io"
+TEMPLATES = ResourceType(EXTENSIONS, "v1beta1", "sandboxtemplates", "SandboxTemplate")
+WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWarmPool")
+POOL_LABEL = "lessor.dev/sandbox-pool"
+RECHECK_SECONDS = 60.0
+RECHECK_FAILING_SECONDS = 10.0  # a fix (installing agent-sandbox) is noticed soon
+REFRESH_SECONDS = 10.0
+
+
+class CompatibilityCache:
+    """The compatibility verdict, read at most once a minute (CRDs rarely change)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self._verdict: Compatibility | None = None
+        self._checked = 0.0
+
+    async def verdict(self) -> Compatibility:
+        if self._verdict is not None:
+            wait = RECHECK_SECONDS if self._verdict.ok else RECHECK_FAILING_SECONDS
+            if time.monotonic() - self._checked < wait:
+                return self._verdict
+        found: dict[str, JSON | Exception | None] = {}
+        for name in FINGERPRINTS:
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            try:
+                found[name] = await self.client.get(path)
+            except NotFoundError:
+                found[name] = None
+            except ApiError as error:
+                found[name] = error
+        verdict = evaluate(found)
+        if self._verdict is None or verdict.problems != self._verdict.problems:
+            log.log(logging.INFO if verdict.ok else logging.ERROR, "%s", verdict.reason)
+        self._verdict, self._checked = verdict, time.monotonic()
+        return verdict
+
+
+def child_name(pool: str) -> str:
+    return f"lessor-{pool}"[:63]
+
+
+def _condition(obj: JSON, ok: bool, reason: str, message: str) -> dict[str, Any]:
+    previous: dict[str, Any] = next(
+        (c for c in obj.get("status", {}).get("conditions", [])
+         if c.get("type") == "AgentSandboxCompatible"),
+        {},
+    )  # fmt: skip
+    status = "True" if ok else "False"
+    moved = previous.get("status") != status
+    return {
+        "type": "AgentSandboxCompatible",
+        "status": status,
+        "reason": reason,
+        "message": message[:1000],
+        "lastTransitionTime": timestamp(utcnow()) if moved else previous["lastTransitionTime"],
+        "observedGeneration": obj["metadata"].get("generation"),
+    }
+
+
+class SandboxPoolReconciler:
+    def __init__(self, client: KubeClient, *, pools: Informer) -> None:
+        self.client = client
+        self.pools = pools
+        self.compatibility = CompatibilityCache(client)
+
+    async def reconcile(self, key: str) -> Result:
+        obj = self.pools.store.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return Result()  # the owner references let the garbage collector remove the children
+        pool = SandboxPool.model_validate(obj)
+        status = dict(obj.get("status") or {})
+        status["observedGeneration"] = obj["metadata"].get("generation")
+        verdict = await self.compatibility.verdict()
+        if not verdict.ok:
+            status.update(phase="Unavailable", conditions=[
+                _condition(obj, False, "Incompatible", verdict.reason)
+            ])  # fmt: skip
+            await write_status(self.client, SANDBOX_POOLS, obj, status)
+            return Result(requeue_after=RECHECK_FAILING_SECONDS)
+        template, warm_pool = await asyncio.gather(
+            self._apply(TEMPLATES, obj, {"podTemplate": pool.spec.template}),
+            self._apply(WARM_POOLS, obj, {
+                "replicas": pool.spec.warm,
+                "sandboxTemplateRef": {"name": child_name(obj["metadata"]["name"])},
+            }),
+        )  # fmt: skip
+        ready = int(warm_pool.get("status", {}).get("readyReplicas") or 0)
+        status.update(
+            phase="Healthy" if ready >= pool.spec.warm else "Degraded",
+            ready=ready,
+            templateRef=_reference(template),
+            warmPoolRef=_reference(warm_pool),
+            conditions=[_condition(obj, True, "Compatible", verdict.reason)],
+        )
+        await write_status(self.client, SANDBOX_POOLS, obj, status)
+        return Result(requeue_after=REFRESH_SECONDS)
+
+    async def _apply(self, kind: ResourceType, owner: JSON, spec: JSON) -> JSON:
+        namespace, pool = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        name = child_name(pool)
+        body = {
+            "apiVersion": kind.api_version,
+            "kind": kind.kind,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {POOL_LABEL: pool},
+                "ownerReferences": [owner_reference(owner)],
+            },
+            "spec": spec,
+        }
+        return await self.client.request(
+            "PATCH",
+            kind.path(namespace, name),
+            body=body,
+            params={"fieldManager": "lessor", "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+
+
+def _reference(obj: JSON) -> dict[str, str]:
+    metadata = obj["metadata"]
+    return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
