@@ -57,13 +57,19 @@ class Kube:
         )
         return cast(JSON, result)
 
-    def list_objects(self, plural: str, label_selector: str = "") -> list[JSON]:
+    def list_objects(
+        self, plural: str, label_selector: str = "", *, cached: bool = False
+    ) -> list[JSON]:
+        """`cached`: from the API server's watch cache as it is (resourceVersion "0"). A
+        consistent list made right after a write waits for that cache to catch up with etcd,
+        about 100 ms on kube-apiserver 1.35, which reads that may lag a moment do not need."""
         result = self.custom.list_namespaced_custom_object(
             GROUP,
             VERSION,
             self.namespace,
             plural,
             label_selector=label_selector,
+            resource_version="0" if cached else None,
             _request_timeout=TIMEOUT,
         )
         return cast(list[JSON], cast(JSON, result).get("items", []))

@@ -42,7 +42,8 @@ class PoolService:
         self.kube = kube
 
     def all_pools(self) -> list[ClusterPool]:
-        return [ClusterPool.model_validate(p) for p in self.kube.list_objects("clusterpools")]
+        pools = self.kube.list_objects("clusterpools", cached=True)
+        return [ClusterPool.model_validate(p) for p in pools]
 
     def visible(self, principal: Principal) -> list[ClusterPool]:
         pools = {pool.metadata.name or "": pool for pool in self.all_pools()}
@@ -63,7 +64,7 @@ class PoolService:
         redacted."""
         self.one(principal, name)
         rows = []
-        for lease in self.kube.list_objects("clusterleases"):
+        for lease in self.kube.list_objects("clusterleases", cached=True):
             spec, status = lease.get("spec", {}), lease.get("status", {})
             if spec.get("pool") != name or status.get("phase") not in ACTIVE:
                 continue

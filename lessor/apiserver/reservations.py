@@ -18,8 +18,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import itertools
+import json
 import random
 from dataclasses import dataclass
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -71,13 +73,18 @@ class Reservations:
         return f"lessor-slot-{holder}-{index}"
 
     def _held_slots(self, holder: str) -> set[int]:
-        listed = self.kube.core.list_namespaced_config_map(
+        # From the watch cache (a consistent list waits ~100 ms after any write), and as raw
+        # JSON: only names are needed. A slot taken since is found by the create's 409.
+        answer = self.kube.core.list_namespaced_config_map(
             self.kube.namespace,
             label_selector=f"{KIND_LABEL}=slot,{HOLDER_LABEL}={holder}",
+            resource_version="0",
             _request_timeout=TIMEOUT,
+            _preload_content=False,
         )
         prefix = f"lessor-slot-{holder}-"
-        names = [item.metadata.name or "" for item in listed.items if item.metadata]
+        raw: bytes = cast(Any, answer).data  # an undecoded response (_preload_content=False)
+        names = [item["metadata"]["name"] for item in json.loads(raw)["items"]]
         return {int(name[len(prefix) :]) for name in names if name.startswith(prefix)}
 
     def alias(self, identity: str, alias: str, lease: str) -> Reservation | None:
