@@ -10,7 +10,7 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
-                localBackendDir}
+                leaseRetention, localBackendDir}
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class Operator(_Section):
     renew_deadline: float | None = Field(default=None, gt=0)
     retry_period: float | None = Field(default=None, gt=0)
     teardown_grace: float | None = Field(default=None, gt=0)
+    lease_retention: float | None = Field(default=None, ge=0)
     local_backend_dir: Path | None = None
 
 

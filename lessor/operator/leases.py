@@ -15,6 +15,7 @@ being torn down) -> Released or Expired once teardown is verified, or Quarantine
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 from collections.abc import Callable
 
@@ -66,8 +67,10 @@ class LeaseReconciler:
         leases: Informer,
         events: EventRecorder,
         enqueue: Callable[[str], None],
+        retention: datetime.timedelta | None = None,
     ) -> None:
         self.client = client
+        self.retention = retention
         self.pools = pools
         self.instances = instances
         self.leases = leases
@@ -95,7 +98,8 @@ class LeaseReconciler:
         if phase in TERMINAL:
             if deleting:
                 await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
-            return Result()
+                return Result()
+            return await self._retain(obj, lease)
         if not deleting:
             obj = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
         release = lease.spec.release_requested or deleting
@@ -286,8 +290,25 @@ class LeaseReconciler:
         await self._finish(obj, status, reason)
         return Result()
 
+    async def _retain(self, obj: JSON, lease: ClusterLease) -> Result:
+        """Keep an ended lease for the retention period (its owner can still read how it
+        ended), then delete it, so that listings do not grow with history."""
+        if self.retention is None:
+            return Result()
+        ended = lease.status.ended_at if lease.status else None
+        if ended is None:  # ended before this field existed: count from now
+            status = {**obj.get("status", {}), "endedAt": timestamp(utcnow())}
+            await write_status(self.client, LEASES, obj, status)
+            return Result(requeue_after=self.retention.total_seconds())
+        left = (ended + self.retention - utcnow()).total_seconds()
+        if left > 0:
+            return Result(requeue_after=left)
+        await delete_fenced(self.client, LEASES, obj)
+        return Result()
+
     async def _finish(self, obj: JSON, status: JSON, reason: str) -> None:
         status = {k: v for k, v in status.items() if v is not None}
+        status.setdefault("endedAt", timestamp(utcnow()))
         obj = await write_status(self.client, LEASES, obj, status)
         await self.events.record(obj, "Normal", f"Lease{reason}", status.get("message", ""))
         if obj["metadata"].get("deletionTimestamp"):

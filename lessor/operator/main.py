@@ -62,6 +62,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
     parser.add_argument(
+        "--lease-retention",
+        type=float,
+        default=86400.0,
+        help="seconds an ended lease is kept before it is deleted (0: kept forever)",
+    )
+    parser.add_argument(
         "--agent-sandbox-mode",
         choices=("disabled", "external"),
         default="disabled",
@@ -133,6 +139,9 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
         leases=leases,
         events=events,
         enqueue=lambda key: lease_controller.enqueue(key),  # noqa: PLW0108 - bound late
+        retention=(
+            datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None
+        ),
     )
     lease_controller = Controller(
         "clusterlease", lease_reconciler.reconcile, [pools, instances, leases], workers=args.workers

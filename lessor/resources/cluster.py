@@ -217,6 +217,9 @@ class ClusterLeaseStatus(StatusModel):
     kubeconfig_secret: str | None = None
     extensions: int = Field(default=0, description="Extensions applied to expiresAt.")
     end_reason: Literal["Released", "Expired"] | None = None
+    ended_at: datetime.datetime | None = Field(
+        default=None, description="When it became Released or Expired; retention counts from it."
+    )
     message: str = ""
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)

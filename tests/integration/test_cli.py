@@ -29,6 +29,7 @@ from lessor.controlplane.kubectl import Cluster
 from tests.integration.identity_provider import CLIENT_ID, Provider
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
 from tests.integration.test_apiserver import Api, start_api
+from tests.ssh_agent_process import RunningAgent, ssh_agent
 
 pytestmark = [
     pytest.mark.integration,
@@ -48,29 +49,16 @@ class Stack:
     agent_socket: str
 
 
-def _agent(directory: Path) -> tuple[int, str, str]:
-    """A real ssh-agent holding a fresh Ed25519 key: (pid, socket, public key line)."""
-    key = directory / "id_ed25519"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "carol@laptop", "-f", str(key)],
-        check=True,
-    )
-    socket_path = str(directory / "agent.sock")
-    started = subprocess.run(
-        ["ssh-agent", "-a", socket_path], capture_output=True, text=True, check=True
-    ).stdout
-    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", started).group(1))  # type: ignore[union-attr]
-    subprocess.run(
-        ["ssh-add", "-q", str(key)],
-        env={**os.environ, "SSH_AUTH_SOCK": socket_path},
-        check=True,
-        capture_output=True,
-    )
-    return pid, socket_path, (directory / "id_ed25519.pub").read_text().strip()
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
+    with ssh_agent(tmp_path_factory.mktemp("agent"), "carol@laptop") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    control_plane: Cluster, agent: RunningAgent, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("uses the local backend")
     directory = tmp_path_factory.mktemp("cli")
@@ -82,7 +70,6 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     kubectl(
         "create", "secret", "generic", "tokens", "-n", namespace, f"--from-literal=alice={ALICE}"
     )
-    agent_pid, agent_socket, public_key = _agent(directory)
     policy = {
         "apiVersion": "lessor.dev/v1alpha1",
         "kind": "AccessPolicy",
@@ -92,7 +79,7 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
                 "staticTokens": [
                     {"secretRef": {"name": "tokens", "key": "alice"}, "claims": {"sub": "alice"}}
                 ],
-                "sshKeys": [{"publicKey": public_key, "claims": {"sub": "carol"}}],
+                "sshKeys": [{"publicKey": agent.public_key, "claims": {"sub": "carol"}}],
             },
             "identity": "{sub}",
             "rules": [{"pools": ["cli-*"], "maxConcurrentLeases": 4, "maxExtensions": 2}],
@@ -112,13 +99,12 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     ).start()
     process, api = start_api(control_plane, namespace, directory / "api.log")
     try:
-        yield Stack(control_plane, namespace, api, agent_socket)
+        yield Stack(control_plane, namespace, api, agent.socket)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         operator.kill(signal.SIGTERM)
         destroy_local_clusters(directory / "instances")
-        os.kill(agent_pid, signal.SIGTERM)
         kubectl("delete", "namespace", namespace, "--wait=false")
 
 

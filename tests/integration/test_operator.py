@@ -58,6 +58,7 @@ def start_operator(
     tmp_path: Path,
     *,
     leader_election: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> Operator:
     operator = Operator(
         kubeconfig=cluster.kubeconfig,
@@ -65,6 +66,7 @@ def start_operator(
         backend_dir=tmp_path / "instances",
         log_path=tmp_path / f"operator-{len(started)}.log",
         leader_election=leader_election,
+        extra=list(extra),
     ).start()
     started.append(operator)
     return operator
@@ -136,6 +138,20 @@ def test_a_lease_expires_at_its_ttl_and_its_cluster_is_destroyed(
     assert expired is not None
     assert expired["status"]["endReason"] == "Expired"
     assert not any(alive(pid) for pid in pids)
+
+
+def test_an_ended_lease_is_kept_for_the_retention_then_deleted(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path, extra=("--lease-retention=4",))
+    objects.pool("kept", warmTarget=1)
+    objects.lease("done", "kept")
+    objects.wait_phase("done", "Bound")
+    objects.patch("clusterlease", "done", {"spec": {"releaseRequested": True}})
+    released = objects.wait_phase("done", "Released")
+    assert released["status"]["endedAt"], "retention counts from when it ended"
+    wait_for("the lease deleted", lambda: objects.get("clusterlease", "done") is None, timeout=60)
 
 
 def test_queued_leases_get_fifo_positions_and_bind_in_order(

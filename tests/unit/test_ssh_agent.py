@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,28 +16,15 @@ from lessor.apiserver.auth.ssh import (
     verify_request,
 )
 from lessor.cli.ssh_agent import AgentError, SshAgent
+from tests.ssh_agent_process import ssh_agent
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-agent") is None, reason="needs OpenSSH")
 
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[SshAgent, str]]:
-    key = tmp_path / "id_ed25519"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@ci", "-f", str(key)],
-        check=True,
-    )
-    socket_path = str(tmp_path / "agent.sock")
-    output = subprocess.run(
-        ["ssh-agent", "-a", socket_path], capture_output=True, text=True, check=True
-    ).stdout
-    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", output).group(1))  # type: ignore[union-attr]
-    try:
-        env = {**os.environ, "SSH_AUTH_SOCK": socket_path}
-        subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
-        yield SshAgent(socket_path), (tmp_path / "id_ed25519.pub").read_text()
-    finally:
-        os.kill(pid, 15)
+    with ssh_agent(tmp_path, "alice@ci") as running:
+        yield SshAgent(running.socket), running.public_key
 
 
 def test_agent_signature_verifies_on_the_server(agent: tuple[SshAgent, str]) -> None:
