@@ -4,7 +4,9 @@ real API server: the read-only compatibility check, and what the API serves in e
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 
 from lessor.agentsandbox.compat import FINGERPRINTS, check
 from lessor.apiserver.kube import Kube
-from lessor.controlplane.agent_sandbox import agent_sandbox_crds
+from lessor.controlplane.agent_sandbox import CONTROLLER, agent_sandbox_crds, ensure_agent_sandbox
 from lessor.controlplane.kubectl import Cluster
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.test_apiserver import ALICE, Stack, stack, start_api  # noqa: F401
@@ -28,6 +30,25 @@ def crds(stack: Stack) -> Iterator[list[Path]]:  # noqa: F811
     yield files
     for path in files:
         stack.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", check=False)
+
+
+@pytest.fixture(scope="module")
+def controller(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:  # noqa: F811
+    """The real agent-sandbox controller of the pinned release, built from its Go module (about
+    90 s the first time, then cached), run against the local control plane: kwok runs the pods
+    of its sandboxes."""
+    binary = ensure_agent_sandbox(lambda _: None) / CONTROLLER
+    log = tmp_path_factory.mktemp("agent-sandbox") / "controller.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [str(binary), "--extensions", "--enable-webhook=false", "--leader-elect=false",
+             "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"],
+            env={**os.environ, "KUBECONFIG": str(stack.cluster.kubeconfig)},
+            stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    yield
+    process.terminate()
+    process.wait(timeout=60)
 
 
 def install(cluster: Cluster, files: list[Path]) -> None:
@@ -111,6 +132,7 @@ def test_external_mode_serves_only_a_compatible_agent_sandbox(
 def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
     stack: Stack,  # noqa: F811 - the fixture
     crds: list[Path],
+    controller: None,
     tmp_path: Path,
 ) -> None:
     cluster, namespace = stack.cluster, stack.namespace
