@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 from importlib import resources
 from pathlib import Path
 
-from lessor.controlplane.binaries import Progress, cache_root, file_lock, run_go, wrapper_module
+from lessor.controlplane.binaries import (
+    Progress,
+    build_once,
+    cache_root,
+    run_go,
+    wrapper_module,
+)
 from lessor.controlplane.errors import ControlPlaneError
 
 MODULE = "sigs.k8s.io/agent-sandbox"
@@ -61,35 +66,23 @@ def ensure_agent_sandbox(progress: Progress = print) -> Path:
     """The directory with `crds/` (the four CRDs of the pinned release) and the controller,
     building them the first time (about two minutes), under the same lock as the control plane."""
     version = pinned_version()
-    found = find_agent_sandbox(version)
-    if found:
-        return found
-    go = shutil.which("go")
-    if go is None:
-        raise ControlPlaneError("the Go toolchain is needed to build the agent-sandbox controller")
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with file_lock(root / "build.lock"):
-        found = find_agent_sandbox(version)
-        if found:
-            return found
-        started = time.monotonic()
-        target = agent_sandbox_dir(version)
-        progress(f"building agent-sandbox {version} into {target}")
-        with tempfile.TemporaryDirectory(prefix="build-", dir=root) as scratch:
-            work = Path(scratch) / "module"
-            out = Path(scratch) / "out"
-            (out / "crds").mkdir(parents=True)
-            wrapper_module(work, "lessor.dev/localcp/agent-sandbox", ["go 1.26"])
-            run_go(go, ["get", f"{MODULE}/cmd/{CONTROLLER}@{version}"], work, progress)
-            for crd in agent_sandbox_crds(progress):
-                shutil.copyfile(crd, out / "crds" / crd.name)
-            build = ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / CONTROLLER),
-                     f"{MODULE}/cmd/{CONTROLLER}"]  # fmt: skip
-            run_go(go, build, work, progress)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                shutil.rmtree(target)
-            out.rename(target)
-        progress(f"built agent-sandbox {version} in {time.monotonic() - started:.0f}s")
-        return target
+
+    def build(go: str, work: Path, out: Path) -> None:
+        module = work / "module"
+        wrapper_module(module, "lessor.dev/localcp/agent-sandbox", ["go 1.26"])
+        run_go(go, ["get", f"{MODULE}/cmd/{CONTROLLER}@{version}"], module, progress)
+        (out / "crds").mkdir()
+        for crd in agent_sandbox_crds(progress):
+            shutil.copyfile(crd, out / "crds" / crd.name)
+        command = ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / CONTROLLER),
+                   f"{MODULE}/cmd/{CONTROLLER}"]  # fmt: skip
+        run_go(go, command, module, progress)
+
+    return build_once(
+        agent_sandbox_dir(version),
+        lambda: find_agent_sandbox(version) is not None,
+        build,
+        what=f"agent-sandbox {version}",
+        missing_go="the Go toolchain is needed to build the agent-sandbox controller",
+        progress=progress,
+    )

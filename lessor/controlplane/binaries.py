@@ -70,45 +70,66 @@ def find_binaries(versions: Versions | None = None) -> Path | None:
 
 
 def ensure_binaries(progress: Progress = print) -> Path:
-    """Return the directory holding every binary, building what is missing.
-
-    A file lock serialises concurrent callers (parallel test sessions, CI and a developer shell),
-    and the build lands in a temporary directory renamed into place, so a crash never leaves a
-    half-built cache that looks complete.
-    """
+    """Return the directory holding every binary, building what is missing."""
     versions = Versions.pinned()
-    found = find_binaries(versions)
-    if found:
-        return found
-    go = shutil.which("go")
-    if go is None:
-        raise ControlPlaneError(
+
+    def build(go: str, work: Path, out: Path) -> None:
+        _build_kubernetes(go, versions, work / "kubernetes", out, progress)
+        _build_etcd(go, versions, work / "etcd", out, progress)
+        _build_kwok(go, versions, work / "kwok", out, progress)
+
+    return build_once(
+        binary_dir(versions),
+        lambda: find_binaries(versions) is not None,
+        build,
+        what=f"the local control plane ({versions.cache_key})",
+        missing_go=(
             "the Go toolchain (go 1.25 or newer) is needed to build the local control plane "
             "but `go` is not on PATH; install Go, or set LESSOR_TEST_KUBECONFIG to the "
             "kubeconfig of an existing cluster (kind or any other) to use that instead"
-        )
+        ),
+        progress=progress,
+    )
+
+
+def build_once(
+    target: Path,
+    complete: Callable[[], bool],
+    build: Callable[[str, Path, Path], None],
+    *,
+    what: str,
+    missing_go: str,
+    progress: Progress,
+) -> Path:
+    """Build `target` in the cache unless `complete()` says it is there already.
+
+    A file lock serialises concurrent callers (parallel test sessions, CI and a developer shell),
+    and `build(go, scratch, out)` fills `out` in a temporary directory that is renamed into place,
+    so a crash never leaves a half-built cache that looks complete.
+    """
+    if complete():
+        return target
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneError(missing_go)
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     with file_lock(root / "build.lock"):
-        found = find_binaries(versions)
-        if found:
-            return found
-        target = binary_dir(versions)
+        if complete():
+            return target
         started = time.monotonic()
-        progress(f"building the local control plane ({versions.cache_key}) into {target}")
+        progress(f"building {what} into {target}")
         with tempfile.TemporaryDirectory(prefix="build-", dir=root) as scratch:
             work = Path(scratch)
-            out = work / "bin"
+            out = work / "out"
             out.mkdir()
-            _build_kubernetes(go, versions, work / "kubernetes", out, progress)
-            _build_etcd(go, versions, work / "etcd", out, progress)
-            _build_kwok(go, versions, work / "kwok", out, progress)
+            build(go, work, out)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():
                 shutil.rmtree(target)
             out.rename(target)
-        progress(f"built the local control plane in {time.monotonic() - started:.0f}s")
-        return target
+        progress(f"built {what} in {time.monotonic() - started:.0f}s")
+    return target
 
 
 @contextlib.contextmanager
