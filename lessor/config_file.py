@@ -75,7 +75,14 @@ def load(path: Path) -> ConfigFile:
 
 
 def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, section: str) -> None:
-    """Make the file's values (namespace and one component's section) the parser's defaults."""
+    """Add the options both components share (`--config`, `--agent-sandbox-mode`) and make the
+    file's values (the shared keys and this component's section) the parser's defaults."""
+    parser.add_argument(
+        "--agent-sandbox-mode",
+        choices=("disabled", "external"),
+        default="disabled",
+        help="use an installed agent-sandbox for Sandbox pools and leases (external)",
+    )
     parser.add_argument(
         "--config",
         type=Path,

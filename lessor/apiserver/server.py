@@ -47,12 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--namespace", default="lessor-system")
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument(
-        "--agent-sandbox-mode",
-        choices=("disabled", "external"),
-        default="disabled",
-        help="serve the Sandbox API against an installed agent-sandbox (external)",
-    )
-    parser.add_argument(
         "--reuse-port",
         action="store_true",
         help="SO_REUSEPORT: several servers on one address, the kernel spreads connections",

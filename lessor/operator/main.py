@@ -68,12 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds an ended lease is kept before it is deleted (0: kept forever)",
     )
     parser.add_argument(
-        "--agent-sandbox-mode",
-        choices=("disabled", "external"),
-        default="disabled",
-        help="reconcile SandboxPools into an installed agent-sandbox (external)",
-    )
-    parser.add_argument(
         "--test-backends",
         action="store_true",
         help="also serve the `namespace` backend (tests and benchmarks; no isolation)",
