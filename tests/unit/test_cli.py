@@ -148,7 +148,8 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     ensure = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--ensure")
     assert ensure.returncode == 2 and "--ensure needs --name" in one_line_error(ensure)
     metadata = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--metadata-json", "[1]")
-    assert metadata.returncode == 1, "metadata is read after the pool lookup, which fails here"
+    assert metadata.returncode == 2, "checked before any request"
+    assert "--metadata-json must be a JSON object" in one_line_error(metadata)
     unknown = lessor(tmp_path, "lease")
     assert unknown.returncode == 2 and "usage: lessor lease" in unknown.stderr
     sandbox = lessor(tmp_path, "exec", "lease-1", "--", "true")

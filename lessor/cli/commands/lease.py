@@ -68,7 +68,9 @@ def _existing(client: Client, pool: str, alias: str) -> dict[str, Any] | None:
     return None
 
 
-def _create(client: Client, args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+def _create(
+    client: Client, args: argparse.Namespace, metadata: dict[str, Any] | None
+) -> tuple[dict[str, Any], bool]:
     """(the lease, whether it was reused)."""
     if args.ensure:
         found = _existing(client, args.pool, args.name)
@@ -79,7 +81,6 @@ def _create(client: Client, args: argparse.Namespace) -> tuple[dict[str, Any], b
         body["ttl"] = args.ttl
     if args.name:
         body["alias"] = args.name
-    metadata = _metadata(args.metadata_json)
     if metadata is not None:
         body["metadata"] = metadata
     try:
@@ -133,9 +134,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--ensure needs --name: it reuses your active lease with that name", USAGE)
     timeout = _seconds("--wait-timeout", args.wait_timeout)
     _seconds("--ttl", args.ttl)  # a typo fails here, before any request
+    metadata = _metadata(args.metadata_json)
     client = context.client(args)
     pool = client.call("GET", f"/v1/pools/{args.pool}")
-    lease, reused = _create(client, args)
+    lease, reused = _create(client, args, metadata)
     lease_id = lease["id"]
     result: dict[str, Any] = {
         "id": lease_id,
