@@ -8,7 +8,8 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     namespace: lessor-system        # where pools, leases and policies live
     agentSandbox:
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
-    apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout}
+    apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
+                sandboxAdmissionRate, sandboxAdmissionBurst}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
 """
@@ -39,6 +40,8 @@ class ApiServer(_Section):
     worker_connections: int | None = Field(default=None, ge=1)
     timeout: int | None = Field(default=None, ge=1)
     graceful_timeout: int | None = Field(default=None, ge=0)
+    sandbox_admission_rate: float | None = Field(default=None, gt=0)
+    sandbox_admission_burst: int | None = Field(default=None, ge=1)
 
 
 class Operator(_Section):

@@ -17,8 +17,16 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
 from lessor.apiserver import metrics, openapi
+from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.authn import Authenticator, Principal
-from lessor.apiserver.bodies import CreateLease, ExtendLease, Login, parse
+from lessor.apiserver.bodies import (
+    CreateLease,
+    CreateSandboxLease,
+    ExtendLease,
+    ExtendSandboxLease,
+    Login,
+    parse,
+)
 from lessor.apiserver.errors import (
     BadRequestError,
     HttpError,
@@ -31,6 +39,7 @@ from lessor.apiserver.leases import LeaseService
 from lessor.apiserver.policies import PolicyStore
 from lessor.apiserver.pools import PoolService
 from lessor.apiserver.sandbox_gate import SandboxGate
+from lessor.apiserver.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX, SandboxLeaseService
 from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
 from lessor.resources.durations import parse_duration
@@ -64,6 +73,13 @@ class Services:
     @cached_property
     def pools(self) -> PoolService:
         return PoolService(self.kube)
+
+    @cached_property
+    def sandbox_leases(self) -> SandboxLeaseService:
+        limiter = AdmissionLimiter(
+            self.settings.sandbox_admission_rate, self.settings.sandbox_admission_burst
+        )
+        return SandboxLeaseService(self.kube, limiter)
 
     @cached_property
     def sandbox(self) -> SandboxGate:
@@ -176,22 +192,75 @@ class StatusResource(Base):
         }
 
 
-class SandboxLeasesResource(Base):
-    """Every /v1/sandbox-leases path while `agentSandbox.mode` is `external`: authenticated
-    first, then refused with the compatibility verdict's reason when agent-sandbox is not
-    usable. The lease operations themselves are not in this version (501)."""
+class SandboxBase(Base):
+    """Every /v1/sandbox-leases path (they exist only with `agentSandbox.mode: external`):
+    authenticated first, then refused with the compatibility verdict's reason while the
+    installed agent-sandbox is not usable (503 backend_error)."""
 
-    def _refuse(self, req: falcon.Request) -> None:
-        self.principal(req)
+    def served(self, req: falcon.Request) -> tuple[Principal, SandboxLeaseService]:
+        principal = self.principal(req)
         verdict = self.services.sandbox.verdict()
         if not verdict.served:
             raise UnavailableError(verdict.reason)
-        raise NotImplementedYetError("Sandbox leases are not implemented in this version")
+        return principal, self.services.sandbox_leases
+
+
+class SandboxLeasesResource(SandboxBase):
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal, service = self.served(req)
+        request = parse(CreateSandboxLease, req.context.body, req.content_type)
+        body, _handoff = service.create(principal, request)
+        resp.media = body
+        resp.status = falcon.HTTP_202
+        resp.set_header("Location", f"/v1/sandbox-leases/{body['id']}")
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        principal, service = self.served(req)
+        resp.media = service.list_mine(principal)
+
+
+class SandboxLeaseResource(SandboxBase):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal, service = self.served(req)
+        resp.media = service.read(principal, lease_id)
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal, service = self.served(req)
+        request = parse(ExtendSandboxLease, req.context.body, req.content_type)
+        resp.media = service.extend(principal, lease_id, request)
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal, service = self.served(req)
+        service.release(principal, lease_id)
+        resp.status = falcon.HTTP_204
+
+
+class SandboxLogsResource(SandboxBase):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal, service = self.served(req)
+        tail = _int_param(req, "tailLines", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
+        resp.media = service.logs(principal, lease_id, tail, req.get_param("container"))
+
+
+class SandboxPendingResource(SandboxBase):
+    """Executions, attach and port-forward: past the gate, not in this version (501)."""
 
     def on_get(self, req: falcon.Request, _resp: falcon.Response, **_: str) -> None:
-        self._refuse(req)
+        self.served(req)
+        raise NotImplementedYetError(
+            "Sandbox executions, attach and port-forward are not served yet"
+        )
 
-    on_post = on_patch = on_delete = on_get
+    on_post = on_delete = on_get
+
+
+def _int_param(req: falcon.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = req.get_param(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise BadRequestError(f"{name} must be an integer from {low} to {high}")
+    return int(raw)
 
 
 class HealthResource:
@@ -292,9 +361,14 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
     app.add_route("/v1/pools/{name}", PoolResource(services))
     app.add_route("/v1/pools/{name}/leases", PoolLeasesResource(services))
     if settings.agent_sandbox_mode == "external":
-        sandbox = SandboxLeasesResource(services)
-        app.add_route("/v1/sandbox-leases", sandbox)
-        app.add_route("/v1/sandbox-leases/{rest:path}", sandbox)
+        app.add_route("/v1/sandbox-leases", SandboxLeasesResource(services))
+        app.add_route("/v1/sandbox-leases/{lease_id}", SandboxLeaseResource(services))
+        app.add_route("/v1/sandbox-leases/{lease_id}/logs", SandboxLogsResource(services))
+        pending = SandboxPendingResource(services)
+        app.add_route("/v1/sandbox-leases/{lease_id}/executions", pending)
+        app.add_route("/v1/sandbox-leases/{lease_id}/executions/{rest:path}", pending)
+        app.add_route("/v1/sandbox-leases/{lease_id}/attach", pending)
+        app.add_route("/v1/sandbox-leases/{lease_id}/port-forward", pending)
         services.sandbox.verdict()  # checked (and logged) as the worker starts
     app.add_error_handler(Exception, _on_unexpected)
     app.add_error_handler(falcon.HTTPError, _on_falcon_error)

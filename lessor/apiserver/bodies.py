@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from lessor.apiserver.errors import BadRequestError
 from lessor.resources.base import DNS_LABEL, POOL_NAME
 from lessor.resources.durations import PositiveDuration
+from lessor.resources.sandbox import IdempotencyKey
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_METADATA_BYTES = 8 * 1024
@@ -104,3 +105,55 @@ class Login(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ttl: PositiveDuration | None = Field(default=None, description="Session lifetime; max 24h.")
+
+
+# What a Sandbox caller can never send (spec 1): the administrator's SandboxPool defines the
+# workload. Any unknown field is refused anyway; these get a message that says why.
+WORKLOAD_FIELDS = frozenset({
+    "spec", "template", "podTemplate", "podSpec", "containers", "image", "command", "args",
+    "namespace", "runtimeClass", "runtimeClassName", "env", "envFrom", "mounts", "volumeMounts",
+    "volumes", "volumeClaims", "volumeClaimTemplates", "credentials", "secrets", "kubeconfig",
+    "serviceAccount", "serviceAccountName", "token",
+})  # fmt: skip
+
+
+class CreateSandboxLease(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    pool: PoolName
+    ttl: PositiveDuration | None = None
+    alias: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None, alias="idempotencyKey", min_length=1
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_workload(cls, document: Any) -> Any:
+        if isinstance(document, dict):
+            sent = sorted(WORKLOAD_FIELDS & document.keys())
+            if sent:
+                raise ValueError(
+                    f"callers cannot send {', '.join(sent)}: the SandboxPool's administrator "
+                    "defines the sandbox's workload, namespace, environment and credentials"
+                )
+        return document
+
+
+class ExtendSandboxLease(BaseModel):
+    """`extendTtl`, or its alias `extend_ttl`, exactly once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    extendTtl: PositiveDuration | None = None  # noqa: N815 - the wire name
+    extend_ttl: PositiveDuration | None = None
+
+    @model_validator(mode="after")
+    def _once(self) -> ExtendSandboxLease:
+        if (self.extendTtl is None) == (self.extend_ttl is None):
+            raise ValueError("give the extension as extendTtl (or its alias extend_ttl), once")
+        return self
+
+    @property
+    def duration(self) -> str:
+        return self.extendTtl or self.extend_ttl or ""

@@ -3,12 +3,20 @@ that validate requests and describe responses, so the document cannot drift from
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lessor import __version__
-from lessor.apiserver.bodies import CreateLease, ExtendLease, Login
+from lessor.apiserver.bodies import (
+    CreateLease,
+    CreateSandboxLease,
+    ExtendLease,
+    ExtendSandboxLease,
+    Login,
+)
+from lessor.apiserver.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
+from lessor.resources.sandbox import ReleaseCause, SandboxPhase
 
 Json = dict[str, Any]
 
@@ -106,10 +114,86 @@ class SessionIssued(BaseModel):
     expires_at: str
 
 
+class _SandboxLeaseFields(BaseModel):
+    id: str
+    phase: str
+    pool: str
+    ttl: str = Field(description="The TTL asked for; without one, the TTL granted.")
+    effective_ttl: str | None = Field(
+        default=None, description="The TTL granted; present only when less than `ttl`."
+    )
+    alias: str | None = None
+    provisioning_deadline: str = Field(
+        description="The lease's creation time plus the pool's provisioningTimeout; never reset."
+    )
+
+
+class SandboxLeaseCreated(_SandboxLeaseFields):
+    """The 202 of a create (with a Location header). The handoff variant adds `status`,
+    `retry` and `statusUrl`: the outcome is not known yet; do not repeat the create, poll."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    phase: str = Field(description="Always `Pending`.")
+    provisioning_deadline: str = Field(
+        description="The lease's creation time plus the pool's provisioningTimeout; in the "
+        "handoff variant, counted from the time of the answer."
+    )
+    status: Literal["admission_pending"] | None = Field(
+        default=None, description="Handoff variant only: `admission_pending`."
+    )
+    retry: bool | None = Field(default=None, description="Handoff variant only: `false`.")
+    status_url: str | None = Field(
+        default=None, alias="statusUrl", description="Handoff variant only: the lease's path."
+    )
+
+
+class PlacementRef(BaseModel):
+    name: str
+    uid: str
+
+
+class SandboxPlacement(BaseModel):
+    lease_uid: str
+    claim: PlacementRef | None = Field(default=None, description="The agent-sandbox SandboxClaim.")
+    sandbox: PlacementRef | None = None
+    pod: PlacementRef | None = None
+
+
+class SandboxLease(_SandboxLeaseFields):
+    phase: SandboxPhase
+    release_cause: ReleaseCause | None = Field(
+        default=None, description="Recorded once when teardown starts; never changed."
+    )
+    ready_at: str | None = None
+    expires_at: str | None = Field(default=None, description="Once Ready.")
+    message: str | None = None
+    extensions_count: int
+    max_extensions: int
+    placement: SandboxPlacement
+
+
+class SandboxExpiry(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    expires_at: str = Field(alias="expiresAt")
+    extensions_count: int = Field(alias="extensionsCount")
+    max_extensions: int = Field(alias="maxExtensions")
+
+
+class SandboxLogs(BaseModel):
+    id: str
+    pod: str
+    data: str
+    truncated: bool = Field(description=f"The tail reached the {LOG_BYTES_MAX // 1024} KiB cap.")
+
+
 MODELS: tuple[type[BaseModel], ...] = (
     CreateLease,
     ExtendLease,
     Login,
+    CreateSandboxLease,
+    ExtendSandboxLease,
     Error,
     LeaseCreated,
     LeaseSummary,
@@ -119,6 +203,16 @@ MODELS: tuple[type[BaseModel], ...] = (
     PoolLease,
     Status,
     SessionIssued,
+    SandboxLeaseCreated,
+    SandboxLease,
+    SandboxExpiry,
+    SandboxLogs,
+)
+
+SANDBOX_ONLY = (
+    "Alpha. The /v1/sandbox-leases paths exist only when `agentSandbox.mode` is `external` "
+    "(otherwise every one is a 404); while the installed agent-sandbox fails the compatibility "
+    "check they answer 503 `backend_error`."
 )
 
 
@@ -157,6 +251,45 @@ def _operation(
 
 def _path_param(name: str) -> Json:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _header(description: str) -> Json:
+    return {"description": description, "schema": {"type": "string"}}
+
+
+def _sandbox_create() -> Json:
+    operation = _operation(
+        "Create a Sandbox lease (alpha)",
+        202,
+        _ref(SandboxLeaseCreated),
+        errors=(400, 401, 503, 403, 404, 409, 429),
+        request=CreateSandboxLease,
+    )
+    operation["responses"]["202"]["headers"] = {"Location": _header("/v1/sandbox-leases/{id}")}
+    retry_after = "Seconds; only with reason `rate_limited`, never with `concurrency_limit`."
+    operation["responses"]["429"]["headers"] = {"Retry-After": _header(retry_after)}
+    return operation
+
+
+def _sandbox_logs() -> Json:
+    operation = _operation(
+        "Tail of the Sandbox's pod log (alpha)",
+        200,
+        _ref(SandboxLogs),
+        errors=(400, 401, 503, 404, 409),
+    )
+    tail = {"type": "integer", "minimum": 1, "maximum": LOG_TAIL_MAX, "default": LOG_TAIL_DEFAULT}
+    operation["parameters"] = [
+        {"name": "tailLines", "in": "query", "required": False, "schema": tail},
+        {
+            "name": "container",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "Which container; may be left out when the pod has one.",
+        },
+    ]
+    return operation
 
 
 def document() -> Json:
@@ -236,6 +369,38 @@ def document() -> Json:
                     {"type": "array", "items": _ref(PoolLease)},
                     errors=(*common, 404),
                 ),
+            },
+            "/v1/sandbox-leases": {
+                "description": SANDBOX_ONLY,
+                "post": _sandbox_create(),
+                "get": _operation(
+                    "The caller's Sandbox leases (alpha)",
+                    200,
+                    {"type": "array", "items": _ref(SandboxLease)},
+                    errors=common,
+                ),
+            },
+            "/v1/sandbox-leases/{lease_id}": {
+                "description": SANDBOX_ONLY,
+                "parameters": lease_param,
+                "get": _operation(
+                    "One Sandbox lease (alpha)", 200, _ref(SandboxLease), errors=(*common, 404)
+                ),
+                "patch": _operation(
+                    "Extend a Ready Sandbox lease (alpha)",
+                    200,
+                    _ref(SandboxExpiry),
+                    errors=(*common, 404, 409),
+                    request=ExtendSandboxLease,
+                ),
+                "delete": _operation(
+                    "Request release (alpha)", 204, None, errors=(*common, 403, 404, 409)
+                ),
+            },
+            "/v1/sandbox-leases/{lease_id}/logs": {
+                "description": SANDBOX_ONLY,
+                "parameters": lease_param,
+                "get": _sandbox_logs(),
             },
             "/v1/login": {
                 "post": _operation(

@@ -12,9 +12,12 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from lessor.resources.access_policy import AccessPolicySpec, Match, Rule
+from kubernetes.utils.quantity import parse_quantity
+
+from lessor.resources.access_policy import AccessPolicySpec, Match, Rule, SandboxGrant
 from lessor.resources.durations import format_duration, parse_duration
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
@@ -104,3 +107,55 @@ def effective_ttl(requested: str | None, pool_default: str, grant: Grant) -> str
     if grant.max_ttl is not None:
         ttl = min(ttl, grant.max_ttl)
     return format_duration(ttl)
+
+
+def sandbox_grant(
+    policy: AccessPolicySpec, claims: Mapping[str, Any], pool: str, verb: str
+) -> SandboxGrant | None:
+    """The first Sandbox grant that applies to the caller, covers `pool` and gives `verb`
+    (`lease`: create, read, extend; `release`: delete), or None."""
+    for grant in policy.sandbox:
+        if verb in grant.verbs and matches(grant.match, claims) and pool_allowed(grant.pools, pool):
+            return grant
+    return None
+
+
+def _pod_request(template: Mapping[str, Any], resource: str) -> Decimal | None:
+    """What one sandbox pod asks for: the sum over its containers of the request (or, without
+    one, the limit, which Kubernetes then uses as the request). None when a container declares
+    neither, so the pod's size is unbounded."""
+    total = Decimal(0)
+    for container in template.get("spec", {}).get("containers", []):
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource) or (
+            resources.get("limits") or {}
+        ).get(resource)
+        if value is None:
+            return None
+        total += parse_quantity(value)  # type: ignore[no-untyped-call]
+    return total
+
+
+def ceiling_exceeded(grant: SandboxGrant, template: Mapping[str, Any]) -> str | None:
+    """Why the pool's sandbox is bigger than the grant's resource ceiling, or None."""
+    for resource, ceiling in (("cpu", grant.max_cpu), ("memory", grant.max_memory)):
+        if ceiling is None:
+            continue
+        asked = _pod_request(template, resource)
+        if asked is None:
+            return f"the pool's sandbox declares no {resource} size; the grant allows {ceiling}"
+        if asked > parse_quantity(ceiling):  # type: ignore[no-untyped-call]
+            return f"the pool's sandbox asks for {asked} {resource}; the grant allows {ceiling}"
+    return None
+
+
+def sandbox_ttl(
+    requested: str | None, default: str, pool_max: str, grant: SandboxGrant
+) -> tuple[str, str]:
+    """(effective TTL, lifetime ceiling): the request or the pool's default, within the pool's
+    cap and the grant's maxTtl; the ceiling also bounds extensions, measured from readiness."""
+    ceiling = parse_duration(pool_max)
+    if grant.max_ttl is not None:
+        ceiling = min(ceiling, parse_duration(grant.max_ttl))
+    ttl = min(parse_duration(requested or default), ceiling)
+    return format_duration(ttl), format_duration(ceiling)

@@ -46,8 +46,13 @@ class Reservation:
 
 
 class Reservations:
-    def __init__(self, kube: Kube) -> None:
+    """`plural`: the lease kind whose phases free a reservation; `family` keeps each kind's
+    slots and aliases apart (a caller's cluster and Sandbox limits are independent)."""
+
+    def __init__(self, kube: Kube, plural: str = "clusterleases", family: str = "") -> None:
         self.kube = kube
+        self.plural = plural
+        self.family = family
 
     def slot(self, identity: str, limit: int, lease: str) -> Reservation | None:
         """Take a free slot for `lease`, or None when all `limit` slots are held."""
@@ -68,27 +73,26 @@ class Reservations:
                 return Reservation(self._slot_name(holder, index))
         return None
 
-    @staticmethod
-    def _slot_name(holder: str, index: int) -> str:
-        return f"lessor-slot-{holder}-{index}"
+    def _slot_name(self, holder: str, index: int) -> str:
+        return f"lessor-{self.family}slot-{holder}-{index}"
 
     def _held_slots(self, holder: str) -> set[int]:
         # From the watch cache (a consistent list waits ~100 ms after any write), and as raw
         # JSON: only names are needed. A slot taken since is found by the create's 409.
         answer = self.kube.core.list_namespaced_config_map(
             self.kube.namespace,
-            label_selector=f"{KIND_LABEL}=slot,{HOLDER_LABEL}={holder}",
+            label_selector=f"{KIND_LABEL}={self.family}slot,{HOLDER_LABEL}={holder}",
             resource_version="0",
             _request_timeout=TIMEOUT,
             _preload_content=False,
         )
-        prefix = f"lessor-slot-{holder}-"
+        prefix = f"lessor-{self.family}slot-{holder}-"
         raw: bytes = cast(Any, answer).data  # an undecoded response (_preload_content=False)
         names = [item["metadata"]["name"] for item in json.loads(raw)["items"]]
         return {int(name[len(prefix) :]) for name in names if name.startswith(prefix)}
 
     def alias(self, identity: str, alias: str, lease: str) -> Reservation | None:
-        name = f"lessor-alias-{_digest(identity, alias)}"
+        name = f"lessor-{self.family}alias-{_digest(identity, alias)}"
         taken = self._take(name, "alias", identity, lease, reclaim=True)
         return Reservation(name) if taken else None
 
@@ -105,7 +109,8 @@ class Reservations:
         """Create the reservation; when it exists and `reclaim`, take it over if stale."""
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
-                name=name, labels={KIND_LABEL: kind, HOLDER_LABEL: _digest(identity)}
+                name=name,
+                labels={KIND_LABEL: f"{self.family}{kind}", HOLDER_LABEL: _digest(identity)},
             ),
             data={"identity": identity, "lease": lease},
         )
@@ -147,11 +152,13 @@ class Reservations:
 
     def _ended(self, reservation: client.V1ConfigMap, lease: str) -> bool:
         try:
-            found = self.kube.get("clusterleases", lease)
+            found = self.kube.get(self.plural, lease)
         except ApiException as error:
             if error.status != 404:
                 raise
             created = reservation.metadata.creation_timestamp if reservation.metadata else None
             now = datetime.datetime.now(datetime.UTC)
             return created is None or now - created > ORPHAN_GRACE
-        return found.get("status", {}).get("phase") in ENDED
+        # A tombstone of the Sandbox admission arbiter is no lease: it holds nothing.
+        cancelled = bool(found.get("spec", {}).get("cancelled"))
+        return cancelled or found.get("status", {}).get("phase") in ENDED

@@ -13,6 +13,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE, DIRECTORY_ENV
 from lessor.apiserver.settings import Settings
 from lessor.config_file import apply_defaults
 
@@ -51,6 +52,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="SO_REUSEPORT: several servers on one address, the kernel spreads connections",
     )
+    parser.add_argument(
+        "--sandbox-admission-rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help="Sandbox lease creations a second per principal and replica (token bucket refill)",
+    )
+    parser.add_argument(
+        "--sandbox-admission-burst",
+        type=int,
+        default=DEFAULT_BURST,
+        help="Sandbox lease creations a principal may make at once (token bucket size)",
+    )
     apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
@@ -59,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Metrics of every worker are aggregated from files here (prometheus multiprocess mode).
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="lessor-metrics-"))
+    # The workers of this server share one admission bucket per principal (spec: per replica).
+    os.environ.setdefault(DIRECTORY_ENV, tempfile.mkdtemp(prefix="lessor-admission-"))
+    if args.sandbox_admission_rate <= 0 or args.sandbox_admission_burst < 1:
+        raise SystemExit("--sandbox-admission-rate must be positive and the burst at least 1")
     options = {
         "bind": args.bind,
         "workers": args.workers,
@@ -77,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         namespace=args.namespace,
         kubeconfig=args.kubeconfig,
         agent_sandbox_mode=args.agent_sandbox_mode,
+        sandbox_admission_rate=args.sandbox_admission_rate,
+        sandbox_admission_burst=args.sandbox_admission_burst,
     )
     Server(settings, options).run()
     return 0

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
+
 
 @dataclass(frozen=True)
 class Settings:
     namespace: str = "lessor-system"
     kubeconfig: str | None = None
     agent_sandbox_mode: str = "disabled"  # or "external": see lessor.apiserver.sandbox_gate
+    # Per principal and replica (lessor.apiserver.admission_limit): tokens a second, and burst.
+    sandbox_admission_rate: float = DEFAULT_RATE
+    sandbox_admission_burst: int = DEFAULT_BURST

@@ -37,7 +37,13 @@ from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LeaderElector, default_identity
 from lessor.operator.runtime.manager import Manager
 from lessor.operator.runtime.store import Handler, key_of
-from lessor.operator.sandboxpools import SANDBOX_POOLS, SandboxPoolReconciler
+from lessor.operator.sandboxleases import SANDBOX_LEASES, SandboxLeaseReconciler
+from lessor.operator.sandboxpools import (
+    BY_SANDBOX_POOL,
+    SANDBOX_POOLS,
+    SandboxPoolReconciler,
+    index_by_sandbox_pool,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -171,23 +177,61 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
     for informer, handle in ((pools, on_pool), (instances, on_instance), (leases, on_lease)):
         informer.store.add_handler(_on_any_change(handle))
     if args.agent_sandbox_mode == "external":
-        add_sandbox_controllers(manager, client, namespace, args.workers)
+        add_sandbox_controllers(manager, client, args, events)
     return manager
 
 
 def add_sandbox_controllers(
-    manager: Manager, client: KubeClient, namespace: str, workers: int
+    manager: Manager, client: KubeClient, args: argparse.Namespace, events: EventRecorder
 ) -> None:
-    """SandboxPools into agent-sandbox objects; only with `agentSandbox.mode: external`."""
-    sandbox_pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
-    controller = Controller(
-        "sandboxpool",
-        SandboxPoolReconciler(client, pools=sandbox_pools).reconcile,
-        [sandbox_pools],
-        workers=workers,
+    """SandboxPools into agent-sandbox objects and SandboxLeases into SandboxClaims; only with
+    `agentSandbox.mode: external`."""
+    namespace = args.namespace
+    pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
+    leases = manager.add_informer(
+        Informer(
+            client,
+            SANDBOX_LEASES,
+            namespace=namespace,
+            indexers={BY_SANDBOX_POOL: index_by_sandbox_pool},
+        )
     )
-    manager.add_controller(controller)
-    sandbox_pools.store.add_handler(_on_any_change(lambda obj: controller.enqueue(key_of(obj))))
+    pool_controller = Controller(
+        "sandboxpool",
+        SandboxPoolReconciler(client, pools=pools, leases=leases).reconcile,
+        [pools, leases],
+        workers=args.workers,
+    )
+    lease_controller = Controller(
+        "sandboxlease",
+        SandboxLeaseReconciler(
+            client,
+            leases=leases,
+            pools=pools,
+            events=events,
+            teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
+            retention=(
+                datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None
+            ),
+        ).reconcile,
+        [pools, leases],
+        workers=args.workers,
+    )
+    manager.add_controller(pool_controller)
+    manager.add_controller(lease_controller)
+
+    def on_pool(obj: JSON) -> None:
+        pool_controller.enqueue(key_of(obj))
+        for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(obj)):
+            if lease.get("status", {}).get("phase") in (None, "Pending"):
+                lease_controller.enqueue(key_of(lease))
+
+    def on_lease(obj: JSON) -> None:
+        lease_controller.enqueue(key_of(obj))
+        pool_controller.enqueue(index_by_sandbox_pool(obj)[0])
+
+    pools.store.add_handler(_on_any_change(on_pool))
+    leases.store.add_handler(_on_any_change(on_lease))
 
 
 def _on_any_change(handle: Callable[[JSON], None]) -> Handler:

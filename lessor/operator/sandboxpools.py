@@ -90,11 +90,32 @@ def _condition(obj: JSON, ok: bool, reason: str, message: str) -> dict[str, Any]
     }
 
 
+BY_SANDBOX_POOL = "by-sandbox-pool"
+HOLDING = ("Provisioning", "Ready", "Releasing")
+
+
+def index_by_sandbox_pool(obj: JSON) -> list[str]:
+    return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
+
+
 class SandboxPoolReconciler:
-    def __init__(self, client: KubeClient, *, pools: Informer) -> None:
+    def __init__(self, client: KubeClient, *, pools: Informer, leases: Informer) -> None:
         self.client = client
         self.pools = pools
+        self.leases = leases
         self.compatibility = CompatibilityCache(client)
+
+    def _counts(self, key: str) -> dict[str, int]:
+        """Sandboxes held by leases, and those whose cleanup is uncertain (withheld)."""
+        phases = [
+            lease.get("status", {}).get("phase")
+            for lease in self.leases.store.by_index(BY_SANDBOX_POOL, key)
+            if not lease.get("spec", {}).get("cancelled")
+        ]
+        return {
+            "leased": sum(phase in HOLDING for phase in phases),
+            "quarantined": sum(phase == "Quarantined" for phase in phases),
+        }
 
     async def reconcile(self, key: str) -> Result:
         obj = self.pools.store.get(key)
@@ -103,6 +124,7 @@ class SandboxPoolReconciler:
         pool = SandboxPool.model_validate(obj)
         status = dict(obj.get("status") or {})
         status["observedGeneration"] = obj["metadata"].get("generation")
+        status.update(self._counts(key))
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
             status.update(phase="Unavailable", conditions=[

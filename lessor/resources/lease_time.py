@@ -32,3 +32,24 @@ def micro_timestamp(moment: datetime.datetime) -> str:
 def timestamp(moment: datetime.datetime) -> str:
     """RFC 3339 in UTC with seconds precision, as Kubernetes writes metav1.Time."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sandbox_expires_at(
+    ready_at: datetime.datetime,
+    ttl: str,
+    extensions: Sequence[Extension],
+    max_extensions: int,
+    max_ttl: str | None,
+) -> datetime.datetime:
+    """A Sandbox lease's expiry: like a cluster lease's, and never past `max_ttl` measured from
+    readiness (the ceiling the lease was admitted with), whatever the extensions add."""
+    expiry = expires_at(ready_at, ttl, extensions, max_extensions)
+    if max_ttl is not None:
+        expiry = min(expiry, ready_at + parse_duration(max_ttl))
+    return expiry
+
+
+def provisioning_deadline(created: datetime.datetime, timeout: str) -> datetime.datetime:
+    """Anchored to the lease object's creation: queueing and controller downtime count, and a
+    replayed reconcile computes the same instant, so nothing ever resets it."""
+    return created + parse_duration(timeout)

@@ -56,6 +56,9 @@ class SandboxPoolSpec(SpecModel):
     runner: Runner | None = Field(default=None, description="Without it executions answer 501.")
     ports: list[DeclaredPort] = Field(default_factory=list, description="Ports callers may reach.")
     warm: int = Field(default=0, ge=0, le=1000, description="Sandboxes kept warm.")
+    provisioning_timeout: PositiveDuration = Field(
+        default="5m", description="How long a lease may take, from its creation, to be Ready."
+    )
 
 
 class SandboxPoolStatus(StatusModel):
@@ -87,14 +90,35 @@ class SandboxPool(Resource[SandboxPoolSpec, SandboxPoolStatus]):
 
 
 class SandboxLeaseSpec(SpecModel):
+    """Written once by the API at admission (what the caller asked and what its grant allowed,
+    so the operator never needs the caller's claims), then only `releaseRequested` and
+    `extensions` change."""
+
     pool: PoolName
-    ttl: PositiveDuration | None = None
+    ttl: PositiveDuration | None = Field(default=None, description="As requested; none: default.")
+    effective_ttl: PositiveDuration | None = Field(
+        default=None, description="The TTL granted: request or default, within both caps."
+    )
+    max_ttl: PositiveDuration | None = Field(
+        default=None, description="Ceiling of the lease's lifetime measured from readiness."
+    )
+    provisioning_timeout: PositiveDuration | None = Field(
+        default=None, description="From creation to Ready, copied from the pool at admission."
+    )
     alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
     idempotency_key: IdempotencyKey | None = Field(default=None, min_length=1, max_length=253)
     requester: str | None = Field(default=None, max_length=1024)
     max_extensions: int = Field(default=2, ge=0)
     release_requested: bool = False
     extensions: list[Extension] = Field(default_factory=list, max_length=100)
+    executions_reserved: int = Field(
+        default=0, ge=0, description="Executions reserved over the lifetime (the API counts)."
+    )
+    cancelled: bool = Field(
+        default=False,
+        description="A tombstone of the admission arbiter: the name is taken so that a create "
+        "whose answer was lost can no longer land; it is no lease.",
+    )
 
 
 SandboxPhase = Literal[
@@ -114,11 +138,13 @@ class SandboxLeaseStatus(StatusModel):
     )
     ready_at: datetime.datetime | None = None
     expires_at: datetime.datetime | None = None
+    releasing_since: datetime.datetime | None = None
+    ended_at: datetime.datetime | None = None
     extensions_count: int = 0
     claim: ObjectRef | None = None
     sandbox: ObjectRef | None = None
     pod: ObjectRef | None = None
-    executions: int = Field(default=0, description="Executions reserved over the lifetime.")
+    evidence: list[str] = Field(default_factory=list, description="What cleanup left behind.")
     message: str = ""
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -143,6 +169,8 @@ class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
 
 class SandboxExecutionSpec(SpecModel):
     lease: ObjectRef = Field(description="The exact lease instance (name and uid).")
+    pod: ObjectRef | None = Field(default=None, description="The sandbox pod it runs in.")
+    runner: Runner | None = Field(default=None, description="The pool's runner, at creation.")
     command: list[str] = Field(min_length=1, max_length=1024, description="argv; no shell.")
     cwd: str | None = Field(default=None, max_length=4096)
     timeout: PositiveDuration = Field(default="60s", description="At most 1h; never past expiry.")

@@ -155,6 +155,10 @@ class Objects:
 
         return wait_for(f"lease {name} {phase}", probe, timeout)
 
+    def status(self, kind: str, name: str) -> JSON:
+        status: JSON = (self.get(kind, name) or {}).get("status", {})
+        return status
+
     def pool_status(self, name: str) -> JSON:
         return (self.get("clusterpool", name) or {}).get("status", {})
 

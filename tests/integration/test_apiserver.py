@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
 class Response:
     status: int
     body: Any
-    headers: dict[str, str]
+    headers: Message  # names compare case-insensitively, as in HTTP
 
 
 @dataclass
@@ -69,10 +70,10 @@ class Api:
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 text = response.read().decode()
-                status, response_headers = response.status, dict(response.headers)
+                status, response_headers = response.status, response.headers
         except urllib.error.HTTPError as error:
             text = error.read().decode()
-            status, response_headers = error.code, dict(error.headers)
+            status, response_headers = error.code, error.headers
         try:
             parsed = json.loads(text) if text else None
         except ValueError:
@@ -93,7 +94,11 @@ class Stack:
 
 
 def start_api(
-    cluster: Cluster, namespace: str, log: Path, extra: tuple[str, ...] = ()
+    cluster: Cluster,
+    namespace: str,
+    log: Path,
+    extra: tuple[str, ...] = (),
+    kubeconfig: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
     with log.open("ab") as output:
@@ -105,7 +110,7 @@ def start_api(
                 f"--bind=127.0.0.1:{port}",
                 "--workers=2",
                 f"--namespace={namespace}",
-                f"--kubeconfig={cluster.kubeconfig}",
+                f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
                 *extra,
             ],
             stdout=output,

@@ -1,0 +1,533 @@
+"""/v1/sandbox-leases: admission, idempotency, the handoff variant, read, extend, release, logs
+(spec 4.3, 4.4, 7.2).
+
+Like the cluster lease API, this one writes only intents: a new SandboxLease (with what the
+caller's grant allowed, so the operator never needs the caller's claims), `releaseRequested`,
+or one more extension, each fenced. The placement controller owns every phase.
+
+Idempotency. A keyed create's lease name is a digest of the identity and the key, so a keyed
+retry, a concurrent identical request and a request on another replica all meet on one name,
+and the Kubernetes create is the one atomic decision among them; the loser reads the winner
+and answers with the same lease, or 409 when the pool, TTL or alias differ. An unkeyed create
+gets a random name.
+
+Handoff. When the create's outcome cannot be classified (the Kubernetes API timed out, reset
+the connection or failed with a 5xx after the request was sent; a replica that is shutting
+down hits this when its requests are cut short) the lease may or may not exist. The answer is
+the usual 202 plus `status: admission_pending`, `retry: false` and `statusUrl`. The arbiter is
+the store itself: the first read, release or extension of that id that finds nothing creates a
+tombstone of the same name (a SandboxLease with `cancelled: true`, which nothing treats as a
+lease), so a create still in flight can no longer land: it was cancelled, and every later
+request for the id is 404. If the create did land first, the tombstone's create fails and the
+lease is admitted and served as usual. The operator deletes tombstones after ten minutes, long
+after any create could still arrive.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+import secrets
+from typing import Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver import metrics
+from lessor.apiserver.admission_limit import AdmissionLimiter
+from lessor.apiserver.authn import Principal
+from lessor.apiserver.bodies import CreateSandboxLease, ExtendSandboxLease
+from lessor.apiserver.errors import (
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    TooManyRequestsError,
+    UnavailableError,
+)
+from lessor.apiserver.kube import Kube
+from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
+from lessor.apiserver.reservations import Reservation, Reservations
+from lessor.resources.access_policy import SandboxGrant
+from lessor.resources.durations import parse_duration
+from lessor.resources.lease_time import (
+    provisioning_deadline,
+    sandbox_expires_at,
+    timestamp,
+    utcnow,
+)
+from lessor.resources.sandbox import SandboxLease, SandboxPool
+
+Json = dict[str, Any]
+PLURAL = "sandboxleases"
+PATH = "/v1/sandbox-leases"
+LEASE_ID = re.compile(r"^s[0-9a-f]{24}$")
+ACTIVE = (None, "Pending", "Provisioning", "Ready", "Releasing")
+ENDED = ("Released", "Expired")
+LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
+TOMBSTONE_POOL = "cancelled"
+
+
+def lease_id(identity: str, key: str | None) -> str:
+    if key is None:
+        return "s" + secrets.token_hex(12)
+    return "s" + hashlib.sha256(f"{identity}\0{key}".encode()).hexdigest()[:24]
+
+
+def _unknown_outcome(error: Exception) -> bool:
+    """The request may or may not have been applied (lost answer, timeout, server failure)."""
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        return True
+    return isinstance(error, ApiException) and (error.status or 0) >= 500
+
+
+def _phase(obj: Json) -> str | None:
+    phase: str | None = obj.get("status", {}).get("phase")
+    return phase
+
+
+class SandboxLeaseService:
+    def __init__(self, kube: Kube, limiter: AdmissionLimiter) -> None:
+        self.kube = kube
+        self.limiter = limiter
+        self.reservations = Reservations(kube, PLURAL, family="sandbox-")
+
+    # -- create ----------------------------------------------------------------------------
+
+    def create(self, principal: Principal, request: CreateSandboxLease) -> tuple[Json, bool]:
+        """The 202 body, and whether it is the handoff variant."""
+        grant = self._grant(principal, request.pool, "lease")
+        if grant is None:
+            raise ForbiddenError(
+                f"you have no Sandbox lease permission for {request.pool}",
+                reason="forbidden",
+            )
+        name = lease_id(principal.identity, request.idempotency_key)
+        decision = self.limiter.take(principal.identity)
+        if not decision.allowed:
+            # One exact-name read, only to recover a lease this key already committed.
+            if request.idempotency_key is not None and (found := self._existing(name)):
+                return self._replay(principal, request, found), False
+            metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
+            raise TooManyRequestsError(
+                f"too many Sandbox lease requests; retry in {decision.retry_after}s",
+                reason="rate_limited",
+                headers={"Retry-After": str(decision.retry_after)},
+            )
+        if request.idempotency_key is not None and (found := self._existing(name)):
+            return self._replay(principal, request, found), False
+        pool = self._admissible_pool(request.pool, grant)
+        ttl, ceiling = sandbox_ttl(request.ttl, pool.spec.default_ttl, pool.spec.max_ttl, grant)
+        body = self._lease_body(
+            principal, request, name, grant=grant, pool=pool, ttl=ttl, ceiling=ceiling
+        )
+        try:
+            taken = self._reserve(principal, request, grant, name)
+        except _Replay as replay:
+            return replay.body, False
+        return self._commit(principal, request, body, pool, taken)
+
+    def _admissible_pool(self, name: str, grant: SandboxGrant) -> SandboxPool:
+        pool = self._pool(name)
+        too_big = ceiling_exceeded(grant, pool.spec.template)
+        if too_big:
+            raise ForbiddenError(too_big, reason="resource_ceiling")
+        if pool.status is None or pool.status.phase in (None, "Unavailable"):
+            why = (
+                pool.status.conditions[0].message
+                if pool.status and pool.status.conditions
+                else "the operator has not reconciled it"
+            )
+            raise UnavailableError(
+                f"SandboxPool {name} is not served yet: {why}", reason="pool_unresolvable"
+            )
+        return pool
+
+    def _commit(
+        self,
+        principal: Principal,
+        request: CreateSandboxLease,
+        body: Json,
+        pool: SandboxPool,
+        taken: list[Reservation],
+    ) -> tuple[Json, bool]:
+        """The one create that decides; see the module docstring for the outcomes."""
+        try:
+            created = self.kube.create(PLURAL, body)
+        except ApiException as error:
+            if error.status == 409 and request.idempotency_key is not None:
+                self._release_all(taken)  # a racing identical request won the name
+                found = self._existing(body["metadata"]["name"])
+                if found is not None:
+                    return self._replay(principal, request, found), False
+            if not _unknown_outcome(error):
+                self._release_all(taken)
+                raise
+            return self._handoff(body, pool), True  # reservations stay: the lease may exist
+        except urllib3.exceptions.HTTPError:
+            return self._handoff(body, pool), True
+        except BaseException:
+            self._release_all(taken)
+            raise
+        return self.view(created, full=False), False
+
+    def _lease_body(
+        self,
+        principal: Principal,
+        request: CreateSandboxLease,
+        name: str,
+        *,
+        grant: SandboxGrant,
+        pool: SandboxPool,
+        ttl: str,
+        ceiling: str,
+    ) -> Json:
+        spec: Json = {
+            "pool": request.pool,
+            "effectiveTtl": ttl,
+            "maxTtl": ceiling,
+            "provisioningTimeout": pool.spec.provisioning_timeout,
+            "requester": principal.identity,
+            "maxExtensions": grant.max_extensions,
+        }
+        optional = {"ttl": request.ttl, "alias": request.alias,
+                    "idempotencyKey": request.idempotency_key}  # fmt: skip
+        spec.update({k: v for k, v in optional.items() if v is not None})
+        return {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "SandboxLease",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    REQUESTER_LABEL: requester_label(principal.identity),
+                    "lessor.dev/sandbox-pool": request.pool,
+                },
+            },
+            "spec": spec,
+        }
+
+    def _reserve(
+        self, principal: Principal, request: CreateSandboxLease, grant: SandboxGrant, name: str
+    ) -> list[Reservation]:
+        taken: list[Reservation] = []
+        try:
+            if grant.max_concurrent_sandboxes is not None:
+                slot = self.reservations.slot(
+                    principal.identity, grant.max_concurrent_sandboxes, name
+                )
+                if slot is None:
+                    raise TooManyRequestsError(
+                        f"you hold {grant.max_concurrent_sandboxes} active Sandbox leases,"
+                        " the most your grant allows",
+                        reason="concurrency_limit",
+                    )
+                taken.append(slot)
+            if request.alias:
+                alias = self.reservations.alias(principal.identity, request.alias, name)
+                if alias is None:
+                    raise ConflictError(
+                        f"alias {request.alias} is already used by one of your active Sandbox"
+                        " leases",
+                        reason="alias_active",
+                    )
+                taken.append(alias)
+        except (TooManyRequestsError, ConflictError):
+            self._release_all(taken)
+            # An identical keyed request may have created the lease while we were refused.
+            if request.idempotency_key is not None and (found := self._existing(name)):
+                raise _Replay(self._replay(principal, request, found)) from None
+            raise
+        except BaseException:
+            self._release_all(taken)
+            raise
+        return taken
+
+    def _release_all(self, taken: list[Reservation]) -> None:
+        for reservation in taken:
+            self.reservations.release(reservation)
+
+    def _existing(self, name: str) -> Json | None:
+        try:
+            return self.kube.get(PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _replay(self, principal: Principal, request: CreateSandboxLease, found: Json) -> Json:
+        """The answer to a keyed retry: the same lease, unless the key meant something else."""
+        spec = found.get("spec", {})
+        if spec.get("requester") != principal.identity:
+            raise ConflictError(
+                "this idempotency key cannot be used", reason="idempotency_conflict"
+            )
+        if spec.get("cancelled"):
+            raise ConflictError(
+                "the lease of this idempotency key was cancelled; use a new key",
+                reason="idempotency_conflict",
+            )
+        sent = (request.pool, request.ttl, request.alias)
+        if sent != (spec.get("pool"), spec.get("ttl"), spec.get("alias")):
+            raise ConflictError(
+                "this idempotency key was used for a lease with a different pool, TTL or alias",
+                reason="idempotency_conflict",
+            )
+        return self.view(found, full=False)
+
+    def _handoff(self, body: Json, pool: SandboxPool) -> Json:
+        spec = body["spec"]
+        name = body["metadata"]["name"]
+        deadline = provisioning_deadline(utcnow(), pool.spec.provisioning_timeout)
+        response = self._legacy(name, spec, timestamp(deadline))
+        response.update(status="admission_pending", retry=False, statusUrl=f"{PATH}/{name}")
+        return response
+
+    # -- views -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _legacy(name: str, spec: Json, deadline: str | None) -> Json:
+        """The create response's fields: id, phase, pool, ttl, alias, provisioning_deadline,
+        and effective_ttl when the TTL granted is less than the TTL asked for."""
+        asked = spec.get("ttl") or spec.get("effectiveTtl")
+        body: Json = {
+            "id": name,
+            "phase": "Pending",
+            "pool": spec["pool"],
+            "ttl": asked,
+            "provisioning_deadline": deadline,
+        }
+        granted = spec.get("effectiveTtl")
+        if granted and asked and parse_duration(granted) < parse_duration(asked):
+            body["effective_ttl"] = granted
+        if spec.get("alias"):
+            body["alias"] = spec["alias"]
+        return body
+
+    def view(self, obj: Json, *, full: bool = True) -> Json:
+        """What the owner sees. Never the requester identity, a credential or a kubeconfig:
+        only whitelisted fields are copied out of the object."""
+        spec, status = obj["spec"], obj.get("status", {})
+        deadline = status.get("provisioningDeadline") or timestamp(
+            provisioning_deadline(
+                datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"]),
+                spec.get("provisioningTimeout") or "5m",
+            )
+        )
+        body = self._legacy(obj["metadata"]["name"], spec, deadline)
+        if not full:
+            return body
+        body["phase"] = status.get("phase") or "Pending"
+        for field, key in (
+            ("release_cause", "releaseCause"),
+            ("ready_at", "readyAt"),
+            ("expires_at", "expiresAt"),
+            ("message", "message"),
+        ):
+            if status.get(key):
+                body[field] = status[key]
+        body["extensions_count"] = status.get("extensionsCount", 0)
+        body["max_extensions"] = spec.get("maxExtensions", 0)
+        placement: Json = {"lease_uid": obj["metadata"]["uid"]}
+        for part in ("claim", "sandbox", "pod"):
+            if status.get(part):
+                placement[part] = {"name": status[part]["name"], "uid": status[part]["uid"]}
+        body["placement"] = placement
+        return body
+
+    # -- read, list ------------------------------------------------------------------------
+
+    def owned(self, principal: Principal, lease_name: str, verb: str = "lease") -> Json:
+        """The caller's lease within its Sandbox scope; anything else is indistinguishable
+        from no lease (404). A miss on a well-formed id is arbitrated (module docstring)."""
+        if not OBJECT_NAME.match(lease_name):
+            raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
+        found = self._existing(lease_name)
+        if found is None and LEASE_ID.match(lease_name):
+            found = self._arbitrate(principal, lease_name)
+        spec = (found or {}).get("spec", {})
+        if found is None or spec.get("cancelled") or spec.get("requester") != principal.identity:
+            raise NotFoundError(f"no Sandbox lease {lease_name}")
+        if self._grant(principal, spec["pool"], "lease") is None:
+            raise NotFoundError(f"no Sandbox lease {lease_name}")  # outside the caller's scope
+        if verb != "lease" and self._grant(principal, spec["pool"], verb) is None:
+            raise ForbiddenError(
+                f"you may not {verb} Sandbox leases of {spec['pool']}",
+                reason="forbidden",
+            )
+        return found
+
+    def _arbitrate(self, principal: Principal, name: str) -> Json | None:
+        tombstone = {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "SandboxLease",
+            "metadata": {"name": name, "labels": {"lessor.dev/tombstone": "true"}},
+            "spec": {
+                "pool": TOMBSTONE_POOL,
+                "cancelled": True,
+                "requester": principal.identity,
+            },
+        }
+        try:
+            self.kube.create(PLURAL, tombstone)
+        except ApiException as error:
+            if error.status == 409:  # the lease landed first: it is admitted
+                return self._existing(name)
+            raise
+        return None
+
+    def read(self, principal: Principal, lease_name: str) -> Json:
+        return self.view(self.owned(principal, lease_name))
+
+    def list_mine(self, principal: Principal) -> list[Json]:
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
+        return [
+            self.view(obj)
+            for obj in self.kube.list_objects(PLURAL, selector)
+            if obj["spec"].get("requester") == principal.identity
+            and not obj["spec"].get("cancelled")
+            and self._grant(principal, obj["spec"]["pool"], "lease") is not None
+        ]
+
+    # -- extend, release -------------------------------------------------------------------
+
+    def extend(self, principal: Principal, lease_name: str, request: ExtendSandboxLease) -> Json:
+        duration = parse_duration(request.duration)
+        for _ in range(3):
+            raw = self.owned(principal, lease_name)
+            lease = SandboxLease.model_validate(raw)
+            status = lease.status
+            if status is None or status.phase != "Ready" or status.ready_at is None:
+                raise ConflictError(
+                    "only a Ready Sandbox lease can be extended", reason="not_ready"
+                )
+            grant = self._grant(principal, lease.spec.pool, "lease")
+            budget = min(lease.spec.max_extensions, grant.max_extensions if grant else 0)
+            if len(lease.spec.extensions) >= budget:
+                raise ConflictError(
+                    f"this lease allows {budget} extensions and has used them",
+                    reason="extension_budget_exhausted",
+                )
+            current = status.expires_at or status.ready_at
+            ceiling = status.ready_at + parse_duration(lease.spec.max_ttl or "24h")
+            if current + duration > ceiling:
+                raise ConflictError(
+                    f"the lease cannot live past {timestamp(ceiling)}, its maxTtl from readiness",
+                    reason="max_ttl_ceiling",
+                )
+            extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
+            operation = (
+                {"op": "add", "path": "/spec/extensions/-", "value": extension}
+                if lease.spec.extensions
+                else {"op": "add", "path": "/spec/extensions", "value": [extension]}
+            )
+            try:
+                updated = SandboxLease.model_validate(self._fenced(raw, [operation]))
+            except ConflictError:
+                continue
+            expiry = sandbox_expires_at(
+                status.ready_at,
+                updated.spec.effective_ttl or "30m",
+                updated.spec.extensions,
+                updated.spec.max_extensions,
+                updated.spec.max_ttl,
+            )
+            return {
+                "expiresAt": timestamp(expiry),
+                "extensionsCount": len(updated.spec.extensions),
+                "maxExtensions": budget,
+            }
+        raise ConflictError(
+            "the lease changed while extending it; retry", reason="conflict_retryable"
+        )
+
+    def release(self, principal: Principal, lease_name: str) -> None:
+        for _ in range(3):
+            lease = self.owned(principal, lease_name, verb="release")
+            phase = _phase(lease)
+            if phase == "Quarantined":
+                raise ConflictError(
+                    "the sandbox's cleanup could not be verified; an administrator must resolve "
+                    "it first",
+                    reason="teardown_quarantined",
+                )
+            if phase in (*ENDED, "Releasing") or lease["spec"].get("releaseRequested"):
+                return
+            try:
+                self._fenced(
+                    lease, [{"op": "add", "path": "/spec/releaseRequested", "value": True}]
+                )
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(
+            "the lease changed while releasing it; retry", reason="conflict_retryable"
+        )
+
+    def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
+        lease = self.owned(principal, lease_name)
+        phase = _phase(lease) or "Pending"
+        if phase in (*ENDED, "Releasing", "Quarantined"):
+            raise ConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
+        pod = lease.get("status", {}).get("pod")
+        if phase != "Ready" or not pod:
+            raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+        try:
+            text = self.kube.core.read_namespaced_pod_log(
+                pod["name"],
+                self.kube.namespace,
+                container=container,
+                tail_lines=tail,
+                limit_bytes=LOG_BYTES_MAX,
+                _request_timeout=10,
+            )
+        except ApiException as error:
+            if error.status == 400:
+                raise BadRequestError("no such container in the sandbox") from error
+            raise
+        return {
+            "id": lease_name,
+            "pod": pod["name"],
+            "data": text,
+            "truncated": len(text.encode()) >= LOG_BYTES_MAX,
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _grant(principal: Principal, pool: str, verb: str) -> SandboxGrant | None:
+        return sandbox_grant(principal.policy.spec, principal.claims, pool, verb)
+
+    def _pool(self, name: str) -> SandboxPool:
+        try:
+            return SandboxPool.model_validate(self.kube.get("sandboxpools", name))
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"no SandboxPool {name}") from error
+            raise
+
+    def _fenced(self, lease: Json, operations: list[Json]) -> Json:
+        metadata = lease["metadata"]
+        fence = [
+            {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": metadata["resourceVersion"],
+            },
+        ]
+        try:
+            return self.kube.json_patch(PLURAL, metadata["name"], [*fence, *operations])
+        except ApiException as error:
+            if error.status in (409, 422):
+                raise ConflictError("the lease changed", reason="conflict_retryable") from error
+            raise
+
+
+class _Replay(Exception):  # noqa: N818 - control flow, not an error
+    """A refused keyed create whose lease a racing identical request had already created."""
+
+    def __init__(self, body: Json) -> None:
+        super().__init__("replay")
+        self.body = body

@@ -1,0 +1,416 @@
+"""The SandboxLease placement controller: one agent-sandbox SandboxClaim per admitted lease, and
+the whole lifecycle of spec 3.2.
+
+    Pending -> Provisioning -> Ready -> Releasing -> Released | Expired | Quarantined
+
+- Pending: admitted by the API, no claim yet (the pool is missing or not yet served by a
+  compatible agent-sandbox). Provisioning: the claim exists (named after the lease, owned by it,
+  created atomically, so a replayed reconcile finds it instead of making a second). Ready: the
+  claim's Ready condition is True; the expiry is counted from that moment.
+- Teardown starts for one of three causes, and the first one is written to `releaseCause` in
+  the same status write that enters Releasing; nothing later rewrites it, so a release request
+  after an expiry leaves the lease Expired. `provisioningDeadline` is the lease's
+  creationTimestamp plus the timeout it was admitted with: a controller that was down, or a
+  reconcile that was retried, computes the same instant.
+- Releasing deletes the claim (uid precondition) and then checks that the claim, its sandbox,
+  the sandbox's pod and its service are gone. Only then is the lease Released (cause Requested)
+  or Expired (the two TTL causes). When cleanup is not verified within the teardown grace the
+  lease is Quarantined with what was left behind as evidence; the SandboxPool counts it and the
+  capacity stays withheld until an administrator cleans up.
+
+Every step is recomputed from stored objects, so a kill -9 anywhere is completed by the next
+reconcile. agent-sandbox objects are read with direct GETs rather than informers: their CRDs may
+be absent (the compatibility check then fails and nothing is placed), and an informer on a
+missing resource would keep the operator from ever becoming ready.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from lessor.operator.runtime.client import (
+    JSON,
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+    ResourceType,
+)
+from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.sandboxpools import EXTENSIONS, CompatibilityCache, child_name
+from lessor.operator.writes import (
+    add_finalizer,
+    delete_fenced,
+    owner_reference,
+    remove_finalizer,
+    write_status,
+)
+from lessor.resources.base import GROUP, VERSION
+from lessor.resources.lease_time import (
+    provisioning_deadline,
+    sandbox_expires_at,
+    timestamp,
+    utcnow,
+)
+from lessor.resources.sandbox import SandboxLease
+
+log = logging.getLogger(__name__)
+
+SANDBOX_LEASES = ResourceType(GROUP, VERSION, "sandboxleases", "SandboxLease")
+CLAIMS = ResourceType(EXTENSIONS, "v1beta1", "sandboxclaims", "SandboxClaim")
+SANDBOXES = ResourceType("agents.x-k8s.io", "v1beta1", "sandboxes", "Sandbox")
+PODS = ResourceType("", "v1", "pods", "Pod")
+SERVICES = ResourceType("", "v1", "services", "Service")
+FINALIZER = "lessor.dev/sandbox-release"
+LEASE_LABEL = "lessor.dev/sandbox-lease"
+ENDED = ("Released", "Expired")
+POLL_SECONDS = 0.5  # agent-sandbox objects are polled, not watched (see the module docstring)
+TOMBSTONE_RETENTION = datetime.timedelta(minutes=10)
+DEFAULT_PROVISIONING_TIMEOUT = "5m"  # the SandboxPool defaults, for leases admitted without
+DEFAULT_TTL = "30m"  # them (the API always copies both into the lease)
+
+
+def _ready(claim: JSON) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in claim.get("status", {}).get("conditions", [])
+    )
+
+
+def _ref(obj: JSON) -> dict[str, str]:
+    return {"name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
+
+
+class SandboxLeaseReconciler:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        leases: Informer,
+        pools: Informer,
+        events: EventRecorder,
+        teardown_grace: datetime.timedelta,
+        retention: datetime.timedelta | None,
+    ) -> None:
+        self.client = client
+        self.leases = leases
+        self.pools = pools
+        self.events = events
+        self.teardown_grace = teardown_grace
+        self.retention = retention
+        self.compatibility = CompatibilityCache(client)
+
+    async def reconcile(self, key: str) -> Result:
+        obj = self.leases.store.get(key)
+        if obj is None:
+            return Result()
+        lease = SandboxLease.model_validate(obj)
+        if lease.spec.cancelled:
+            return await self._expire_tombstone(obj)
+        phase = lease.status.phase if lease.status else None
+        if phase in ENDED:
+            return await self._ended(obj)
+        if phase == "Quarantined":
+            return Result()  # cleanup is uncertain: nothing is returned until a person acts
+        return await self._active(obj, lease, phase)
+
+    async def _active(self, obj: JSON, lease: SandboxLease, phase: str | None) -> Result:
+        deleting = bool(obj["metadata"].get("deletionTimestamp"))
+        if not deleting:
+            obj = await add_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
+        status = dict(obj.get("status") or {})
+        if phase == "Releasing":
+            return await self._releasing(obj, lease, status)
+        now = utcnow()
+        deadline = self._deadline(obj, lease)
+        status.setdefault("provisioningDeadline", timestamp(deadline))
+        status.setdefault("effectiveTtl", lease.spec.effective_ttl or lease.spec.ttl)
+        cause = self._cause(lease, phase, now, deadline, deleting)
+        if cause is not None:
+            return await self._start_release(obj, lease, status, cause)
+        if phase == "Ready":
+            return await self._ready(obj, lease, status, now)
+        return await self._provision(obj, lease, status, now, deadline)
+
+    # -- deciding -------------------------------------------------------------------------
+
+    @staticmethod
+    def _deadline(obj: JSON, lease: SandboxLease) -> datetime.datetime:
+        if lease.status and lease.status.provisioning_deadline:
+            return lease.status.provisioning_deadline
+        created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
+        timeout = lease.spec.provisioning_timeout or DEFAULT_PROVISIONING_TIMEOUT
+        return provisioning_deadline(created, timeout)
+
+    def _expiry(self, lease: SandboxLease) -> datetime.datetime | None:
+        status = lease.status
+        if status is None or status.ready_at is None:
+            return None
+        return sandbox_expires_at(
+            status.ready_at,
+            lease.spec.effective_ttl or lease.spec.ttl or DEFAULT_TTL,
+            lease.spec.extensions,
+            lease.spec.max_extensions,
+            lease.spec.max_ttl,
+        )
+
+    def _cause(
+        self,
+        lease: SandboxLease,
+        phase: str | None,
+        now: datetime.datetime,
+        deadline: datetime.datetime,
+        deleting: bool,
+    ) -> str | None:
+        """Why teardown starts now, if it does. A requested release and a passed deadline can
+        both hold: whichever the lease's state reached first is the honest cause, and for a
+        lease that is not yet Ready the deadline is checked first (it cannot be extended)."""
+        if phase == "Ready":
+            expiry = self._expiry(lease)
+            if expiry is not None and now >= expiry:
+                return "RuntimeTtl"
+        elif now >= deadline:
+            return "ProvisioningDeadline"
+        if lease.spec.release_requested or deleting:
+            return "Requested"
+        return None
+
+    # -- Pending and Provisioning --------------------------------------------------------
+
+    async def _provision(
+        self,
+        obj: JSON,
+        lease: SandboxLease,
+        status: JSON,
+        now: datetime.datetime,
+        deadline: datetime.datetime,
+    ) -> Result:
+        namespace = obj["metadata"]["namespace"]
+        name = obj["metadata"]["name"]
+        until_deadline = max(0.0, (deadline - now).total_seconds())
+        claim = await self._get(CLAIMS.path(namespace, name))
+        if claim is not None and not self._ours(claim, obj):
+            claim = None  # a stranger's claim of the same name: never adopted
+        if claim is None:
+            waiting = await self._why_not_placeable(namespace, lease.spec.pool)
+            if waiting is not None:
+                status.update(phase="Pending", message=waiting)
+                await write_status(self.client, SANDBOX_LEASES, obj, status)
+                return Result(requeue_after=min(5.0, until_deadline))
+            claim = await self._create_claim(obj, lease)
+            await self.events.record(
+                obj, "Normal", "Provisioning", f"claimed from {lease.spec.pool}"
+            )
+        status.update(phase="Provisioning", claim=_ref(claim), message="waiting for the sandbox")
+        if not _ready(claim):
+            await write_status(self.client, SANDBOX_LEASES, obj, status)
+            return Result(requeue_after=min(POLL_SECONDS, until_deadline))
+        sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")
+        sandbox = await self._get(SANDBOXES.path(namespace, sandbox_name)) if sandbox_name else None
+        if sandbox is None:
+            await write_status(self.client, SANDBOX_LEASES, obj, status)
+            return Result(requeue_after=min(POLL_SECONDS, until_deadline))
+        pod_name = (
+            sandbox["metadata"]
+            .get("annotations", {})
+            .get("agents.x-k8s.io/pod-name", sandbox["metadata"]["name"])
+        )
+        pod = await self._get(PODS.path(namespace, pod_name))
+        ready_at = now.replace(microsecond=0)
+        expiry = sandbox_expires_at(
+            ready_at,
+            lease.spec.effective_ttl or lease.spec.ttl or DEFAULT_TTL,
+            lease.spec.extensions,
+            lease.spec.max_extensions,
+            lease.spec.max_ttl,
+        )
+        status.update(
+            phase="Ready",
+            readyAt=timestamp(ready_at),
+            expiresAt=timestamp(expiry),
+            extensionsCount=min(len(lease.spec.extensions), lease.spec.max_extensions),
+            sandbox=_ref(sandbox),
+            pod=_ref(pod) if pod else None,
+            message="",
+        )
+        obj = await write_status(
+            self.client, SANDBOX_LEASES, obj, {k: v for k, v in status.items() if v is not None}
+        )
+        await self.events.record(
+            obj, "Normal", "Ready", f"sandbox {sandbox_name} until {status['expiresAt']}"
+        )
+        return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    async def _why_not_placeable(self, namespace: str, pool_name: str) -> str | None:
+        verdict = await self.compatibility.verdict()
+        if not verdict.ok:
+            return verdict.reason
+        pool = self.pools.store.get(f"{namespace}/{pool_name}")
+        if pool is None:
+            return f"SandboxPool {pool_name} does not exist"
+        if not pool.get("status", {}).get("warmPoolRef"):
+            return f"SandboxPool {pool_name} has no warm pool yet"
+        return None
+
+    async def _create_claim(self, obj: JSON, lease: SandboxLease) -> JSON:
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        body = {
+            "apiVersion": CLAIMS.api_version,
+            "kind": CLAIMS.kind,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {LEASE_LABEL: name},
+                "ownerReferences": [owner_reference(obj)],
+            },
+            "spec": {"warmPoolRef": {"name": child_name(lease.spec.pool)}},
+        }
+        try:
+            return await self.client.create(CLAIMS.path(namespace), body)
+        except ConflictError:
+            existing = await self._get(CLAIMS.path(namespace, name))
+            if existing is None or not self._ours(existing, obj):
+                raise
+            return existing  # created by an interrupted earlier pass
+
+    @staticmethod
+    def _ours(claim: JSON, lease: JSON) -> bool:
+        owners = claim["metadata"].get("ownerReferences") or []
+        return any(o.get("uid") == lease["metadata"]["uid"] for o in owners)
+
+    # -- Ready -------------------------------------------------------------------------
+
+    async def _ready(
+        self, obj: JSON, lease: SandboxLease, status: JSON, now: datetime.datetime
+    ) -> Result:
+        expiry = self._expiry(lease)
+        assert expiry is not None
+        applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
+        if status.get("expiresAt") != timestamp(expiry) or status.get("extensionsCount") != applied:
+            status.update(expiresAt=timestamp(expiry), extensionsCount=applied)
+            obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+            if applied:
+                await self.events.record(
+                    obj, "Normal", "Extended", f"expires {status['expiresAt']}"
+                )
+        return Result(requeue_after=max(0.0, (expiry - now).total_seconds()))
+
+    # -- Releasing -----------------------------------------------------------------------
+
+    async def _start_release(
+        self, obj: JSON, lease: SandboxLease, status: JSON, cause: str
+    ) -> Result:
+        # The one place a cause is written, with the phase, in one fenced status write; a later
+        # pass reads Releasing and never comes back here.
+        status.update(
+            phase="Releasing",
+            releaseCause=status.get("releaseCause") or cause,
+            releasingSince=timestamp(utcnow()),
+            message="revoking access and removing the sandbox",
+        )
+        obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+        await self.events.record(obj, "Normal", "Releasing", f"cause {status['releaseCause']}")
+        return await self._releasing(obj, SandboxLease.model_validate(obj), dict(obj["status"]))
+
+    async def _releasing(self, obj: JSON, lease: SandboxLease, status: JSON) -> Result:
+        namespace = obj["metadata"]["namespace"]
+        left = await self._left_behind(namespace, obj, lease)
+        # Everything left is deleted directly, claim first, each with its uid as precondition,
+        # rather than left to the garbage collector's cascade: that is only as quick as its view
+        # of the agent-sandbox kinds (it learns of a new CRD at its next discovery, up to 30 s).
+        for kind, found in left:
+            if not found["metadata"].get("deletionTimestamp"):
+                await delete_fenced(self.client, kind, found)
+        if not left:
+            final = "Released" if status.get("releaseCause") == "Requested" else "Expired"
+            status.update(phase=final, message="sandbox removed; cleanup verified", evidence=None)
+            status.setdefault("endedAt", timestamp(utcnow()))
+            status = {k: v for k, v in status.items() if v is not None}
+            obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+            await self.events.record(obj, "Normal", f"Lease{final}", status["message"])
+            if obj["metadata"].get("deletionTimestamp"):
+                await remove_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
+            return Result()
+        since = lease.status.releasing_since if lease.status else None
+        if since is not None and utcnow() - since > self.teardown_grace:
+            evidence = [
+                f"{kind.kind} {found['metadata']['name']} still exists" for kind, found in left
+            ]
+            status.update(
+                phase="Quarantined",
+                evidence=evidence,
+                message="cleanup could not be verified: " + "; ".join(evidence),
+            )
+            obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+            await self.events.record(obj, "Warning", "TeardownQuarantined", status["message"])
+            return Result()
+        return Result(requeue_after=POLL_SECONDS)
+
+    async def _left_behind(
+        self, namespace: str, obj: JSON, lease: SandboxLease
+    ) -> list[tuple[ResourceType, JSON]]:
+        """Every object of this lease that still exists: its claim, and the sandbox, pod and
+        service it was placed on, matched by uid (or, for the service, by owner), so that a
+        successor of the same name is never mistaken for what was left."""
+        left: list[tuple[ResourceType, JSON]] = []
+        claim = await self._get(CLAIMS.path(namespace, obj["metadata"]["name"]))
+        if claim is not None and self._ours(claim, obj):
+            left.append((CLAIMS, claim))
+        status = lease.status
+        sandbox_ref = status.sandbox if status else None
+        if sandbox_ref is None and claim is not None and self._ours(claim, obj):
+            # Released before Ready: the claim may already have a sandbox.
+            sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")
+            sandbox = (
+                await self._get(SANDBOXES.path(namespace, sandbox_name)) if sandbox_name else None
+            )
+            if sandbox is not None:
+                left.append((SANDBOXES, sandbox))
+        for kind, ref in ((SANDBOXES, sandbox_ref), (PODS, status.pod if status else None)):
+            if ref is not None:
+                found = await self._get(kind.path(namespace, ref.name))
+                if found is not None and found["metadata"]["uid"] == ref.uid:
+                    left.append((kind, found))
+        if sandbox_ref is not None:
+            service = await self._get(SERVICES.path(namespace, sandbox_ref.name))
+            owners = (service or {}).get("metadata", {}).get("ownerReferences") or []
+            if service is not None and any(o.get("uid") == sandbox_ref.uid for o in owners):
+                left.append((SERVICES, service))
+        return left
+
+    # -- ended leases and tombstones -----------------------------------------------------
+
+    async def _ended(self, obj: JSON) -> Result:
+        """Released or Expired: let a deletion through, else keep the lease for the retention
+        period (its owner can still read how it ended), then delete it."""
+        if obj["metadata"].get("deletionTimestamp"):
+            await remove_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
+            return Result()
+        if self.retention is None:
+            return Result()
+        ended = obj.get("status", {}).get("endedAt")
+        if ended is None:
+            return Result()
+        left = (datetime.datetime.fromisoformat(ended) + self.retention - utcnow()).total_seconds()
+        if left > 0:
+            return Result(requeue_after=left)
+        await delete_fenced(self.client, SANDBOX_LEASES, obj)
+        return Result()
+
+    async def _expire_tombstone(self, obj: JSON) -> Result:
+        """A tombstone only has to outlive any create that could still be in flight (the API
+        gives up on a create after seconds; Kubernetes times requests out after a minute)."""
+        created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
+        left = (created + TOMBSTONE_RETENTION - utcnow()).total_seconds()
+        if left > 0:
+            return Result(requeue_after=left)
+        await delete_fenced(self.client, SANDBOX_LEASES, obj)
+        return Result()
+
+    async def _get(self, path: str) -> JSON | None:
+        try:
+            return await self.client.get(path)
+        except NotFoundError:
+            return None

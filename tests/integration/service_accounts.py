@@ -1,0 +1,43 @@
+"""The manifests' RBAC for the operator and the API server, installed into a test namespace,
+and kubeconfigs with tokens of their ServiceAccounts: a component run with one can do exactly
+what its manifests allow, so a missing permission fails the test as it would fail in a cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from lessor.controlplane.cluster import LocalControlPlane
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
+RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def install_rbac(cluster: LocalControlPlane, namespace: str, work: Path) -> dict[str, Path]:
+    """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}."""
+    rendered = cluster.kubectl("kustomize", str(MANIFESTS)).stdout
+    for document in yaml.safe_load_all(rendered):
+        if not document or document["kind"] not in RBAC_KINDS:
+            continue
+        text = json.dumps(document).replace('"lessor-system"', json.dumps(namespace))
+        cluster.kubectl("apply", "-f", "-", input=text)
+    ca = (cluster.pki / "ca.crt").resolve()
+    kubeconfigs = {}
+    for account in ("lessor-operator", "lessor-apiserver"):
+        token = cluster.kubectl(
+            "create", "token", account, "-n", namespace, "--duration=6h"
+        ).stdout.strip()
+        path = work / f"{account}.kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": cluster.server,
+                                                   "certificate-authority": str(ca)}}],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
+            "current-context": "c",
+        }))  # fmt: skip
+        kubeconfigs[account] = path
+    return kubeconfigs

@@ -1,0 +1,586 @@
+"""Sandbox leases end to end on the local control plane: the real agent-sandbox v0.5.6 controller
+places sandboxes (kwok runs their pods), the real operator owns the lease lifecycle, and the
+real API server (gunicorn, two workers) answers callers with static bearer tokens.
+
+Every Sandbox response of this module is scanned for secrets (the module fixture `scanned`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lessor.controlplane.agent_sandbox import agent_sandbox_crds
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster
+from tests.integration.agent_sandbox import controller, install
+from tests.integration.operator_harness import Objects, Operator, wait_for
+from tests.integration.service_accounts import install_rbac
+from tests.integration.test_apiserver import CRDS, Api, Response, start_api
+
+pytestmark = pytest.mark.integration
+
+TOKENS = {name: f"{name}-{secrets.token_hex(8)}" for name in ("alice", "bob", "carol", "dave")}
+ALICE, BOB, CAROL, DAVE = (TOKENS[n] for n in ("alice", "bob", "carol", "dave"))
+EXTERNAL = ("--agent-sandbox-mode=external",)
+TEARDOWN_GRACE = 8
+# Never in a Sandbox response: credentials, kubeconfig material, the requester field.
+SECRET_MARKERS = (*TOKENS.values(), "kubeconfig", "requester", "client-key", "BEGIN ", "token")
+
+
+@dataclass
+class ScannedApi:
+    """The API as callers see it, remembering every response body for the secret scan."""
+
+    api: Api
+    seen: list[str] = field(default_factory=list)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Response:
+        response = self.api.call(method, path, **kwargs)
+        self.seen.append(f"{method} {path} -> {json.dumps(response.body)}")
+        return response
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    namespace: str
+    api: ScannedApi
+    objects: Objects
+    operator: Operator
+    directory: Path
+
+    def create(self, token: str, status: int = 202, **body: Any) -> Response:
+        response = self.api.call("POST", "/v1/sandbox-leases", token=token, body=body)
+        assert response.status == status, response.body
+        return response
+
+    def get(self, token: str, lease: str) -> Response:
+        return self.api.call("GET", f"/v1/sandbox-leases/{lease}", token=token)
+
+    def until(self, token: str, lease: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            body = self.get(token, lease).body
+            return body if body.get("phase") in phases else None
+
+        return wait_for(f"{lease} {phases}", probe, timeout=timeout)
+
+    def release(self, token: str, lease: str) -> Response:
+        return self.api.call("DELETE", f"/v1/sandbox-leases/{lease}", token=token)
+
+
+def policy(namespace: str) -> dict[str, Any]:
+    def token(name: str) -> dict[str, Any]:
+        return {"secretRef": {"name": "tokens", "key": name}, "claims": {"sub": name}}
+
+    return {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "sandbox-tests", "namespace": namespace},
+        "spec": {
+            "auth": {"staticTokens": [token(n) for n in TOKENS]},
+            "identity": "{sub}",
+            "rules": [{"pools": ["clusters-*"]}],
+            "sandbox": [
+                {"match": {"claim": "sub", "value": "alice"}, "pools": ["sb-*"],
+                 "verbs": ["lease", "release"], "maxTtl": "1h", "maxExtensions": 1,
+                 "maxConcurrentSandboxes": 4, "maxCpu": "1", "maxMemory": "1Gi"},
+                {"match": {"claim": "sub", "value": "bob"}, "pools": ["sb-*"],
+                 "verbs": ["lease"], "maxExtensions": 0},
+                {"match": {"claim": "sub", "value": "carol"}, "pools": ["sb-*"],
+                 "verbs": ["lease", "release"], "maxConcurrentSandboxes": 1},
+            ],
+        },
+    }  # fmt: skip
+
+
+def sandbox_pool(name: str, warm: int, **spec: Any) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    return {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": name},
+        # Kubernetes' default 30 s termination grace would dominate every teardown here.
+        "spec": {
+            "warm": warm,
+            "template": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}},
+            **spec,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def env(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("runs the agent-sandbox controller against the local control plane")
+    directory = tmp_path_factory.mktemp("sandbox")
+    namespace = f"sb-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    install(control_plane, agent_sandbox_crds(lambda _: None))
+    control_plane.kubectl("create", "namespace", namespace)
+    control_plane.kubectl(
+        "create", "secret", "generic", "tokens", "-n", namespace,
+        *[f"--from-literal={name}={value}" for name, value in TOKENS.items()],
+    )  # fmt: skip
+    objects = Objects(control_plane, namespace)
+    objects.apply(policy(namespace))
+    objects.apply(sandbox_pool("sb-warm", 2, defaultTtl="10m", maxTtl="2h"))
+    big = sandbox_pool("sb-big", 0)
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4"
+    objects.apply(big)
+    # A sandbox that can never be placed: no node matches its selector.
+    stuck = sandbox_pool("sb-stuck", 0, provisioningTimeout="6s")
+    stuck["spec"]["template"]["spec"]["nodeSelector"] = {"lessor.dev/none": "none"}
+    objects.apply(stuck)
+    # Both components run as their ServiceAccounts, with exactly the manifests' RBAC.
+    accounts = install_rbac(control_plane, namespace, directory)
+    operator = Operator(
+        accounts["lessor-operator"], namespace, directory / "instances", directory / "op.log",
+        extra=[*EXTERNAL, "--no-leader-election", f"--teardown-grace={TEARDOWN_GRACE}"],
+    )  # fmt: skip
+    with controller(control_plane, directory / "agent-sandbox.log"):
+        operator.start()
+        # Rate limiting has its own server and test; here it would only slow the tests down.
+        unlimited = (*EXTERNAL, "--sandbox-admission-rate=100", "--sandbox-admission-burst=100")
+        process, api = start_api(
+            control_plane, namespace, directory / "api.log", unlimited, accounts["lessor-apiserver"]
+        )
+        try:
+            wait_for(
+                "sb-warm to be Healthy",
+                lambda: objects.status("sandboxpool", "sb-warm").get("phase") == "Healthy",
+                timeout=120,
+            )
+            yield Env(control_plane, namespace, ScannedApi(api), objects, operator, directory)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+            operator.kill(signal.SIGTERM)
+            control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scanned(env: Env) -> Iterator[None]:
+    yield
+    for line in env.api.seen:
+        for marker in SECRET_MARKERS:
+            assert marker not in line, f"{marker!r} in a Sandbox response: {line[:300]}"
+
+
+def created_at(env: Env, lease: str) -> datetime.datetime:
+    obj = env.objects.get("sandboxlease", lease)
+    assert obj is not None
+    return datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
+
+
+def gone(env: Env, kind: str, name: str) -> bool:
+    return env.objects.get(kind, name) is None
+
+
+# -- the lifecycle of spec 3.2 -----------------------------------------------------------------
+
+
+def test_a_lease_from_create_to_ready_extended_and_released(env: Env) -> None:
+    created = env.create(ALICE, pool="sb-warm", ttl="20m", alias="first", idempotencyKey="k1")
+    body = created.body
+    lease = body["id"]
+    assert created.headers["Location"] == f"/v1/sandbox-leases/{lease}"
+    assert body["phase"] == "Pending" and body["pool"] == "sb-warm" and body["ttl"] == "20m"
+    assert body["alias"] == "first" and "effective_ttl" not in body
+    deadline = datetime.datetime.fromisoformat(body["provisioning_deadline"])
+    assert deadline == created_at(env, lease) + datetime.timedelta(minutes=5)
+
+    ready = env.until(ALICE, lease, "Ready")
+    placement = ready["placement"]
+    claim = env.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
+    assert claim is not None and placement["claim"]["uid"] == claim["metadata"]["uid"]
+    sandbox_name = claim["status"]["sandbox"]["name"]
+    sandbox = env.objects.get("sandbox.agents.x-k8s.io", sandbox_name)
+    assert sandbox is not None and placement["sandbox"]["uid"] == sandbox["metadata"]["uid"]
+    pod = env.objects.get("pod", placement["pod"]["name"])
+    assert pod is not None and placement["pod"]["uid"] == pod["metadata"]["uid"]
+    ready_at = datetime.datetime.fromisoformat(ready["ready_at"])
+    expires = datetime.datetime.fromisoformat(ready["expires_at"])
+    assert expires - ready_at == datetime.timedelta(minutes=20)
+    assert ready["provisioning_deadline"] == body["provisioning_deadline"]
+
+    # kwok serves one file as every pod's log (lessor.controlplane.cluster).
+    assert isinstance(env.cluster, LocalControlPlane)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    env.cluster.pod_log.write_text(f"{stamp} stdout F sandbox says hello\n")
+    logs = env.api.call("GET", f"/v1/sandbox-leases/{lease}/logs?tailLines=5", token=ALICE)
+    assert logs.status == 200 and logs.body["pod"] == placement["pod"]["name"]
+    assert "sandbox says hello" in logs.body["data"] and logs.body["truncated"] is False
+    bad = env.api.call("GET", f"/v1/sandbox-leases/{lease}/logs?tailLines=0", token=ALICE)
+    assert bad.status == 400
+    listing = env.api.call("GET", "/v1/sandbox-leases", token=ALICE).body
+    assert lease in [row["id"] for row in listing]
+
+    extended = env.api.call(
+        "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "10m"}
+    )
+    assert extended.status == 200, extended.body
+    assert extended.body["extensionsCount"] == 1 and extended.body["maxExtensions"] == 1
+    new_expiry = datetime.datetime.fromisoformat(extended.body["expiresAt"])
+    assert new_expiry - expires == datetime.timedelta(minutes=10)
+    wait_for("the operator to apply it", lambda: env.get(ALICE, lease).body.get("expires_at")
+             == extended.body["expiresAt"])  # fmt: skip
+    again = env.api.call(
+        "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extend_ttl": "1m"}
+    )
+    assert (again.status, again.body["reason"]) == (409, "extension_budget_exhausted")
+
+    assert env.release(ALICE, lease).status == 204
+    assert env.release(ALICE, lease).status == 204, "repeat is safe"
+    ended = env.until(ALICE, lease, "Released", "Expired", "Quarantined")
+    assert (ended["phase"], ended["release_cause"]) == ("Released", "Requested"), json.dumps(ended)
+    assert gone(env, "sandboxclaim.extensions.agents.x-k8s.io", lease)
+    assert gone(env, "sandbox.agents.x-k8s.io", sandbox_name)
+    assert gone(env, "pod", placement["pod"]["name"])
+    assert gone(env, "service", sandbox_name)
+    assert env.release(ALICE, lease).status == 204
+    late = env.api.call("PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE,
+                        body={"extendTtl": "1m"})  # fmt: skip
+    assert (late.status, late.body["reason"]) == (409, "not_ready")
+    assert env.get(ALICE, lease).body["release_cause"] == "Requested"
+
+
+def test_runtime_ttl_expires_and_a_later_release_keeps_the_cause(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-warm", ttl="3s").body["id"]
+    env.until(ALICE, lease, "Ready", "Releasing", "Expired")
+    ended = env.until(ALICE, lease, "Expired", "Released", "Quarantined")
+    assert (ended["phase"], ended["release_cause"]) == ("Expired", "RuntimeTtl")
+    assert env.release(ALICE, lease).status == 204
+    time.sleep(1)
+    after = env.get(ALICE, lease).body
+    assert (after["phase"], after["release_cause"]) == ("Expired", "RuntimeTtl")
+
+
+def test_the_provisioning_deadline_counts_from_creation_and_expires_the_lease(env: Env) -> None:
+    created = env.create(ALICE, pool="sb-stuck").body
+    lease = created["id"]
+    deadline = datetime.datetime.fromisoformat(created["provisioning_deadline"])
+    assert deadline == created_at(env, lease) + datetime.timedelta(seconds=6)
+    assert env.until(ALICE, lease, "Provisioning", "Releasing", "Expired")
+    ended = env.until(ALICE, lease, "Expired", "Released", "Quarantined", timeout=60)
+    assert (ended["phase"], ended["release_cause"]) == ("Expired", "ProvisioningDeadline")
+    assert ended["provisioning_deadline"] == created["provisioning_deadline"]
+    assert gone(env, "sandboxclaim.extensions.agents.x-k8s.io", lease)
+
+
+def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-warm").body["id"]
+    sandbox = env.until(ALICE, lease, "Ready")["placement"]["sandbox"]["name"]
+    # Something outside lessor holds the sandbox: its deletion can never complete. (Not the
+    # pod: kwok's pod deletion stage clears a pod's finalizers.)
+    kind = "sandbox.agents.x-k8s.io"
+    env.objects.patch(kind, sandbox, {"metadata": {"finalizers": ["tests.lessor.dev/hold"]}})
+    try:
+        assert env.release(ALICE, lease).status == 204
+        ended = env.until(ALICE, lease, "Quarantined", "Released", timeout=60)
+        assert ended["phase"] == "Quarantined" and ended["release_cause"] == "Requested"
+        assert f"Sandbox {sandbox} still exists" in ended["message"]
+        refused = env.release(ALICE, lease)
+        assert (refused.status, refused.body["reason"]) == (409, "teardown_quarantined")
+        wait_for("the pool to count it", lambda:
+                 env.objects.status("sandboxpool", "sb-warm").get("quarantined") == 1)  # fmt: skip
+        time.sleep(1)
+        assert env.get(ALICE, lease).body["phase"] == "Quarantined", "never leaves on its own"
+    finally:
+        env.objects.patch(kind, sandbox, {"metadata": {"finalizers": None}})
+
+
+def test_pending_until_the_pool_exists_then_provisioning_and_ready(env: Env) -> None:
+    """An admitted lease whose pool is not there (deleted after admission) waits in Pending
+    with the reason, and is placed when the pool appears. The lease is written as the API
+    would, straight to the store, since the API refuses a pool that does not exist."""
+    name = f"s{uuid.uuid4().hex[:24]}"
+    env.objects.apply({
+        "apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxLease",
+        "metadata": {"name": name, "labels": {"lessor.dev/requester": "x"}},
+        "spec": {"pool": "sb-later", "effectiveTtl": "5m", "maxTtl": "1h",
+                 "provisioningTimeout": "2m", "requester": "alice"},
+    })  # fmt: skip
+    pending = wait_for("Pending with a reason", lambda: (
+        status if (status := env.objects.status("sandboxlease", name)).get("phase") == "Pending"
+        and "sb-later does not exist" in status.get("message", "") else None
+    ))  # fmt: skip
+    deadline = pending["provisioningDeadline"]
+    env.objects.apply(sandbox_pool("sb-later", 1))
+    wait_for("Ready", lambda: env.objects.status("sandboxlease", name).get("phase") == "Ready")
+    status = env.objects.status("sandboxlease", name)
+    assert status["provisioningDeadline"] == deadline, "never reset"
+    assert status["claim"]["uid"] and status["sandbox"]["uid"]
+    env.objects.patch("sandboxlease", name, {"spec": {"releaseRequested": True}})
+    wait_for(
+        "Released", lambda: env.objects.status("sandboxlease", name).get("phase") == "Released"
+    )
+
+
+def test_a_killed_operator_finishes_placement_and_teardown_on_restart(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-warm", ttl="10m").body["id"]
+    wait_for("a claim", lambda: env.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease),
+             every=0.05)  # fmt: skip
+    env.operator.kill(signal.SIGKILL)
+    before = env.get(ALICE, lease).body
+    env.operator.start()
+    ready = env.until(ALICE, lease, "Ready")
+    assert ready["provisioning_deadline"] == before["provisioning_deadline"]
+    claims = [c for c in env.objects.list("sandboxclaim.extensions.agents.x-k8s.io")
+              if c["metadata"]["name"] == lease]  # fmt: skip
+    assert [c["metadata"]["uid"] for c in claims] == [ready["placement"]["claim"]["uid"]]
+
+    assert env.release(ALICE, lease).status == 204
+    wait_for("Releasing", lambda: env.get(ALICE, lease).body["phase"] != "Ready", every=0.05)
+    env.operator.kill(signal.SIGKILL)
+    env.operator.start()
+    ended = env.until(ALICE, lease, "Released", "Expired", "Quarantined")
+    assert (ended["phase"], ended["release_cause"]) == ("Released", "Requested")
+    assert gone(env, "pod", ready["placement"]["pod"]["name"])
+
+
+def test_deleting_the_lease_object_tears_the_sandbox_down_first(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-warm").body["id"]
+    pod = env.until(ALICE, lease, "Ready")["placement"]["pod"]["name"]
+    env.cluster.kubectl("delete", "sandboxlease", lease, "-n", env.namespace, "--wait=false")
+    wait_for("the lease to go", lambda: gone(env, "sandboxlease", lease))
+    assert gone(env, "pod", pod) and gone(env, "sandboxclaim.extensions.agents.x-k8s.io", lease)
+
+
+# -- idempotency ---------------------------------------------------------------------------
+
+
+def test_a_keyed_retry_returns_the_same_lease_and_a_changed_intent_is_409(env: Env) -> None:
+    key = f"retry-{uuid.uuid4()}"
+    first = env.create(ALICE, pool="sb-stuck", ttl="5m", idempotencyKey=key)
+    again = env.create(ALICE, pool="sb-stuck", ttl="5m", idempotencyKey=key)
+    assert again.body["id"] == first.body["id"]
+    assert again.headers["Location"] == first.headers["Location"]
+    assert again.body["provisioning_deadline"] == first.body["provisioning_deadline"]
+    for changed in ({"ttl": "6m"}, {"pool": "sb-warm"}, {"alias": "other"}):
+        body = {"pool": "sb-stuck", "ttl": "5m", "idempotencyKey": key, **changed}
+        conflict = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body=body)
+        assert (conflict.status, conflict.body["reason"]) == (409, "idempotency_conflict"), changed
+    # The same key of another identity is another lease.
+    other = env.create(CAROL, pool="sb-stuck", ttl="5m", idempotencyKey=key)
+    assert other.body["id"] != first.body["id"]
+    for token, lease in ((ALICE, first.body["id"]), (CAROL, other.body["id"])):
+        assert env.release(token, lease).status == 204
+
+
+def test_concurrent_identical_keyed_creates_make_exactly_one_lease(env: Env) -> None:
+    key = f"race-{uuid.uuid4()}"
+
+    def create(_: int) -> Response:
+        return env.api.call("POST", "/v1/sandbox-leases", token=ALICE,
+                            body={"pool": "sb-stuck", "idempotencyKey": key})  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(create, range(8)))
+    assert {a.status for a in answers} == {202}, [a.body for a in answers]
+    ids = {a.body["id"] for a in answers}
+    assert len(ids) == 1
+    mine = [
+        lease for lease in env.objects.list("sandboxlease")
+        if lease["spec"].get("idempotencyKey") == key
+    ]  # fmt: skip
+    assert len(mine) == 1
+    assert env.release(ALICE, ids.pop()).status == 204
+
+
+# -- authorization and validation -------------------------------------------------------------
+
+
+def test_authorization_by_the_sandbox_grant(env: Env) -> None:
+    no_grant = env.api.call("POST", "/v1/sandbox-leases", token=DAVE, body={"pool": "sb-warm"})
+    assert (no_grant.status, no_grant.body["reason"]) == (403, "forbidden")
+    too_big = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "sb-big"})
+    assert (too_big.status, too_big.body["reason"]) == (403, "resource_ceiling")
+    missing = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "sb-none"})
+    assert (missing.status, missing.body["reason"]) == (404, "not_found")
+
+    lease = env.create(BOB, pool="sb-stuck").body["id"]
+    assert env.get(ALICE, lease).status == 404, "another identity's lease does not exist"
+    assert env.release(ALICE, lease).status == 404
+    assert lease not in [
+        r["id"] for r in env.api.call("GET", "/v1/sandbox-leases", token=ALICE).body
+    ]
+    assert env.get(BOB, lease).status == 200
+    refused = env.release(BOB, lease)
+    assert (refused.status, refused.body["reason"]) == (403, "forbidden"), "no release verb"
+    budget = env.api.call("PATCH", f"/v1/sandbox-leases/{lease}", token=BOB,
+                          body={"extendTtl": "1m"})  # fmt: skip
+    assert (budget.status, budget.body["reason"]) == (409, "not_ready")
+
+    first = env.create(CAROL, pool="sb-stuck").body["id"]
+    limited = env.api.call("POST", "/v1/sandbox-leases", token=CAROL, body={"pool": "sb-stuck"})
+    assert (limited.status, limited.body["reason"]) == (429, "concurrency_limit")
+    assert "Retry-After" not in limited.headers, "a concurrency refusal is no rate limit"
+    assert env.release(CAROL, first).status == 204
+
+
+def test_the_ttl_is_capped_by_the_grant_and_reported(env: Env) -> None:
+    body = env.create(ALICE, pool="sb-stuck", ttl="3h").body
+    assert (body["ttl"], body["effective_ttl"]) == ("3h", "1h")
+    assert env.release(ALICE, body["id"]).status == 204
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"podTemplate": {"spec": {}}}, {"namespace": "kube-system"},
+        {"runtimeClassName": "runc"}, {"env": [{"name": "A", "value": "b"}]},
+        {"volumeMounts": []}, {"volumeClaimTemplates": []}, {"credentials": {"token": "x"}},
+        {"image": "evil"}, {"somethingElse": 1},
+    ],
+)  # fmt: skip
+def test_callers_cannot_send_a_workload(env: Env, extra: dict[str, Any]) -> None:
+    refused = env.api.call("POST", "/v1/sandbox-leases", token=ALICE,
+                           body={"pool": "sb-warm", **extra})  # fmt: skip
+    assert refused.status == 400
+    assert next(iter(extra)) in refused.body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"pool": "Bad_Name"}, "pool"), ({"pool": "sb-warm", "ttl": "soon"}, "ttl"),
+        ({"pool": "sb-warm", "ttl": "0s"}, "ttl"), ({"pool": "sb-warm", "alias": "No!"}, "alias"),
+        ({"pool": "sb-warm", "idempotencyKey": "k" * 254}, "idempotencyKey"),
+        ({"pool": "sb-warm", "idempotencyKey": ""}, "idempotencyKey"),
+    ],
+)  # fmt: skip
+def test_invalid_creates_are_400_naming_the_field(
+    env: Env, body: dict[str, Any], problem: str
+) -> None:
+    refused = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body=body)
+    assert refused.status == 400 and problem in refused.body["detail"]
+
+
+def test_malformed_extensions_are_400(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-stuck").body["id"]
+    for body in ({"extendTtl": "-5m"}, {"extendTtl": "0s"}, {"extendTtl": "later"}, {}):
+        answer = env.api.call("PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body=body)
+        assert answer.status == 400, body
+    assert env.release(ALICE, lease).status == 204
+
+
+# -- admission rate limiting -----------------------------------------------------------------
+
+
+def metric(api: Api, name: str) -> float:
+    with urllib.request.urlopen(api.base + "/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: Env) -> None:
+    rate = 0.5  # one token every two seconds, two at most; shared by both workers
+    process, api = start_api(
+        env.cluster, env.namespace, env.directory / "limited.log",
+        (*EXTERNAL, f"--sandbox-admission-rate={rate}", "--sandbox-admission-burst=2"),
+        env.directory / "lessor-apiserver.kubeconfig",
+    )  # fmt: skip
+    limited = ScannedApi(api, env.api.seen)
+    made = []
+    try:
+
+        def post(token: str = ALICE, **body: Any) -> Response:
+            answer = limited.call("POST", "/v1/sandbox-leases", token=token,
+                                  body={"pool": "sb-stuck", **body})  # fmt: skip
+            if answer.status == 202:
+                made.append((token, answer.body["id"]))
+            return answer
+
+        key = f"limited-{uuid.uuid4()}"
+        assert post(idempotencyKey=key).status == 202
+        assert post().status == 202
+        before = metric(api, "lessor_sandbox_admission_rate_limited_total")
+        started = time.monotonic()
+        for _ in range(3):
+            refused = post()
+            assert (refused.status, refused.body["reason"]) == (429, "rate_limited")
+            assert 1 <= int(refused.headers["Retry-After"]) <= 2
+        after = metric(api, "lessor_sandbox_admission_rate_limited_total")
+        assert after - before == 3, "one increment per refusal"
+        # A throttled keyed retry of a committed lease recovers it with one exact-name read.
+        assert post(idempotencyKey=key).body["id"] == made[0][1]
+        assert post(BOB).status == 202, "another principal has its own bucket"
+        # The refusals spent nothing: one token is back two seconds after the last charge.
+        time.sleep(max(0.0, 1 / rate - (time.monotonic() - started)) + 0.3)
+        assert post().status == 202
+        assert post().status == 429
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        for token, lease in made:
+            env.release(token, lease)  # bob may not release: his expire at their deadline
+
+
+# -- the handoff variant --------------------------------------------------------------------
+
+
+def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None:
+    """The Kubernetes API's answer to the create is lost: a fault a real API server cannot be
+    made to produce on demand, so tests/integration/handoff_app.py runs the app in-process with
+    the one create call wrapped: the create is really sent (or really not), and a read timeout
+    is raised instead of its answer. Everything after is real: another API server process
+    answers the caller's GET, the operator admits or the arbiter cancels."""
+    script = Path(__file__).with_name("handoff_app.py")
+    for mode in ("lost-answer", "never-sent"):
+        result = subprocess.run(
+            [sys.executable, str(script), str(env.directory / "lessor-apiserver.kubeconfig"),
+             env.namespace, ALICE, mode],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        answer = json.loads(result.stdout)
+        env.api.seen.append(result.stdout)
+        assert answer["status"] == 202
+        handoff = answer["body"]
+        assert answer["location"] == handoff["statusUrl"] == f"/v1/sandbox-leases/{handoff['id']}"
+        assert handoff["status"] == "admission_pending" and handoff["retry"] is False
+        assert handoff["phase"] == "Pending" and handoff["pool"] == "sb-stuck"
+        assert handoff["provisioning_deadline"]
+        follow = env.get(ALICE, handoff["id"])
+        if mode == "lost-answer":
+            assert follow.status == 200 and follow.body["id"] == handoff["id"], "admitted"
+            assert env.release(ALICE, handoff["id"]).status == 204
+            continue
+        assert (follow.status, follow.body["reason"]) == (404, "not_found"), "cancelled"
+        # The create that never arrived arrives now: the arbiter's tombstone refuses it.
+        late = {"apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxLease",
+                "metadata": {"name": handoff["id"], "namespace": env.namespace},
+                "spec": {"pool": "sb-stuck", "requester": "alice"}}  # fmt: skip
+        refused = env.cluster.kubectl("create", "-f", "-", input=json.dumps(late), check=False)
+        assert refused.returncode != 0 and "AlreadyExists" in refused.stderr
+        assert env.get(ALICE, handoff["id"]).status == 404
+
+
+def test_sandbox_routes_past_the_lease_api_are_not_served_yet(env: Env) -> None:
+    lease = env.create(ALICE, pool="sb-stuck").body["id"]
+    for method, path in (("POST", "executions"), ("GET", "executions/e1"), ("GET", "attach")):
+        answer = env.api.call(method, f"/v1/sandbox-leases/{lease}/{path}", token=ALICE,
+                              body={} if method == "POST" else None)  # fmt: skip
+        assert answer.status == 501, path
+    assert env.release(ALICE, lease).status == 204
