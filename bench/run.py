@@ -16,7 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import api_throughput, burst, cli_latency, lease_latency, operator_scale, plot
+from bench import (
+    api_throughput,
+    burst,
+    cli_latency,
+    execution_overhead,
+    lease_latency,
+    operator_scale,
+    plot,
+)
 from bench.stack import progress
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -82,7 +90,12 @@ def table(results: dict[str, Any]) -> str:
         "operator: lease queue latency p50/p99 (s, bucket bound)",
         f"{queue['p50']} / {queue['p99']}",
     )
-    row("execution overhead", results["execution_overhead"]["status"])
+    execution = results["execution_overhead"]
+    row(
+        "execution of `true` via API p50/p99 (ms); local p50; overhead p50",
+        f"{execution['through_api_ms']['p50']} / {execution['through_api_ms']['p99']}; "
+        f"{execution['local_ms']['p50']}; {execution['overhead_p50_ms']}",
+    )
     return "\n".join(lines)
 
 
@@ -102,9 +115,8 @@ def main() -> int:
     results["burst"] = burst.run(10 if quick else 200)
     progress("4/6 operator scale")
     results["operator_scale"] = operator_scale.run(*((20, 200) if quick else (1000, 10000)))
-    results["execution_overhead"] = {
-        "status": "not measured: executions do not exist yet (issue 7)",
-    }
+    progress("5/6 execution overhead")
+    results["execution_overhead"] = execution_overhead.run(5 if quick else 30)
     RESULTS.mkdir(exist_ok=True)
     stem = results["date"] + ("-quick" if quick else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -215,7 +215,11 @@ def _healthy(client: Client) -> bool:
 
 @contextmanager
 def local_stack(
-    *, api_workers: int = 2, with_node: bool = False, operator_args: tuple[str, ...] = ()
+    *,
+    api_workers: int = 2,
+    with_node: bool = False,
+    operator_args: tuple[str, ...] = (),
+    api_args: tuple[str, ...] = (),
 ) -> Iterator[Stack]:
     binaries = ensure_binaries(progress)
     with tempfile.TemporaryDirectory(prefix="lessor-bench-") as directory:
@@ -233,7 +237,7 @@ def local_stack(
                 ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={free_port()}",
                  f"--local-backend-dir={work / 'instances'}", *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
-                 f"--workers={api_workers}", "--worker-connections=2000"],
+                 f"--workers={api_workers}", "--worker-connections=2000", *api_args],
             ):  # fmt: skip
                 processes.append(
                     subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log)
@@ -285,6 +289,7 @@ def _configure(cluster: LocalControlPlane, key: Ed25519PrivateKey) -> None:
             # One identity whichever the credential: the ServiceAccount's OIDC subject.
             "identity": "{sub}",
             "rules": [{"pools": ["*"], "maxConcurrentLeases": 100000}],
+            "sandbox": [{"pools": ["*"], "verbs": ["lease", "release"]}],
         },
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))

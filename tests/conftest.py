@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_sandbox
 from lessor.controlplane.binaries import ensure_binaries, find_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, ExistingCluster
@@ -39,3 +40,15 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def agent_sandbox(
+    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """agent-sandbox v0.5.6 on the control plane: its CRDs and one controller for the session,
+    shared by the Sandbox modules as one installation is shared by a cluster's tenants."""
+    install_agent_sandbox(control_plane, _progress)
+    log = tmp_path_factory.mktemp("agent-sandbox") / "controller.log"
+    with run_agent_sandbox(control_plane.kubeconfig, log, _progress):
+        yield

@@ -20,6 +20,7 @@ from lessor.apiserver import metrics, openapi
 from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.authn import Authenticator, Principal
 from lessor.apiserver.bodies import (
+    CreateExecution,
     CreateLease,
     CreateSandboxLease,
     ExtendLease,
@@ -34,6 +35,7 @@ from lessor.apiserver.errors import (
     NotImplementedYetError,
     UnavailableError,
 )
+from lessor.apiserver.executions import ExecutionService
 from lessor.apiserver.kube import Kube, kube
 from lessor.apiserver.leases import LeaseService
 from lessor.apiserver.policies import PolicyStore
@@ -80,6 +82,10 @@ class Services:
             self.settings.sandbox_admission_rate, self.settings.sandbox_admission_burst
         )
         return SandboxLeaseService(self.kube, limiter)
+
+    @cached_property
+    def executions(self) -> ExecutionService:
+        return ExecutionService(self.kube, self.sandbox_leases)
 
     @cached_property
     def sandbox(self) -> SandboxGate:
@@ -242,16 +248,46 @@ class SandboxLogsResource(SandboxBase):
         resp.media = service.logs(principal, lease_id, tail, req.get_param("container"))
 
 
+class ExecutionsResource(SandboxBase):
+    def on_post(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        principal, _ = self.served(req)
+        request = parse(CreateExecution, req.context.body, req.content_type)
+        status, body = self.services.executions.create(principal, lease_id, request)
+        resp.status = falcon.code_to_http_status(status)
+        resp.media = body
+        resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{body['id']}")
+
+
+class ExecutionResource(SandboxBase):
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
+    ) -> None:
+        principal, _ = self.served(req)
+        resp.media = self.services.executions.read(principal, lease_id, execution)
+
+    def on_delete(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
+    ) -> None:
+        principal, _ = self.served(req)
+        resp.media = self.services.executions.cancel(principal, lease_id, execution)
+
+
+class ExecutionLogsResource(SandboxBase):
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
+    ) -> None:
+        principal, _ = self.served(req)
+        stdout = _int_param(req, "stdoutOffset", 0, 0, 1 << 40)
+        stderr = _int_param(req, "stderrOffset", 0, 0, 1 << 40)
+        resp.media = self.services.executions.logs(principal, lease_id, execution, stdout, stderr)
+
+
 class SandboxPendingResource(SandboxBase):
-    """Executions, attach and port-forward: past the gate, not in this version (501)."""
+    """Attach and port-forward: past the gate, not in this version (501)."""
 
     def on_get(self, req: falcon.Request, _resp: falcon.Response, **_: str) -> None:
         self.served(req)
-        raise NotImplementedYetError(
-            "Sandbox executions, attach and port-forward are not served yet"
-        )
-
-    on_post = on_delete = on_get
+        raise NotImplementedYetError("Sandbox attach and port-forward are not served yet")
 
 
 def _int_param(req: falcon.Request, name: str, default: int, low: int, high: int) -> int:
@@ -364,9 +400,11 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
         app.add_route("/v1/sandbox-leases", SandboxLeasesResource(services))
         app.add_route("/v1/sandbox-leases/{lease_id}", SandboxLeaseResource(services))
         app.add_route("/v1/sandbox-leases/{lease_id}/logs", SandboxLogsResource(services))
+        executions = "/v1/sandbox-leases/{lease_id}/executions"
+        app.add_route(executions, ExecutionsResource(services))
+        app.add_route(executions + "/{execution}", ExecutionResource(services))
+        app.add_route(executions + "/{execution}/logs", ExecutionLogsResource(services))
         pending = SandboxPendingResource(services)
-        app.add_route("/v1/sandbox-leases/{lease_id}/executions", pending)
-        app.add_route("/v1/sandbox-leases/{lease_id}/executions/{rest:path}", pending)
         app.add_route("/v1/sandbox-leases/{lease_id}/attach", pending)
         app.add_route("/v1/sandbox-leases/{lease_id}/port-forward", pending)
         services.sandbox.verdict()  # checked (and logged) as the worker starts

@@ -157,3 +157,28 @@ class ExtendSandboxLease(BaseModel):
     @property
     def duration(self) -> str:
         return self.extendTtl or self.extend_ttl or ""
+
+
+def _argv_limits(argv: list[str]) -> list[str]:
+    if any("\0" in arg for arg in argv):
+        raise ValueError("arguments cannot contain NUL characters")
+    if sum(len(arg.encode()) for arg in argv) > 256 * 1024:
+        raise ValueError("the command is longer than 256 KiB")
+    return argv
+
+
+class CreateExecution(BaseModel):
+    """POST /v1/sandbox-leases/:id/executions (spec 4.5): an argv, never a shell line."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    command: Annotated[
+        list[Annotated[str, Field(max_length=32 * 1024)]],
+        Field(min_length=1, max_length=1024),
+        AfterValidator(_argv_limits),
+    ]
+    cwd: str | None = Field(default=None, max_length=4096, pattern=r"^/[^\x00]*$")
+    timeout: PositiveDuration | None = None
+    container: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    idempotency_key: IdempotencyKey = Field(alias="idempotencyKey", min_length=1)
+    detach: bool = False

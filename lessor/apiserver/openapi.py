@@ -9,14 +9,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lessor import __version__
 from lessor.apiserver.bodies import (
+    CreateExecution,
     CreateLease,
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
     Login,
 )
+from lessor.apiserver.executions import (
+    DEFAULT_TIMEOUT,
+    EXECUTION_BOUND,
+    MAX_TIMEOUT,
+    WAIT_MARGIN,
+)
 from lessor.apiserver.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
-from lessor.resources.sandbox import ReleaseCause, SandboxPhase
+from lessor.resources.durations import format_duration
+from lessor.resources.sandbox import ExecutionState, ReleaseCause, SandboxPhase
+from lessor.runner.runner import CAP, WINDOW
 
 Json = dict[str, Any]
 
@@ -188,6 +197,86 @@ class SandboxLogs(BaseModel):
     truncated: bool = Field(description=f"The tail reached the {LOG_BYTES_MAX // 1024} KiB cap.")
 
 
+_DEFAULT_TIMEOUT = f"{int(DEFAULT_TIMEOUT.total_seconds())}s"
+_MAX_TIMEOUT = format_duration(MAX_TIMEOUT)
+_CAP = f"{CAP // (1024 * 1024)} MiB"
+
+
+class Execution(BaseModel):
+    """An execution as GET, DELETE and a detached create (202) show it: never its output."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str = Field(description="`x` and 24 hex digits, derived from the lease instance and key.")
+    state: ExecutionState = Field(
+        description="`Unknown`: the outcome could not be established; do not rerun blindly."
+    )
+    exit_code: int | None = Field(
+        default=None,
+        alias="exitCode",
+        description="Only when the process reported one: absent while it runs, when it could "
+        "not start, when a signal ended it and when its outcome is unknown.",
+    )
+    started_at: str | None = Field(default=None, alias="startedAt")
+    finished_at: str | None = Field(default=None, alias="finishedAt")
+    message: str | None = Field(
+        default=None, description="Why it could not start, or why its outcome is unknown."
+    )
+    truncated: bool = Field(
+        description=f"Output past the first {_CAP} of stdout or stderr was dropped; known once "
+        "the command ended."
+    )
+    timeout: str = Field(
+        description=f"The timeout granted: the request's or {_DEFAULT_TIMEOUT}, at most "
+        f"{_MAX_TIMEOUT} and never past the lease's expiry."
+    )
+
+
+class ExecutionResult(Execution):
+    """The 200 of a wait-mode create: the execution once it ended, with its retained output."""
+
+    stdout: str = Field(
+        description=f"The first {_CAP} of the stream, as UTF-8 with invalid bytes replaced."
+    )
+    stderr: str = Field(
+        description=f"The first {_CAP} of the stream, as UTF-8 with invalid bytes replaced."
+    )
+
+
+class ExecutionWindow(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    data: str = Field(
+        description=f"At most {WINDOW // 1024} KiB of retained bytes from the offset, as UTF-8; "
+        "invalid bytes are replaced here only, never in the offsets."
+    )
+    next_offset: int = Field(
+        alias="nextOffset",
+        description="Opaque resume token (a count of raw retained bytes): pass it back "
+        "unchanged; it cannot be derived from the length of `data`.",
+    )
+    more: bool = Field(description="Another window is already available.")
+    truncated: bool = Field(
+        description=f"Output past the first {_CAP} of stdout or stderr was dropped; known once "
+        "the command ended."
+    )
+
+
+class ExecutionLogs(BaseModel):
+    """One output window per stream. A follower is drained once `state` is terminal and both
+    windows say `more: false`; a retry with the same offsets returns the same windows."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str
+    state: ExecutionState
+    exit_code: int | None = Field(
+        default=None, alias="exitCode", description="As in the execution, once it is reported."
+    )
+    stdout: ExecutionWindow
+    stderr: ExecutionWindow
+
+
 MODELS: tuple[type[BaseModel], ...] = (
     CreateLease,
     ExtendLease,
@@ -207,6 +296,10 @@ MODELS: tuple[type[BaseModel], ...] = (
     SandboxLease,
     SandboxExpiry,
     SandboxLogs,
+    CreateExecution,
+    Execution,
+    ExecutionResult,
+    ExecutionLogs,
 )
 
 SANDBOX_ONLY = (
@@ -214,6 +307,24 @@ SANDBOX_ONLY = (
     "(otherwise every one is a 404); while the installed agent-sandbox fails the compatibility "
     "check they answer 503 `backend_error`."
 )
+EXECUTION_LOCATION = "/v1/sandbox-leases/{lease_id}/executions/{id}"
+
+
+def _execution_notes(schema: Json) -> dict[str, str]:
+    """What CreateExecution's validators check beyond its schema, in its fields' notes."""
+    command = schema["properties"]["command"]
+    return {
+        "command": f"argv, never a shell line: {command['minItems']} to {command['maxItems']} "
+        f"arguments of at most {command['items']['maxLength'] // 1024} KiB each, 256 KiB in "
+        "all, no NUL",
+        "cwd": "Absolute working directory; default the container's",
+        "timeout": f"Default {_DEFAULT_TIMEOUT}; capped at {_MAX_TIMEOUT} and at the lease's "
+        "remaining lifetime",
+        "container": "Where the runner is executed; default the pool's `runner.container`",
+        "idempotencyKey": "1 to 253 bytes, new for each deliberate execution. Reused with a "
+        "different command, cwd, timeout, container or detach: 409 `idempotency_conflict`",
+        "detach": "false: 200 once the command ended; true: 202 once it is reserved",
+    }
 
 
 def _ref(model: type[BaseModel]) -> Json:
@@ -292,14 +403,70 @@ def _sandbox_logs() -> Json:
     return operation
 
 
+def _execution_create() -> Json:
+    operation = _operation(
+        "Run a command in the Sandbox (alpha): 200 once it ended, 202 when detached",
+        200,
+        _ref(ExecutionResult),
+        errors=(400, 401, 503, 404, 409, 501),
+        request=CreateExecution,
+    )
+    location = {"Location": _header(EXECUTION_LOCATION)}
+    responses = operation["responses"]
+    responses["200"]["headers"] = location
+    responses["409"]["description"] = (
+        "reason `idempotency_conflict`, `execution_limit_exhausted` (the lease's "
+        f"{EXECUTION_BOUND} executions are spent), `not_ready`, `expired`, `target_unresolved` "
+        "or `conflict_retryable`"
+    )
+    responses["501"]["description"] = "the SandboxPool has no runner"
+    responses["503"]["description"] = (
+        "reason `backend_error`: the sandbox's runner (or the cluster API) cannot be reached; "
+        "an execution already reserved stays reserved, so retry with the same key"
+    )
+    accepted = {
+        "description": "Detached and reserved; or, in wait mode, no outcome yet "
+        f"{WAIT_MARGIN:.0f} s past the timeout. Poll the Location.",
+        "headers": location,
+        "content": _json(_ref(Execution)),
+    }
+    operation["responses"] = {"200": responses.pop("200"), "202": accepted, **responses}
+    return operation
+
+
+def _execution_logs() -> Json:
+    operation = _operation(
+        "Windows of an execution's retained output (alpha)",
+        200,
+        _ref(ExecutionLogs),
+        errors=(400, 401, 503, 404),
+    )
+    offset = {"type": "integer", "minimum": 0, "maximum": 1 << 40, "default": 0}
+    operation["parameters"] = [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "schema": offset,
+            "description": "0, or the last answer's `nextOffset` of that stream, unchanged.",
+        }
+        for name in ("stdoutOffset", "stderrOffset")
+    ]
+    return operation
+
+
 def document() -> Json:
     components: Json = {}
     for model in MODELS:
         schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
+    create_execution = components[CreateExecution.__name__]["properties"]
+    for field, note in _execution_notes(components[CreateExecution.__name__]).items():
+        create_execution[field]["description"] = note
     common = (400, 401, 503)
     lease_param = [_path_param("lease_id")]
+    execution_param = [*lease_param, _path_param("execution")]
     pool_param = [_path_param("name")]
     return {
         "openapi": "3.1.0",
@@ -401,6 +568,32 @@ def document() -> Json:
                 "description": SANDBOX_ONLY,
                 "parameters": lease_param,
                 "get": _sandbox_logs(),
+            },
+            "/v1/sandbox-leases/{lease_id}/executions": {
+                "description": SANDBOX_ONLY,
+                "parameters": lease_param,
+                "post": _execution_create(),
+            },
+            "/v1/sandbox-leases/{lease_id}/executions/{execution}": {
+                "description": SANDBOX_ONLY,
+                "parameters": execution_param,
+                "get": _operation(
+                    "One execution, without its output (alpha)",
+                    200,
+                    _ref(Execution),
+                    errors=(*common, 404),
+                ),
+                "delete": _operation(
+                    "Cancel an execution; the state that applies (alpha)",
+                    200,
+                    _ref(Execution),
+                    errors=(*common, 404),
+                ),
+            },
+            "/v1/sandbox-leases/{lease_id}/executions/{execution}/logs": {
+                "description": SANDBOX_ONLY,
+                "parameters": execution_param,
+                "get": _execution_logs(),
             },
             "/v1/login": {
                 "post": _operation(

@@ -176,33 +176,38 @@ examples:
 
 
 def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    handler = "lessor.cli.commands.sandbox:not_served"
+    module = "lessor.cli.commands.sandbox"
     run = _command(
         commands,
-        handler=handler,
+        handler=f"{module}:run",
         name="run",
         summary="lease a sandbox, run one command, release it",
         description="Lease an executable resource from POOL, run COMMAND in it, release it even on"
-        " failure or Ctrl-C, and exit with the command's exit code.",
+        " failure or Ctrl-C, and exit with the command's exit code (124: timed out, 125:"
+        " cancelled, 1: outcome unknown).",
     )
     run.add_argument("pool", metavar="POOL")
+    run.add_argument("--ttl", metavar="DURATION", help="lease TTL; default the pool's")
+    run.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
+    run.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     execute = _command(
         commands,
         "exec",
-        handler,
+        f"{module}:execute",
         "run a command in a sandbox lease",
-        "Run COMMAND (no shell) in"
-        " the sandbox of LEASE and print its output; --detach returns the execution id.",
+        "Run COMMAND (no shell) in the sandbox of LEASE, print its output as it comes and exit"
+        " with its exit code; --detach prints the execution id instead.",
     )
     execute.add_argument("lease_id", metavar="LEASE")
     execute.add_argument("--detach", action="store_true", help="do not wait for the command")
     execute.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
+    execute.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
     execute.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     logs = _command(
         commands,
         "logs",
-        handler,
+        f"{module}:logs",
         "read a sandbox's or an execution's output",
         "Print the log tail of LEASE, or the retained output of EXECUTION.",
     )
@@ -210,10 +215,15 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     logs.add_argument("execution", nargs="?", metavar="EXECUTION")
     logs.add_argument("-f", "--follow", action="store_true", help="until the execution ends")
     cancel = _command(
-        commands, "cancel", handler, "cancel a running execution", "Cancel EXECUTION of LEASE."
+        commands,
+        "cancel",
+        f"{module}:cancel",
+        "cancel a running execution",
+        "Cancel EXECUTION of LEASE.",
     )
     cancel.add_argument("lease_id", metavar="LEASE")
     cancel.add_argument("execution", metavar="EXECUTION")
+    handler = f"{module}:not_served"
     attach = _command(
         commands,
         "attach",

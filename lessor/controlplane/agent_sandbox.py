@@ -9,12 +9,17 @@ binaries (`<cache>/agent-sandbox/<version>/`: `crds/` and `agent-sandbox-control
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import subprocess
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
+from lessor.agentsandbox.compat import FINGERPRINTS
 from lessor.controlplane.binaries import (
     Progress,
     build_once,
@@ -23,6 +28,7 @@ from lessor.controlplane.binaries import (
     wrapper_module,
 )
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.kubectl import Cluster
 
 MODULE = "sigs.k8s.io/agent-sandbox"
 CONTROLLER = "agent-sandbox-controller"
@@ -86,3 +92,31 @@ def ensure_agent_sandbox(progress: Progress = print) -> Path:
         missing_go="the Go toolchain is needed to build the agent-sandbox controller",
         progress=progress,
     )
+
+
+def install_agent_sandbox(cluster: Cluster, progress: Progress = print) -> None:
+    """Its CRDs, server-side (too big for the last-applied annotation), Established."""
+    for path in agent_sandbox_crds(progress):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    cluster.kubectl("wait", "--for=condition=Established", *[f"crd/{n}" for n in FINGERPRINTS])
+
+
+@contextlib.contextmanager
+def run_agent_sandbox(
+    kubeconfig: Path, log: Path, progress: Progress = print
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The controller, with its extensions (claims, templates, warm pools), against the cluster
+    of `kubeconfig`: no webhook, no leader election, metrics and probes on free ports."""
+    binary = ensure_agent_sandbox(progress) / CONTROLLER
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [str(binary), "--extensions", "--enable-webhook=false", "--leader-elect=false",
+             "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=60)

@@ -355,6 +355,10 @@ class LocalControlPlane:
             f"--server-address=127.0.0.1:{state.ports['kwok']}",
             f"--tls-cert-file={pki / 'kwok-serving.crt'}",
             f"--tls-private-key-file={pki / 'kwok-serving.key'}",
+            # Heartbeats by node Lease, as a kubelet's: without them the node lifecycle
+            # controller found the node's status stale about 40 s after start, marked every pod
+            # on it NotReady, and nothing ever marked them Ready again.
+            "--node-lease-duration-seconds=40",
         ]
         self._spawn(state, "kwok", kwok, detached)
         self.kubectl("apply", "-f", "-", input=_node_manifest())

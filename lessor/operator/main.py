@@ -17,6 +17,7 @@ from pathlib import Path
 from lessor.config_file import apply_defaults
 from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
+from lessor.operator.executions import EXECUTIONS, ExecutionReconciler
 from lessor.operator.instances import InstanceReconciler
 from lessor.operator.kinds import (
     BY_CLAIM,
@@ -184,8 +185,8 @@ def build(client: KubeClient, args: argparse.Namespace, identity: str) -> Manage
 def add_sandbox_controllers(
     manager: Manager, client: KubeClient, args: argparse.Namespace, events: EventRecorder
 ) -> None:
-    """SandboxPools into agent-sandbox objects and SandboxLeases into SandboxClaims; only with
-    `agentSandbox.mode: external`."""
+    """SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
+    SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`."""
     namespace = args.namespace
     pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
     leases = manager.add_informer(
@@ -217,8 +218,18 @@ def add_sandbox_controllers(
         [pools, leases],
         workers=args.workers,
     )
-    manager.add_controller(pool_controller)
-    manager.add_controller(lease_controller)
+    executions = manager.add_informer(Informer(client, EXECUTIONS, namespace=namespace))
+    execution_controller = Controller(
+        "sandboxexecution",
+        ExecutionReconciler(client, executions=executions).reconcile,
+        [executions],
+        workers=args.workers,
+    )
+    for controller in (pool_controller, lease_controller, execution_controller):
+        manager.add_controller(controller)
+    executions.store.add_handler(
+        _on_any_change(lambda obj: execution_controller.enqueue(key_of(obj)))
+    )
 
     def on_pool(obj: JSON) -> None:
         pool_controller.enqueue(key_of(obj))

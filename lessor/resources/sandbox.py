@@ -38,7 +38,9 @@ IdempotencyKey = Annotated[str, AfterValidator(_at_most_253_bytes)]
 
 class Runner(SpecModel):
     path: str = Field(pattern=r"^/", description="Absolute path of the lessor runner in the image.")
-    container: str | None = Field(default=None, description="Container; default the first.")
+    container: str | None = Field(
+        default=None, description="Container; default the first of the template."
+    )
 
 
 class DeclaredPort(SpecModel):
@@ -174,6 +176,9 @@ class SandboxExecutionSpec(SpecModel):
     command: list[str] = Field(min_length=1, max_length=1024, description="argv; no shell.")
     cwd: str | None = Field(default=None, max_length=4096)
     timeout: PositiveDuration = Field(default="60s", description="At most 1h; never past expiry.")
+    requested_timeout: PositiveDuration | None = Field(
+        default=None, description="As the caller asked: what a keyed retry is compared with."
+    )
     container: str | None = Field(default=None, max_length=63)
     idempotency_key: IdempotencyKey = Field(min_length=1, max_length=253)
     detach: bool = False

@@ -24,10 +24,9 @@ from typing import Any
 
 import pytest
 
-from lessor.controlplane.agent_sandbox import agent_sandbox_crds
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
-from tests.integration.agent_sandbox import controller, install
+from lessor.runner import runner as runner_module
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.service_accounts import install_rbac
 from tests.integration.test_apiserver import CRDS, Api, Response, start_api
@@ -73,11 +72,17 @@ class Env:
         return self.api.call("GET", f"/v1/sandbox-leases/{lease}", token=token)
 
     def until(self, token: str, lease: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+        last: list[Any] = [None]
+
         def probe() -> dict[str, Any] | None:
-            body = self.get(token, lease).body
+            body = last[0] = self.get(token, lease).body
             return body if body.get("phase") in phases else None
 
-        return wait_for(f"{lease} {phases}", probe, timeout=timeout)
+        try:
+            return wait_for(f"{lease} {phases}", probe, timeout=timeout)
+        except AssertionError as error:
+            claim = self.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
+            raise AssertionError(f"{error}; last seen {last[0]}; claim {claim}") from None
 
     def release(self, token: str, lease: str) -> Response:
         return self.api.call("DELETE", f"/v1/sandbox-leases/{lease}", token=token)
@@ -128,13 +133,14 @@ def sandbox_pool(name: str, warm: int, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def env(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    control_plane: Cluster, agent_sandbox: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("runs the agent-sandbox controller against the local control plane")
     directory = tmp_path_factory.mktemp("sandbox")
     namespace = f"sb-{uuid.uuid4().hex[:8]}"
     control_plane.kubectl("apply", "-f", str(CRDS))
-    install(control_plane, agent_sandbox_crds(lambda _: None))
     control_plane.kubectl("create", "namespace", namespace)
     control_plane.kubectl(
         "create", "secret", "generic", "tokens", "-n", namespace,
@@ -150,31 +156,36 @@ def env(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     stuck = sandbox_pool("sb-stuck", 0, provisioningTimeout="6s")
     stuck["spec"]["template"]["spec"]["nodeSelector"] = {"lessor.dev/none": "none"}
     objects.apply(stuck)
+    # kwok runs a pod's exec as a local process, so the runner is this checkout's, by path.
+    runner = directory / "lessor-runner"
+    runner.write_text(f"#!/bin/sh\nexec {sys.executable} {runner_module.__file__}\n")
+    runner.chmod(0o755)
+    objects.apply(sandbox_pool("sb-run", 1, runner={"path": str(runner)}))
     # Both components run as their ServiceAccounts, with exactly the manifests' RBAC.
     accounts = install_rbac(control_plane, namespace, directory)
     operator = Operator(
         accounts["lessor-operator"], namespace, directory / "instances", directory / "op.log",
         extra=[*EXTERNAL, "--no-leader-election", f"--teardown-grace={TEARDOWN_GRACE}"],
     )  # fmt: skip
-    with controller(control_plane, directory / "agent-sandbox.log"):
-        operator.start()
-        # Rate limiting has its own server and test; here it would only slow the tests down.
-        unlimited = (*EXTERNAL, "--sandbox-admission-rate=100", "--sandbox-admission-burst=100")
-        process, api = start_api(
-            control_plane, namespace, directory / "api.log", unlimited, accounts["lessor-apiserver"]
-        )
-        try:
+    operator.start()
+    # Rate limiting has its own server and test; here it would only slow the tests down.
+    unlimited = (*EXTERNAL, "--sandbox-admission-rate=100", "--sandbox-admission-burst=100")
+    process, api = start_api(
+        control_plane, namespace, directory / "api.log", unlimited, accounts["lessor-apiserver"]
+    )
+    try:
+        for pool in ("sb-warm", "sb-run"):
             wait_for(
-                "sb-warm to be Healthy",
-                lambda: objects.status("sandboxpool", "sb-warm").get("phase") == "Healthy",
+                f"{pool} to be Healthy",
+                lambda pool=pool: objects.status("sandboxpool", pool).get("phase") == "Healthy",
                 timeout=120,
             )
-            yield Env(control_plane, namespace, ScannedApi(api), objects, operator, directory)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
-            operator.kill(signal.SIGTERM)
-            control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+        yield Env(control_plane, namespace, ScannedApi(api), objects, operator, directory)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        operator.kill(signal.SIGTERM)
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -577,10 +588,9 @@ def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None
         assert env.get(ALICE, handoff["id"]).status == 404
 
 
-def test_sandbox_routes_past_the_lease_api_are_not_served_yet(env: Env) -> None:
+def test_attach_and_port_forward_are_not_served_yet(env: Env) -> None:
     lease = env.create(ALICE, pool="sb-stuck").body["id"]
-    for method, path in (("POST", "executions"), ("GET", "executions/e1"), ("GET", "attach")):
-        answer = env.api.call(method, f"/v1/sandbox-leases/{lease}/{path}", token=ALICE,
-                              body={} if method == "POST" else None)  # fmt: skip
+    for path in ("attach", "port-forward"):
+        answer = env.api.call("GET", f"/v1/sandbox-leases/{lease}/{path}", token=ALICE)
         assert answer.status == 501, path
     assert env.release(ALICE, lease).status == 204

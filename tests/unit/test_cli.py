@@ -152,8 +152,12 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     assert "--metadata-json must be a JSON object" in one_line_error(metadata)
     unknown = lessor(tmp_path, "lease")
     assert unknown.returncode == 2 and "usage: lessor lease" in unknown.stderr
-    sandbox = lessor(tmp_path, "exec", "lease-1", "--", "true")
-    assert sandbox.returncode == 1 and "Sandbox leases" in one_line_error(sandbox)
+    attach = lessor(tmp_path, "attach", "lease-1")
+    assert attach.returncode == 1 and "not served" in one_line_error(attach)
+    no_command = lessor(tmp_path, "exec", "lease-1", "--endpoint", endpoint)
+    assert no_command.returncode == 2 and "end the options with --" in one_line_error(no_command)
+    late = lessor(tmp_path, "exec", "lease-1", "--timeout", "0s", "--", "true")
+    assert late.returncode == 2 and "--timeout" in one_line_error(late)
     version = lessor(tmp_path, "version", "-o", "json")
     assert version.returncode == 0
     assert json.loads(version.stdout)["client"] == "0.1.0"

@@ -1,17 +1,214 @@
-"""The Sandbox commands (run, exec, logs, cancel, attach, port-forward) are part of the command
-line already, so scripts and man pages see the final interface; they do their work once the
-service serves Sandbox leases and executions."""
+"""The Sandbox commands: `run`, `exec`, `logs`, `cancel` (and `attach`, `port-forward`, which
+this version does not serve).
+
+`exec` and `run` start the command detached and then follow its output windows, so output
+appears as it is produced and no HTTP request has to stay open for as long as the command runs;
+each start carries a fresh idempotency key, reused once if the connection fails, so a retry
+never runs the command twice. The exit status is the command's own: its exit code, 124 when it
+timed out (as timeout(1)), 125 when it was cancelled, and 1 when it has none (it could not start,
+a signal ended it, or its outcome is unknown).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+import uuid
+from typing import Any
 
-from lessor.cli.errors import SERVER, CliError
+from lessor.cli import context, output
+from lessor.cli.client import Client
+from lessor.cli.errors import INTERRUPTED, SERVER, USAGE, CliError
+from lessor.cli.progress import Progress
+from lessor.resources.durations import parse_duration
+
+TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
+LEASE_ENDED = ("Releasing", "Released", "Expired", "Quarantined")
+TIMED_OUT, CANCELLED = 124, 125
+FOLLOW_PAUSE = 0.2
 
 
 def not_served(args: argparse.Namespace) -> int:
-    raise CliError(
-        f"`lessor {args.command}` works on Sandbox leases, which this version of lessor does not "
-        "serve yet; cluster leases work with `lessor lease`",
-        SERVER,
+    raise CliError(f"`lessor {args.command}` is not served by this version of lessor", SERVER)
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    """The command after `--`. argparse hands everything after the first positional to the
+    command (REMAINDER), so options written between it and `--` are read here."""
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    elif argv and argv[0].startswith("-"):
+        if "--" not in argv:
+            raise CliError("end the options with --, then give the command: -- make test", USAGE)
+        split = argv.index("--")
+        options, argv = argv[:split], argv[split + 1 :]
+        late = argparse.ArgumentParser(prog=f"lessor {args.command}", add_help=False)
+        for flag in ("--ttl", "--timeout", "--cwd"):
+            if hasattr(args, flag[2:]):
+                late.add_argument(flag)
+        if hasattr(args, "detach"):
+            late.add_argument("--detach", action="store_true", default=None)
+        late.add_argument("-o", "--output", choices=("text", "json"))
+        late.add_argument("--target")
+        late.add_argument("--endpoint")
+        try:
+            parsed = late.parse_args(options)
+        except SystemExit:
+            raise CliError(f"unknown options before --: {' '.join(options)}", USAGE) from None
+        for name, value in vars(parsed).items():
+            if value is not None:
+                setattr(args, name, value)
+    if not argv:
+        raise CliError("give the command after --, for example: -- make test", USAGE)
+    return argv
+
+
+def _check_duration(flag: str, value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        if parse_duration(value).total_seconds() <= 0:
+            raise ValueError("it must be longer than zero")
+    except ValueError as error:
+        raise CliError(f"{flag}: {error}", USAGE) from None
+
+
+def exit_status(execution: dict[str, Any]) -> int:
+    state = execution.get("state")
+    if state == "TimedOut":
+        return TIMED_OUT
+    if state == "Cancelled":
+        return CANCELLED
+    if execution.get("exitCode") is not None:
+        return int(execution["exitCode"])
+    return 1
+
+
+def start(client: Client, lease_id: str, argv: list[str], args: argparse.Namespace) -> str:
+    body: dict[str, Any] = {"command": argv, "idempotencyKey": str(uuid.uuid4()), "detach": True}
+    for field in ("timeout", "cwd"):
+        if getattr(args, field, None):
+            body[field] = getattr(args, field)
+    path = f"/v1/sandbox-leases/{lease_id}/executions"
+    try:
+        answer = client.call("POST", path, body)
+    except CliError as error:
+        if error.code != SERVER or "cannot reach" not in str(error):
+            raise
+        answer = client.call("POST", path, body)  # the same key: it cannot run twice
+    return str(answer["id"])
+
+
+def follow(
+    client: Client, lease_id: str, execution: str, *, until_end: bool = True
+) -> dict[str, Any]:
+    """Print the retained output from the start; with `until_end`, keep following until the
+    execution is over and both windows are drained. Returns the last window (its state and,
+    once the command has ended, its exit code)."""
+    offsets = {"stdoutOffset": 0, "stderrOffset": 0}
+    while True:
+        query = "&".join(f"{k}={v}" for k, v in offsets.items())
+        window = client.call(
+            "GET", f"/v1/sandbox-leases/{lease_id}/executions/{execution}/logs?{query}"
+        )
+        for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            if window[stream]["data"]:
+                sink.write(window[stream]["data"])
+                sink.flush()
+            offsets[f"{stream}Offset"] = window[stream]["nextOffset"]
+        more = window["stdout"]["more"] or window["stderr"]["more"]
+        if not more and (window["state"] in TERMINAL or not until_end):
+            last: dict[str, Any] = window
+            return last
+        if not more:
+            time.sleep(FOLLOW_PAUSE)
+
+
+def _run_in(client: Client, lease_id: str, argv: list[str], args: argparse.Namespace) -> int:
+    execution = start(client, lease_id, argv, args)
+    try:
+        final = follow(client, lease_id, execution)
+    except KeyboardInterrupt:
+        client.call("DELETE", f"/v1/sandbox-leases/{lease_id}/executions/{execution}")
+        raise
+    if final["state"] == "Unknown":
+        print(f"lessor: the outcome of execution {execution} is unknown", file=sys.stderr)
+    return exit_status(final)
+
+
+def execute(args: argparse.Namespace) -> int:
+    argv = _argv(args)
+    _check_duration("--timeout", args.timeout)
+    client = context.client(args)
+    if args.detach:
+        execution = start(client, args.lease_id, argv, args)
+        if output.wants_json(args):
+            output.emit_json({"id": execution, "lease": args.lease_id})
+        else:
+            print(execution)
+        return 0
+    return _run_in(client, args.lease_id, argv, args)
+
+
+def logs(args: argparse.Namespace) -> int:
+    client = context.client(args)
+    if args.execution is None:
+        tail = client.call("GET", f"/v1/sandbox-leases/{args.lease_id}/logs")
+        if output.wants_json(args):
+            output.emit_json(tail)
+        else:
+            sys.stdout.write(tail["data"])
+        return 0
+    follow(client, args.lease_id, args.execution, until_end=args.follow)
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    answer = context.client(args).call(
+        "DELETE", f"/v1/sandbox-leases/{args.lease_id}/executions/{args.execution}"
     )
+    if output.wants_json(args):
+        output.emit_json(answer)
+    else:
+        print(f"execution {answer['id']}: {answer['state']}")
+    return 0
+
+
+def _wait_ready(client: Client, lease_id: str, progress: Progress) -> None:
+    started = time.monotonic()
+    while True:
+        lease = client.call("GET", f"/v1/sandbox-leases/{lease_id}")
+        if lease["phase"] == "Ready":
+            return
+        if lease["phase"] in LEASE_ENDED:
+            raise CliError(f"sandbox lease {lease_id} ended before it was Ready: {lease['phase']}")
+        progress.update(f"sandbox {lease_id}: {lease['phase']} ({time.monotonic() - started:.0f}s)")
+        time.sleep(0.2)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Lease, run, release: the release happens whatever the command or the caller does."""
+    argv = _argv(args)
+    _check_duration("--ttl", args.ttl)
+    _check_duration("--timeout", args.timeout)
+    client = context.client(args)
+    body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}
+    if args.ttl:
+        body["ttl"] = args.ttl
+    lease_id = client.call("POST", "/v1/sandbox-leases", body)["id"]
+    progress = Progress()
+    try:
+        _wait_ready(client, lease_id, progress)
+        progress.clear()
+        return _run_in(client, lease_id, argv, args)
+    except KeyboardInterrupt:
+        progress.clear()
+        raise CliError(f"interrupted; sandbox lease {lease_id} released", INTERRUPTED) from None
+    finally:
+        progress.clear()
+        try:
+            client.call("DELETE", f"/v1/sandbox-leases/{lease_id}")
+        except CliError as error:
+            print(f"lessor: releasing sandbox lease {lease_id} failed: {error}", file=sys.stderr)

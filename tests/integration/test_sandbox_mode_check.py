@@ -1,10 +1,15 @@
 """`agentSandbox.mode` against the real agent-sandbox v0.5.6 CRDs (from its Go module) on the
-real API server: the read-only compatibility check, and what the API serves in each mode."""
+real API server: the read-only compatibility check, and what the API serves in each mode.
+
+These tests delete and re-create the agent-sandbox CRDs under the session's agent-sandbox
+controller, so this module's name sorts after the other Sandbox modules (pytest runs modules in
+name order), and it leaves the CRDs installed."""
 
 from __future__ import annotations
 
 import json
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +18,7 @@ import pytest
 
 from lessor.agentsandbox.compat import FINGERPRINTS, check
 from lessor.apiserver.kube import Kube
-from lessor.controlplane.agent_sandbox import agent_sandbox_crds
-from tests.integration.agent_sandbox import controller as run_controller
-from tests.integration.agent_sandbox import install
+from lessor.controlplane.agent_sandbox import agent_sandbox_crds, install_agent_sandbox
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.test_apiserver import ALICE, Stack, stack, start_api  # noqa: F401
 
@@ -23,18 +26,16 @@ pytestmark = pytest.mark.integration
 WARM_POOLS = "sandboxwarmpools.extensions.agents.x-k8s.io"
 
 
+def quiet(_: str) -> None:
+    pass
+
+
 @pytest.fixture(scope="module")
 def crds(stack: Stack) -> Iterator[list[Path]]:  # noqa: F811
     files = agent_sandbox_crds(lambda _: None)
     yield files
-    for path in files:
-        stack.cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", check=False)
-
-
-@pytest.fixture(scope="module")
-def controller(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:  # noqa: F811
-    with run_controller(stack.cluster, tmp_path_factory.mktemp("agent-sandbox") / "c.log"):
-        yield
+    # Left installed, as a cluster with agent-sandbox has them.
+    install_agent_sandbox(stack.cluster, quiet)
 
 
 def test_the_check_reads_the_crds_and_tells_0_5_6_from_older(
@@ -48,7 +49,7 @@ def test_the_check_reads_the_crds_and_tells_0_5_6_from_older(
     assert not absent.ok
     assert sorted(absent.problems) == sorted(f"CRD {n} is not installed" for n in FINGERPRINTS)
 
-    install(stack.cluster, crds)
+    install_agent_sandbox(stack.cluster, quiet)
     assert check(kube.crd).ok, check(kube.crd).reason
 
     # What v0.5.5 looked like: the same CRDs without SandboxWarmPool status.observedGeneration.
@@ -63,7 +64,7 @@ def test_the_check_reads_the_crds_and_tells_0_5_6_from_older(
     assert older.problems == [
         f"CRD {WARM_POOLS} v1beta1 lacks status.observedGeneration (an older release?)"
     ]
-    install(stack.cluster, crds)
+    install_agent_sandbox(stack.cluster, quiet)
     assert check(kube.crd).ok
 
 
@@ -98,7 +99,7 @@ def test_external_mode_serves_only_a_compatible_agent_sandbox(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
-    install(stack.cluster, crds)
+    install_agent_sandbox(stack.cluster, quiet)
     process, api = start_api(stack.cluster, stack.namespace, tmp_path / "b.log", mode)
     try:
         assert api.call("GET", "/v1/status").body["sandbox"]["served"] is True
@@ -112,12 +113,15 @@ def test_external_mode_serves_only_a_compatible_agent_sandbox(
 def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
     stack: Stack,  # noqa: F811 - the fixture
     crds: list[Path],
-    controller: None,
     tmp_path: Path,
 ) -> None:
-    cluster, namespace = stack.cluster, stack.namespace
+    cluster = stack.cluster
     for path in crds:
         cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait")
+    # A namespace of its own: in the stack's, this operator would reconcile the stack's
+    # ClusterPools beside the stack's own operator (and start `local` clusters for them).
+    namespace = f"sbpool-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", namespace)
     operator = Operator(
         cluster.kubeconfig, namespace, tmp_path / "instances", tmp_path / "op.log",
         extra=["--agent-sandbox-mode=external", "--no-leader-election"],
@@ -143,7 +147,7 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
         [condition] = status()["conditions"]
         assert condition["status"] == "False" and "is not installed" in condition["message"]
 
-        install(cluster, crds)
+        install_agent_sandbox(cluster, quiet)
         wait_for("a warm pool", lambda: status().get("warmPoolRef"), timeout=60)
         template = objects.get("sandboxtemplate.extensions.agents.x-k8s.io", "lessor-agents")
         warm = objects.get("sandboxwarmpool.extensions.agents.x-k8s.io", "lessor-agents")
@@ -171,3 +175,4 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
         )
     finally:
         operator.kill(signal.SIGTERM)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")

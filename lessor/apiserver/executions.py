@@ -1,0 +1,330 @@
+"""/v1/sandbox-leases/:id/executions (spec 4.5, 3.3): reserve, start, wait, read, cancel.
+
+A POST first reserves: one more unit of the lease's per-lifetime budget (a fenced increment of
+`spec.executionsReserved`, so replicas cannot overspend it), then a SandboxExecution whose name
+is a digest of the exact lease instance (uid) and the idempotency key, created atomically. Only
+then is the runner asked to start it, and the runner itself reserves again with an atomic mkdir
+of the execution's id, so neither a keyed retry, nor two replicas, nor the operator's replay
+can run a command twice. The operator (lessor.operator.executions) starts any reserved
+execution the API did not get to, and owns the execution's status; the API answers from the
+runner directly where it must answer at once (wait mode, logs windows, cancel).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import time
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.authn import Principal
+from lessor.apiserver.bodies import CreateExecution
+from lessor.apiserver.errors import (
+    ConflictError,
+    NotFoundError,
+    NotImplementedYetError,
+    UnavailableError,
+)
+from lessor.apiserver.kube import Kube
+from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.runner_client import RunnerError, call_runner
+from lessor.apiserver.sandbox_leases import SandboxLeaseService
+from lessor.resources.durations import format_duration, parse_duration
+from lessor.resources.lease_time import utcnow
+from lessor.resources.sandbox import SandboxPool
+
+Json = dict[str, Any]
+PLURAL = "sandboxexecutions"
+EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
+DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
+MAX_TIMEOUT = datetime.timedelta(hours=1)
+TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
+WAIT_MARGIN = 15.0  # seconds past the timeout a wait-mode request waits for the outcome
+RUNNER_WAIT = 10.0  # seconds the runner holds one status call open while the command runs
+
+
+def execution_name(lease_uid: str, key: str) -> str:
+    return "x" + hashlib.sha256(f"{lease_uid}\0{key}".encode()).hexdigest()[:24]
+
+
+def _view(obj: Json) -> Json:
+    """An execution as GET shows it: never its output, never its requester."""
+    status = obj.get("status", {})
+    body: Json = {"id": obj["metadata"]["name"], "state": status.get("state") or "Queued"}
+    for field in ("exitCode", "startedAt", "finishedAt", "message"):
+        if status.get(field) is not None:
+            body[field] = status[field]
+    body["truncated"] = bool(status.get("truncated"))
+    body["timeout"] = obj["spec"]["timeout"]
+    return body
+
+
+def _merge(body: Json, answer: Json) -> Json:
+    """The runner's newer word on an execution over what its status last recorded."""
+    if answer.get("state"):
+        body["state"] = answer["state"]
+        for field in ("exitCode", "startedAt", "finishedAt", "message"):
+            if answer.get(field) is not None:
+                body[field] = answer[field]
+        body["truncated"] = bool(answer.get("truncated"))
+    return body
+
+
+def _window(raw: Json, truncated: bool) -> Json:
+    data = base64.b64decode(raw.get("data") or "")
+    return {
+        "data": data.decode("utf-8", errors="replace"),
+        "nextOffset": int(raw.get("nextOffset") or 0),
+        "more": bool(raw.get("more")),
+        "truncated": truncated,
+    }
+
+
+class ExecutionService:
+    def __init__(self, kube: Kube, leases: SandboxLeaseService) -> None:
+        self.kube = kube
+        self.leases = leases
+
+    # -- create ----------------------------------------------------------------------------
+
+    def create(
+        self, principal: Principal, lease_name: str, request: CreateExecution
+    ) -> tuple[int, Json]:
+        lease = self.leases.owned(principal, lease_name)
+        name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
+        existing = self._get(name)
+        if existing is None:
+            existing = self._reserve(principal, lease, name, request)
+        elif not self._same_intent(existing, request):
+            raise ConflictError(
+                "this idempotency key was used for an execution with a different command, cwd,"
+                " timeout, container or detach",
+                reason="idempotency_conflict",
+            )
+        if request.detach:
+            return 202, self._started(existing)
+        return self._wait(existing)
+
+    def _reserve(
+        self, principal: Principal, lease: Json, name: str, request: CreateExecution
+    ) -> Json:
+        status = lease.get("status", {})
+        phase = status.get("phase") or "Pending"
+        if phase in ("Released", "Expired", "Releasing", "Quarantined"):
+            raise ConflictError(f"the lease is {phase}; request a new lease", reason="expired")
+        if phase != "Ready":
+            raise ConflictError("the sandbox is not Ready yet", reason="not_ready")
+        pool = SandboxPool.model_validate(self.kube.get("sandboxpools", lease["spec"]["pool"]))
+        if pool.spec.runner is None:
+            raise NotImplementedYetError(
+                f"SandboxPool {pool.metadata.name} has no runner, so it runs no executions"
+            )
+        pod = status.get("pod")
+        if not pod:
+            raise ConflictError("the sandbox's pod is not known yet", reason="target_unresolved")
+        timeout = self._timeout(request, status)
+        self._spend_one(lease)
+        body: Json = {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "SandboxExecution",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    REQUESTER_LABEL: requester_label(principal.identity),
+                    "lessor.dev/sandbox-lease": lease["metadata"]["name"],
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": "lessor.dev/v1alpha1",
+                        "kind": "SandboxLease",
+                        "name": lease["metadata"]["name"],
+                        "uid": lease["metadata"]["uid"],
+                    }
+                ],
+            },
+            "spec": {
+                "lease": {"name": lease["metadata"]["name"], "uid": lease["metadata"]["uid"]},
+                "pod": {"name": pod["name"], "uid": pod["uid"]},
+                "runner": {"path": pool.spec.runner.path, "container": self._container(pool)},
+                "command": request.command,
+                "timeout": timeout,
+                "idempotencyKey": request.idempotency_key,
+                "detach": request.detach,
+                "requester": principal.identity,
+            },
+        }
+        optional = {"cwd": request.cwd, "container": request.container,
+                    "requestedTimeout": request.timeout}  # fmt: skip
+        body["spec"].update({k: v for k, v in optional.items() if v is not None})
+        try:
+            created = self.kube.create(PLURAL, body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            found = self._get(name)  # an identical keyed request won the name
+            if found is None or not self._same_intent(found, request):
+                raise ConflictError(
+                    "the idempotency key is in use", reason="idempotency_conflict"
+                ) from error
+            return found
+        return created
+
+    @staticmethod
+    def _container(pool: SandboxPool) -> str | None:
+        """The runner's container: the pool's choice, else the sandbox's first container (exec
+        needs a name when a pod has several)."""
+        assert pool.spec.runner is not None
+        containers = pool.spec.template.get("spec", {}).get("containers") or [{}]
+        name: str | None = pool.spec.runner.container or containers[0].get("name")
+        return name
+
+    @staticmethod
+    def _timeout(request: CreateExecution, lease_status: Json) -> str:
+        timeout = min(
+            parse_duration(request.timeout) if request.timeout else DEFAULT_TIMEOUT, MAX_TIMEOUT
+        )
+        expires = lease_status.get("expiresAt")
+        if expires:
+            left = datetime.datetime.fromisoformat(expires) - utcnow()
+            if left.total_seconds() < 1:
+                raise ConflictError("the lease expires now; request a new lease", reason="expired")
+            timeout = min(timeout, datetime.timedelta(seconds=int(left.total_seconds())))
+        return format_duration(timeout)
+
+    def _spend_one(self, lease: Json) -> None:
+        """One unit of the lease's execution budget, by a fenced increment (retried on races)."""
+        for _ in range(5):
+            spent = int(lease["spec"].get("executionsReserved") or 0)
+            if spent >= EXECUTION_BOUND:
+                raise ConflictError(
+                    f"this lease has run its {EXECUTION_BOUND} executions; request a new lease",
+                    reason="execution_limit_exhausted",
+                )
+            operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
+            try:
+                self.leases.fenced(lease, [operation])
+                return
+            except ConflictError:
+                lease = self.leases.existing(lease["metadata"]["name"]) or lease
+        raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
+
+    @staticmethod
+    def _same_intent(found: Json, request: CreateExecution) -> bool:
+        spec = found["spec"]
+        stored = (spec.get("command"), spec.get("cwd"), spec.get("requestedTimeout"),
+                  spec.get("container"), bool(spec.get("detach")))  # fmt: skip
+        sent = (request.command, request.cwd, request.timeout, request.container, request.detach)
+        return stored == sent
+
+    # -- talking to the runner -------------------------------------------------------------
+
+    def _runner(self, execution: Json, request: Json) -> Json:
+        spec = execution["spec"]
+        runner = spec.get("runner") or {}
+        container = spec.get("container") or runner.get("container")
+        try:
+            return call_runner(self.kube, spec["pod"]["name"], container, runner["path"],
+                               {"id": execution["metadata"]["name"], **request})  # fmt: skip
+        except RunnerError as error:
+            raise UnavailableError(f"the sandbox's runner cannot be reached: {error}") from error
+
+    def _started(self, execution: Json) -> Json:
+        """Ask the runner to start it (a no-op if it already did); the answer is the state."""
+        spec = execution["spec"]
+        start = {"op": "start", "argv": spec["command"], "cwd": spec.get("cwd"),
+                 "timeout": parse_duration(spec["timeout"]).total_seconds()}  # fmt: skip
+        body = _view(execution)
+        try:
+            return _merge(body, self._runner(execution, start))
+        except UnavailableError:
+            return body  # reserved: the operator starts it when the runner answers again
+
+    def _wait(self, execution: Json) -> tuple[int, Json]:
+        """200 with the output once the command has ended; 202 (poll the execution) if the
+        outcome is still not known well past the timeout."""
+        body = self._started(execution)
+        deadline = time.monotonic() + parse_duration(execution["spec"]["timeout"]).total_seconds()
+        deadline += WAIT_MARGIN
+        # One runner call waits (up to RUNNER_WAIT) for the end and brings the first windows.
+        offsets = {"stdoutOffset": 0, "stderrOffset": 0}
+        stdout, stderr = bytearray(), bytearray()
+        while True:
+            wait = 0.0
+            if body["state"] not in TERMINAL:
+                wait = min(RUNNER_WAIT, max(0.0, deadline - time.monotonic()))
+            answer = self._runner(execution, {"op": "logs", "wait": wait, **offsets})
+            if not answer.get("state"):
+                raise UnavailableError("the runner has no record of this execution")
+            body = _merge(body, answer)
+            if body["state"] not in TERMINAL:
+                if time.monotonic() >= deadline:
+                    return 202, body
+                continue
+            stdout += base64.b64decode(answer["stdout"]["data"])
+            stderr += base64.b64decode(answer["stderr"]["data"])
+            offsets = {"stdoutOffset": answer["stdout"]["nextOffset"],
+                       "stderrOffset": answer["stderr"]["nextOffset"]}  # fmt: skip
+            if not (answer["stdout"]["more"] or answer["stderr"]["more"]):
+                break
+        body["stdout"] = stdout.decode("utf-8", errors="replace")
+        body["stderr"] = stderr.decode("utf-8", errors="replace")
+        return 200, body
+
+    # -- read, logs, cancel ----------------------------------------------------------------
+
+    def owned(self, principal: Principal, lease_name: str, execution: str) -> Json:
+        """404 unless the lease is the caller's and the execution belongs to that exact lease
+        instance (a lease recreated under the same name is another instance)."""
+        lease = self.leases.owned(principal, lease_name)
+        found = self._get(execution) if OBJECT_NAME.match(execution) else None
+        spec = (found or {}).get("spec", {})
+        if (
+            found is None
+            or spec.get("lease", {}).get("uid") != lease["metadata"]["uid"]
+            or spec.get("requester") != principal.identity
+        ):
+            raise NotFoundError(f"no execution {execution[:80]} in this lease")
+        return found
+
+    def read(self, principal: Principal, lease_name: str, execution: str) -> Json:
+        return _view(self.owned(principal, lease_name, execution))
+
+    def logs(
+        self, principal: Principal, lease_name: str, execution: str, stdout: int, stderr: int
+    ) -> Json:
+        found = self.owned(principal, lease_name, execution)
+        answer = self._runner(found, {"op": "logs", "stdoutOffset": stdout, "stderrOffset": stderr})
+        if not answer.get("state"):
+            raise UnavailableError("the runner has no record of this execution")
+        truncated = bool(answer.get("truncated"))
+        body: Json = {"id": execution, "state": answer["state"]}
+        if answer.get("exitCode") is not None:  # so a follower needs no other call at the end
+            body["exitCode"] = answer["exitCode"]
+        body["stdout"] = _window(answer["stdout"], truncated)
+        body["stderr"] = _window(answer["stderr"], truncated)
+        return body
+
+    def cancel(self, principal: Principal, lease_name: str, execution: str) -> Json:
+        found = self.owned(principal, lease_name, execution)
+        body = _view(found)
+        if body["state"] in TERMINAL:
+            return body  # unchanged, and no claim of a cancellation
+        if not found["spec"].get("cancelRequested"):
+            # The intent, for the operator; if the execution changed meanwhile (another cancel,
+            # a status update), the runner below has the last word all the same.
+            with contextlib.suppress(ConflictError):
+                request = [{"op": "add", "path": "/spec/cancelRequested", "value": True}]
+                self.leases.fenced(found, request, plural=PLURAL)
+        return _merge(body, self._runner(found, {"op": "cancel"}))
+
+    def _get(self, name: str) -> Json | None:
+        try:
+            return self.kube.get(PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise

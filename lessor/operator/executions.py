@@ -1,0 +1,112 @@
+"""The SandboxExecution reconciler: owns each execution's status (spec 3.3).
+
+An execution without a terminal state is brought to the runner in its sandbox pod: `start`
+(idempotent in the runner, which reserves the id with an atomic mkdir, so this is safe whether
+or not the API already started it), `cancel` once `spec.cancelRequested` is set, and `status`
+while it runs; the runner's answer becomes the status. When the runner can no longer be reached
+because the lease has left Ready (its sandbox is being removed), an execution that was not
+recorded as finished becomes Unknown: it may have run, and must not be rerun blindly.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from lessor.operator.runner_exec import RunnerUnavailableError, call_runner
+from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.sandboxleases import SANDBOX_LEASES
+from lessor.operator.writes import write_status
+from lessor.resources.base import GROUP, VERSION
+from lessor.resources.durations import parse_duration
+from lessor.resources.lease_time import utcnow
+
+log = logging.getLogger(__name__)
+
+EXECUTIONS = ResourceType(GROUP, VERSION, "sandboxexecutions", "SandboxExecution")
+TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
+POLL_SECONDS, MAX_POLL_SECONDS = 0.25, 5.0
+RETRY_SECONDS = 2.0
+FIELDS = ("state", "exitCode", "startedAt", "finishedAt", "truncated", "message")
+
+
+def _poll_interval(started_at: str | None) -> float:
+    """Quick for short commands, and a tenth of the age for long ones (at most 5 s): a command
+    that has run ten minutes is not asked about four times a second."""
+    if not started_at:
+        return POLL_SECONDS
+    age = (utcnow() - datetime.datetime.fromisoformat(started_at)).total_seconds()
+    return min(MAX_POLL_SECONDS, max(POLL_SECONDS, age / 10))
+
+
+class ExecutionReconciler:
+    def __init__(self, client: KubeClient, *, executions: Informer) -> None:
+        self.client = client
+        self.executions = executions
+
+    async def reconcile(self, key: str) -> Result:
+        obj = self.executions.store.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return Result()
+        status = dict(obj.get("status") or {})
+        if status.get("state") in TERMINAL:
+            return Result()
+        spec = obj["spec"]
+        request: JSON
+        if spec.get("cancelRequested"):
+            request = {"op": "cancel"}  # never started: the runner knows none, and none starts
+        elif status.get("state") in (None, "Queued"):
+            request = {"op": "start", "argv": spec["command"], "cwd": spec.get("cwd"),
+                       "timeout": parse_duration(spec["timeout"]).total_seconds()}  # fmt: skip
+        else:
+            request = {"op": "status"}
+        try:
+            answer = await self._call(obj, request)
+        except RunnerUnavailableError as error:
+            return await self._unreachable(obj, status, str(error))
+        if not answer.get("state"):
+            if request["op"] == "cancel":
+                answer = {"state": "Cancelled", "message": "cancelled before it started"}
+            else:
+                return await self._unreachable(obj, status, str(answer.get("error")))
+        status.update({field: answer[field] for field in FIELDS if field in answer})
+        await write_status(self.client, EXECUTIONS, obj, status)
+        if status["state"] in TERMINAL:
+            return Result()
+        return Result(requeue_after=_poll_interval(status.get("startedAt")))
+
+    async def _call(self, obj: JSON, request: JSON) -> JSON:
+        spec = obj["spec"]
+        runner = spec.get("runner") or {}
+        return await call_runner(
+            self.client,
+            obj["metadata"]["namespace"],
+            spec["pod"]["name"],
+            spec.get("container") or runner.get("container"),
+            path=runner["path"],
+            request={"id": obj["metadata"]["name"], **request},
+        )
+
+    async def _unreachable(self, obj: JSON, status: JSON, why: str) -> Result:
+        """Retry while the lease is Ready (a passing fault); otherwise the outcome is lost."""
+        lease_ref = obj["spec"]["lease"]
+        try:
+            lease = await self.client.get(
+                SANDBOX_LEASES.path(obj["metadata"]["namespace"], lease_ref["name"])
+            )
+            ready = (
+                lease["metadata"]["uid"] == lease_ref["uid"]
+                and lease.get("status", {}).get("phase") == "Ready"
+            )
+        except NotFoundError:
+            ready = False
+        if ready:
+            log.info("runner for %s not reachable, retrying: %s", obj["metadata"]["name"], why)
+            return Result(requeue_after=RETRY_SECONDS)
+        status.update(
+            state="Unknown", message=f"the sandbox is gone; the outcome is unknown ({why})"[:1000]
+        )
+        await write_status(self.client, EXECUTIONS, obj, status)
+        return Result()

@@ -1,0 +1,1 @@
+"""The in-sandbox execution runner (lessor.runner.runner): standard library only."""

@@ -1,0 +1,288 @@
+"""Executions in a leased sandbox (spec 4.5, 3.3), on the local control plane: the real
+agent-sandbox controller places the sandbox, kwok runs the pod's exec as a local process (so the
+lessor runner runs on this host and the tests can look at its processes and files), the real
+operator and API server, and the `lessor` CLI as a user runs it.
+
+Every response is scanned for secrets, as in test_sandbox_leases (same fixtures).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lessor.runner.runner import CAP, WINDOW
+from tests.integration.operator_harness import wait_for
+from tests.integration.test_sandbox_leases import ALICE, BOB, Env, Response, env, scanned  # noqa: F401
+
+pytestmark = pytest.mark.integration
+RUNNER_DIR = Path("/tmp/lessor-runner")  # the runner's default, on this host (kwok)
+
+
+@pytest.fixture(scope="module")
+def lease(env: Env) -> Iterator[str]:  # noqa: F811
+    created = env.create(ALICE, pool="sb-run", ttl="30m").body["id"]
+    env.until(ALICE, created, "Ready")
+    yield created
+    env.release(ALICE, created)
+
+
+def post(env: Env, lease: str, token: str = ALICE, **body: Any) -> Response:  # noqa: F811
+    body.setdefault("idempotencyKey", str(uuid.uuid4()))
+    return env.api.call("POST", f"/v1/sandbox-leases/{lease}/executions", token=token, body=body)
+
+
+def execution(env: Env, lease: str, name: str) -> Response:  # noqa: F811
+    return env.api.call("GET", f"/v1/sandbox-leases/{lease}/executions/{name}", token=ALICE)
+
+
+def logs(env: Env, lease: str, name: str, stdout: int = 0, stderr: int = 0) -> dict[str, Any]:  # noqa: F811
+    answer = env.api.call(
+        "GET",
+        f"/v1/sandbox-leases/{lease}/executions/{name}/logs?stdoutOffset={stdout}&stderrOffset={stderr}",
+        token=ALICE,
+    )
+    assert answer.status == 200, answer.body
+    body: dict[str, Any] = answer.body
+    return body
+
+
+def until_state(env: Env, lease: str, name: str, *states: str) -> dict[str, Any]:  # noqa: F811
+    return wait_for(f"{name} {states}", lambda: (
+        body if (body := execution(env, lease, name).body)["state"] in states else None
+    ), timeout=60)  # fmt: skip
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_wait_mode_returns_the_output_and_the_exit_code(env: Env, lease: str) -> None:  # noqa: F811
+    ok = post(env, lease, command=["sh", "-c", "echo out; echo err >&2"])
+    assert ok.status == 200, ok.body
+    body = ok.body
+    assert (body["state"], body["exitCode"]) == ("Succeeded", 0)
+    assert (body["stdout"], body["stderr"], body["truncated"]) == ("out\n", "err\n", False)
+    assert body["startedAt"] and body["finishedAt"]
+    failed = post(env, lease, command=["sh", "-c", "exit 3"]).body
+    assert (failed["state"], failed["exitCode"]) == ("Failed", 3)
+    missing = post(env, lease, command=["/no/such/program"]).body
+    assert missing["state"] == "Failed" and "exitCode" not in missing
+    # GET of the execution: the state without the output; the operator owns it.
+    recorded = until_state(env, lease, body["id"], "Succeeded")
+    assert "stdout" not in recorded and recorded["exitCode"] == 0
+    cwd = post(env, lease, command=["pwd"], cwd="/tmp").body
+    assert cwd["stdout"] == "/tmp\n"
+
+
+def test_detach_answers_at_once_and_a_keyed_retry_returns_the_same_execution(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    command = ["sh", "-c", f"echo once >> {marker}; sleep 1"]
+    key = str(uuid.uuid4())
+    first = post(env, lease, command=command, detach=True, idempotencyKey=key)
+    assert first.status == 202 and first.body["state"] in ("Queued", "Running")
+    assert first.headers["Location"].endswith(f"/executions/{first.body['id']}")
+    again = post(env, lease, command=command, detach=True, idempotencyKey=key)
+    assert again.status == 202 and again.body["id"] == first.body["id"]
+    until_state(env, lease, first.body["id"], "Succeeded")
+    after = post(env, lease, command=command, detach=True, idempotencyKey=key)
+    assert after.body["state"] == "Succeeded", "a retry after the end reports the end"
+    assert marker.read_text() == "once\n", "the command ran exactly once"
+    changed = post(env, lease, command=["sh", "-c", "true"], detach=True, idempotencyKey=key)
+    assert (changed.status, changed.body["reason"]) == (409, "idempotency_conflict")
+    changed = post(env, lease, command=command, detach=False, idempotencyKey=key)
+    assert (changed.status, changed.body["reason"]) == (409, "idempotency_conflict")
+
+
+def test_concurrent_identical_posts_run_the_command_once(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    key = str(uuid.uuid4())
+
+    def once(_: int) -> Response:
+        return post(env, lease, command=["sh", "-c", f"echo x >> {marker}"], idempotencyKey=key)
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(once, range(6)))
+    assert {a.status for a in answers} == {200}, [a.body for a in answers]
+    assert len({a.body["id"] for a in answers}) == 1
+    assert marker.read_text() == "x\n"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+    return status != "Z"
+
+
+def test_a_timeout_kills_the_whole_process_group(env: Env, lease: str, tmp_path: Path) -> None:  # noqa: F811
+    pid_file = tmp_path / "child.pid"
+    stubborn = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+               "signal.signal(signal.SIGHUP, signal.SIG_IGN); time.sleep(300)"  # fmt: skip
+    script = f"{sys.executable} -c '{stubborn}' & echo $! > {pid_file}; wait"
+    body = post(env, lease, command=["sh", "-c", script], timeout="2s").body
+    assert body["state"] == "TimedOut" and "exitCode" not in body
+    pid = int(pid_file.read_text())
+    wait_for("the stubborn child to be gone", lambda: not alive(pid), timeout=10)
+
+
+def test_log_windows_resume_exactly_with_invalid_utf8_and_past_the_cap(
+    env: Env,  # noqa: F811
+    lease: str,
+) -> None:
+    size = WINDOW + 1000
+    code = (f"import sys; sys.stdout.buffer.write(b'a' * {size} + b'\\xff\\xfe' + b'end'); "
+            "sys.stderr.buffer.write(b'e' * 10)")  # fmt: skip
+    name = post(env, lease, command=python(code), detach=True).body["id"]
+    until_state(env, lease, name, "Succeeded")
+    first = logs(env, lease, name)
+    assert first["state"] == "Succeeded"
+    assert first["stdout"]["nextOffset"] == WINDOW and first["stdout"]["more"] is True
+    assert first["stdout"]["data"] == "a" * WINDOW
+    assert first["stderr"] == {
+        "data": "e" * 10,
+        "nextOffset": 10,
+        "more": False,
+        "truncated": False,
+    }
+    offset = first["stdout"]["nextOffset"]
+    second = logs(env, lease, name, offset, 10)
+    assert logs(env, lease, name, offset, 10) == second, "a retry returns the same window"
+    assert second["stdout"]["data"] == "a" * 1000 + "\ufffd\ufffd" + "end"
+    assert second["stdout"]["nextOffset"] == size + 5, "offsets count raw bytes, not characters"
+    assert second["stdout"]["more"] is False and second["stderr"]["more"] is False
+
+    big = CAP + 100_000
+    flood = post(env, lease, command=python(f"import sys; sys.stdout.write('z' * {big})")).body
+    assert flood["state"] == "Succeeded" and flood["truncated"] is True
+    assert len(flood["stdout"]) == CAP
+    window = logs(env, lease, flood["id"], CAP, 0)
+    assert window["stdout"] == {"data": "", "nextOffset": CAP, "more": False, "truncated": True}
+
+
+def test_cancel_signals_the_group_and_is_safe_to_repeat(env: Env, lease: str) -> None:  # noqa: F811
+    name = post(env, lease, command=["sleep", "300"], detach=True).body["id"]
+    until_state(env, lease, name, "Running")
+    path = f"/v1/sandbox-leases/{lease}/executions/{name}"
+    cancelled = env.api.call("DELETE", path, token=ALICE)
+    assert (cancelled.status, cancelled.body["state"]) == (200, "Cancelled")
+    again = env.api.call("DELETE", path, token=ALICE)
+    assert (again.status, again.body["state"]) == (200, "Cancelled")
+    until_state(env, lease, name, "Cancelled")
+
+    done = post(env, lease, command=["true"]).body
+    until_state(env, lease, done["id"], "Succeeded")
+    finished = env.api.call("DELETE", f"/v1/sandbox-leases/{lease}/executions/{done['id']}",
+                            token=ALICE)  # fmt: skip
+    assert (finished.status, finished.body["state"]) == (200, "Succeeded"), "no claim of a cancel"
+
+
+def test_a_killed_supervisor_leaves_the_outcome_unknown_never_rerun(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    key = str(uuid.uuid4())
+    command = ["sh", "-c", f"echo run >> {marker}; sleep 300"]
+    name = post(env, lease, command=command, detach=True, idempotencyKey=key).body["id"]
+    until_state(env, lease, name, "Running")
+    state = json.loads((RUNNER_DIR / name / "state.json").read_text())
+    os.kill(state["supervisor"], signal.SIGKILL)
+    try:
+        unknown = until_state(env, lease, name, "Unknown")
+        assert "exitCode" not in unknown
+        retry = post(env, lease, command=command, detach=True, idempotencyKey=key)
+        assert retry.body["state"] == "Unknown"
+        time.sleep(0.5)
+        assert marker.read_text() == "run\n", "never run a second time"
+    finally:
+        os.killpg(state["pgid"], signal.SIGKILL)
+
+
+def test_refusals(env: Env, lease: str) -> None:  # noqa: F811
+    for body, field in (
+        ({"command": []}, "command"),
+        ({"command": ["a"], "idempotencyKey": ""}, "idempotencyKey"),
+        ({"command": ["a"], "timeout": "-1s"}, "timeout"),
+        ({"command": ["a"], "cwd": "rel"}, "cwd"),
+        ({"command": ["a\x00b"]}, "command"),
+        ({"command": "echo hi"}, "command"),
+    ):  # fmt: skip
+        refused = post(env, lease, **body)
+        assert refused.status == 400 and field in refused.body["detail"], (body, refused.body)
+    missing_key = env.api.call("POST", f"/v1/sandbox-leases/{lease}/executions", token=ALICE,
+                               body={"command": ["true"]})  # fmt: skip
+    assert missing_key.status == 400 and "idempotencyKey" in missing_key.body["detail"]
+
+    name = post(env, lease, command=["true"]).body["id"]
+    assert env.api.call("GET", f"/v1/sandbox-leases/{lease}/executions/{name}",
+                        token=BOB).status == 404  # fmt: skip
+    assert execution(env, lease, "x" + "0" * 24).status == 404
+
+    no_runner = env.create(ALICE, pool="sb-warm").body["id"]
+    env.until(ALICE, no_runner, "Ready")
+    refused = post(env, no_runner, command=["true"])
+    assert refused.status == 501, refused.body
+    assert execution(env, no_runner, name).status == 404, "another lease instance's execution"
+    assert env.release(ALICE, no_runner).status == 204
+
+
+def lessor(env: Env, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    config = tmp_path / "config"
+    environment = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(config),
+        "LESSOR_ENDPOINT": env.api.api.base,
+        "LESSOR_TOKEN": ALICE,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "lessor.cli.main", *argv],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_cli_runs_execs_and_propagates_exit_codes(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    ran = lessor(env, tmp_path, "run", "sb-run", "--", "sh", "-c", "echo from run; exit 7")
+    assert ran.returncode == 7, ran.stderr
+    assert ran.stdout == "from run\n"
+    mine = env.api.call("GET", "/v1/sandbox-leases", token=ALICE).body
+    assert all(row["phase"] != "Ready" or row["id"] == lease for row in mine), "run released"
+
+    executed = lessor(env, tmp_path, "exec", lease, "--", "sh", "-c", "echo a; echo b >&2")
+    assert (executed.returncode, executed.stdout, executed.stderr) == (0, "a\n", "b\n")
+    timed = lessor(env, tmp_path, "exec", lease, "--timeout", "1s", "--", "sleep", "30")
+    assert timed.returncode == 124
+    detached = lessor(env, tmp_path, "exec", lease, "--detach", "--", "sh", "-c", "echo later")
+    name = detached.stdout.strip()
+    followed = lessor(env, tmp_path, "logs", lease, name, "--follow")
+    assert (followed.returncode, followed.stdout) == (0, "later\n")
+    long = lessor(env, tmp_path, "exec", lease, "--detach", "--", "sleep", "300").stdout.strip()
+    until_state(env, lease, long, "Running")
+    cancel = lessor(env, tmp_path, "cancel", "-o", "json", lease, long)
+    assert json.loads(cancel.stdout)["state"] == "Cancelled"
