@@ -29,6 +29,7 @@ from lessor.apiserver.errors import (
     NotImplementedYetError,
     UnavailableError,
 )
+from lessor.apiserver.fencing import fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.runner_client import RunnerError, call_runner
@@ -96,7 +97,7 @@ class ExecutionService:
     ) -> tuple[int, Json]:
         lease = self.leases.owned(principal, lease_name)
         name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
-        existing = self._get(name)
+        existing = self.kube.find(PLURAL, name)
         if existing is None:
             existing = self._reserve(principal, lease, name, request)
         elif not self._same_intent(existing, request):
@@ -165,7 +166,7 @@ class ExecutionService:
         except ApiException as error:
             if error.status != 409:
                 raise
-            found = self._get(name)  # an identical keyed request won the name
+            found = self.kube.find(PLURAL, name)  # an identical keyed request won the name
             if found is None or not self._same_intent(found, request):
                 raise ConflictError(
                     "the idempotency key is in use", reason="idempotency_conflict"
@@ -206,10 +207,10 @@ class ExecutionService:
                 )
             operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
             try:
-                self.leases.fenced(lease, [operation])
+                fenced_patch(self.kube, "sandboxleases", lease, [operation])
                 return
             except ConflictError:
-                lease = self.leases.existing(lease["metadata"]["name"]) or lease
+                lease = self.kube.find("sandboxleases", lease["metadata"]["name"]) or lease
         raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
 
     @staticmethod
@@ -280,7 +281,7 @@ class ExecutionService:
         """404 unless the lease is the caller's and the execution belongs to that exact lease
         instance (a lease recreated under the same name is another instance)."""
         lease = self.leases.owned(principal, lease_name)
-        found = self._get(execution) if OBJECT_NAME.match(execution) else None
+        found = self.kube.find(PLURAL, execution) if OBJECT_NAME.match(execution) else None
         spec = (found or {}).get("spec", {})
         if (
             found is None
@@ -318,13 +319,5 @@ class ExecutionService:
             # a status update), the runner below has the last word all the same.
             with contextlib.suppress(ConflictError):
                 request = [{"op": "add", "path": "/spec/cancelRequested", "value": True}]
-                self.leases.fenced(found, request, plural=PLURAL)
+                fenced_patch(self.kube, PLURAL, found, request)
         return _merge(body, self._runner(found, {"op": "cancel"}))
-
-    def _get(self, name: str) -> Json | None:
-        try:
-            return self.kube.get(PLURAL, name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise

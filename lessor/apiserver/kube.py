@@ -57,6 +57,15 @@ class Kube:
         )
         return cast(JSON, result)
 
+    def find(self, plural: str, name: str) -> JSON | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self.get(plural, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
     def list_objects(
         self, plural: str, label_selector: str = "", *, cached: bool = False
     ) -> list[JSON]:

@@ -24,6 +24,7 @@ from lessor.apiserver.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from lessor.apiserver.fencing import fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.policy import effective_ttl, grant_for
 from lessor.apiserver.reservations import Reservations
@@ -208,8 +209,11 @@ class LeaseService:
             if phase in ("Released", "Expired") or lease["spec"].get("releaseRequested"):
                 return
             try:
-                self._fenced(
-                    lease, [{"op": "add", "path": "/spec/releaseRequested", "value": True}]
+                fenced_patch(
+                    self.kube,
+                    "clusterleases",
+                    lease,
+                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
                 )
                 return
             except ConflictError:
@@ -237,7 +241,7 @@ class LeaseService:
                 else {"op": "add", "path": "/spec/extensions", "value": [extension]}
             )
             try:
-                self._fenced(raw, [operation])
+                fenced_patch(self.kube, "clusterleases", raw, [operation])
             except ConflictError:
                 continue  # a concurrent extension won: count again against the fresh lease
             updated = ClusterLease.model_validate(self.kube.get("clusterleases", lease_id))
@@ -249,21 +253,3 @@ class LeaseService:
         raise ConflictError(
             "the lease changed while extending it; retry", reason="conflict_retryable"
         )
-
-    def _fenced(self, lease: Json, operations: list[Json]) -> None:
-        metadata = lease["metadata"]
-        fence = [
-            {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": metadata["resourceVersion"],
-            },
-        ]
-        try:
-            self.kube.json_patch("clusterleases", metadata["name"], [*fence, *operations])
-        except ApiException as error:
-            # A failed `test` is a 422 from the API server; a changed object, a 409.
-            if error.status in (409, 422):
-                raise ConflictError("the lease changed", reason="conflict_retryable") from error
-            raise

@@ -46,6 +46,7 @@ from lessor.apiserver.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from lessor.apiserver.fencing import fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
@@ -108,7 +109,7 @@ class SandboxLeaseService:
         decision = self.limiter.take(principal.identity)
         if not decision.allowed:
             # One exact-name read, only to recover a lease this key already committed.
-            if request.idempotency_key is not None and (found := self.existing(name)):
+            if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
                 return self._replay(principal, request, found), False
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
             raise TooManyRequestsError(
@@ -116,7 +117,7 @@ class SandboxLeaseService:
                 reason="rate_limited",
                 headers={"Retry-After": str(decision.retry_after)},
             )
-        if request.idempotency_key is not None and (found := self.existing(name)):
+        if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
             return self._replay(principal, request, found), False
         pool = self._admissible_pool(request.pool, grant)
         ttl, ceiling = sandbox_ttl(request.ttl, pool.spec.default_ttl, pool.spec.max_ttl, grant)
@@ -159,7 +160,7 @@ class SandboxLeaseService:
         except ApiException as error:
             if error.status == 409 and request.idempotency_key is not None:
                 self._release_all(taken)  # a racing identical request won the name
-                found = self.existing(body["metadata"]["name"])
+                found = self.kube.find(PLURAL, body["metadata"]["name"])
                 if found is not None:
                     return self._replay(principal, request, found), False
             if not _unknown_outcome(error):
@@ -236,7 +237,7 @@ class SandboxLeaseService:
         except (TooManyRequestsError, ConflictError):
             self._release_all(taken)
             # An identical keyed request may have created the lease while we were refused.
-            if request.idempotency_key is not None and (found := self.existing(name)):
+            if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
                 raise _Replay(self._replay(principal, request, found)) from None
             raise
         except BaseException:
@@ -247,14 +248,6 @@ class SandboxLeaseService:
     def _release_all(self, taken: list[Reservation]) -> None:
         for reservation in taken:
             self.reservations.release(reservation)
-
-    def existing(self, name: str) -> Json | None:
-        try:
-            return self.kube.get(PLURAL, name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
 
     def _replay(self, principal: Principal, request: CreateSandboxLease, found: Json) -> Json:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
@@ -343,7 +336,7 @@ class SandboxLeaseService:
         from no lease (404). A miss on a well-formed id is arbitrated (module docstring)."""
         if not OBJECT_NAME.match(lease_name):
             raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
-        found = self.existing(lease_name)
+        found = self.kube.find(PLURAL, lease_name)
         if found is None and LEASE_ID.match(lease_name):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
@@ -373,7 +366,7 @@ class SandboxLeaseService:
             self.kube.create(PLURAL, tombstone)
         except ApiException as error:
             if error.status == 409:  # the lease landed first: it is admitted
-                return self.existing(name)
+                return self.kube.find(PLURAL, name)
             raise
         return None
 
@@ -423,7 +416,9 @@ class SandboxLeaseService:
                 else {"op": "add", "path": "/spec/extensions", "value": [extension]}
             )
             try:
-                updated = SandboxLease.model_validate(self.fenced(raw, [operation]))
+                updated = SandboxLease.model_validate(
+                    fenced_patch(self.kube, PLURAL, raw, [operation])
+                )
             except ConflictError:
                 continue
             expiry = sandbox_expires_at(
@@ -455,7 +450,12 @@ class SandboxLeaseService:
             if phase in (*ENDED, "Releasing") or lease["spec"].get("releaseRequested"):
                 return
             try:
-                self.fenced(lease, [{"op": "add", "path": "/spec/releaseRequested", "value": True}])
+                fenced_patch(
+                    self.kube,
+                    PLURAL,
+                    lease,
+                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+                )
                 return
             except ConflictError:
                 continue
@@ -503,24 +503,6 @@ class SandboxLeaseService:
         except ApiException as error:
             if error.status == 404:
                 raise NotFoundError(f"no SandboxPool {name}") from error
-            raise
-
-    def fenced(self, obj: Json, operations: list[Json], plural: str = PLURAL) -> Json:
-        """A JSON patch of `obj` that applies only to the version it was computed from."""
-        metadata = obj["metadata"]
-        fence = [
-            {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": metadata["resourceVersion"],
-            },
-        ]
-        try:
-            return self.kube.json_patch(plural, metadata["name"], [*fence, *operations])
-        except ApiException as error:
-            if error.status in (409, 422):
-                raise ConflictError("it changed meanwhile", reason="conflict_retryable") from error
             raise
 
 

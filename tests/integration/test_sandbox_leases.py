@@ -448,6 +448,20 @@ def test_authorization_by_the_sandbox_grant(env: Env) -> None:
     assert env.release(CAROL, first).status == 204
 
 
+def test_a_lease_outside_the_callers_scope_is_not_listed_nor_found(env: Env) -> None:
+    lease = env.create(BOB, pool="sb-stuck").body["id"]  # bob's expire on their own
+    narrowed = policy(env.namespace)
+    narrowed["spec"]["sandbox"][1]["pools"] = ["sb-warm"]  # bob's grant loses sb-stuck
+    env.objects.apply(narrowed)
+    try:
+        wait_for("the policy to apply", lambda: env.get(BOB, lease).status == 404)
+        listing = env.api.call("GET", "/v1/sandbox-leases", token=BOB).body
+        assert lease not in [row["id"] for row in listing]
+    finally:
+        env.objects.apply(policy(env.namespace))
+    wait_for("the scope to return", lambda: env.get(BOB, lease).status == 200)
+
+
 def test_the_ttl_is_capped_by_the_grant_and_reported(env: Env) -> None:
     body = env.create(ALICE, pool="sb-stuck", ttl="3h").body
     assert (body["ttl"], body["effective_ttl"]) == ("3h", "1h")

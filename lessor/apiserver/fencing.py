@@ -1,0 +1,30 @@
+"""Writes of intent that apply only to the version of an object they were computed from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.errors import ConflictError
+from lessor.apiserver.kube import Kube
+
+Json = dict[str, Any]
+
+
+def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> Json:
+    """A JSON patch led by `test` operations on the object's uid and resourceVersion, so a
+    concurrent change (or a successor of the same name) makes it a 409 `conflict_retryable`
+    instead of an update of something the caller never saw."""
+    metadata = obj["metadata"]
+    fence = [
+        {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+    ]
+    try:
+        return kube.json_patch(plural, metadata["name"], [*fence, *operations])
+    except ApiException as error:
+        # A failed `test` is a 422 from the API server; a changed object, a 409.
+        if error.status in (409, 422):
+            raise ConflictError("it changed meanwhile", reason="conflict_retryable") from error
+        raise
