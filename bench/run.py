@@ -92,7 +92,7 @@ def table(results: dict[str, Any]) -> str:
     )
     execution = results["execution_overhead"]
     row(
-        "execution of `true` via API p50/p99 (ms); local p50; overhead p50",
+        "execution `true`: API p50/p99, local, overhead ms",
         f"{execution['through_api_ms']['p50']} / {execution['through_api_ms']['p99']}; "
         f"{execution['local_ms']['p50']}; {execution['overhead_p50_ms']}",
     )
