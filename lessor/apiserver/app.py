@@ -215,7 +215,7 @@ class SandboxLeasesResource(SandboxBase):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         principal, service = self.served(req)
         request = parse(CreateSandboxLease, req.context.body, req.content_type)
-        body, _handoff = service.create(principal, request)
+        body = service.create(principal, request)
         resp.media = body
         resp.status = falcon.HTTP_202
         resp.set_header("Location", f"/v1/sandbox-leases/{body['id']}")

@@ -97,8 +97,8 @@ class SandboxLeaseService:
 
     # -- create ----------------------------------------------------------------------------
 
-    def create(self, principal: Principal, request: CreateSandboxLease) -> tuple[Json, bool]:
-        """The 202 body, and whether it is the handoff variant."""
+    def create(self, principal: Principal, request: CreateSandboxLease) -> Json:
+        """The 202 body (the handoff variant's when the outcome could not be classified)."""
         grant = self._grant(principal, request.pool, "lease")
         if grant is None:
             raise ForbiddenError(
@@ -110,7 +110,7 @@ class SandboxLeaseService:
         if not decision.allowed:
             # One exact-name read, only to recover a lease this key already committed.
             if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
-                return self._replay(principal, request, found), False
+                return self._replay(principal, request, found)
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
             raise TooManyRequestsError(
                 f"too many Sandbox lease requests; retry in {decision.retry_after}s",
@@ -118,7 +118,7 @@ class SandboxLeaseService:
                 headers={"Retry-After": str(decision.retry_after)},
             )
         if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
-            return self._replay(principal, request, found), False
+            return self._replay(principal, request, found)
         pool = self._admissible_pool(request.pool, grant)
         ttl, ceiling = sandbox_ttl(request.ttl, pool.spec.default_ttl, pool.spec.max_ttl, grant)
         body = self._lease_body(
@@ -127,7 +127,7 @@ class SandboxLeaseService:
         try:
             taken = self._reserve(principal, request, grant, name)
         except _Replay as replay:
-            return replay.body, False
+            return replay.body
         return self._commit(principal, request, body, pool, taken)
 
     def _admissible_pool(self, name: str, grant: SandboxGrant) -> SandboxPool:
@@ -153,7 +153,7 @@ class SandboxLeaseService:
         body: Json,
         pool: SandboxPool,
         taken: list[Reservation],
-    ) -> tuple[Json, bool]:
+    ) -> Json:
         """The one create that decides; see the module docstring for the outcomes."""
         try:
             created = self.kube.create(PLURAL, body)
@@ -162,17 +162,17 @@ class SandboxLeaseService:
                 self._release_all(taken)  # a racing identical request won the name
                 found = self.kube.find(PLURAL, body["metadata"]["name"])
                 if found is not None:
-                    return self._replay(principal, request, found), False
+                    return self._replay(principal, request, found)
             if not _unknown_outcome(error):
                 self._release_all(taken)
                 raise
-            return self._handoff(body, pool), True  # reservations stay: the lease may exist
+            return self._handoff(body, pool)  # reservations stay: the lease may exist
         except urllib3.exceptions.HTTPError:
-            return self._handoff(body, pool), True
+            return self._handoff(body, pool)
         except BaseException:
             self._release_all(taken)
             raise
-        return self.view(created, full=False), False
+        return self.view(created, full=False)
 
     def _lease_body(
         self,
