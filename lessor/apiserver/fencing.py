@@ -28,3 +28,11 @@ def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> 
         if error.status in (409, 422):
             raise ConflictError("it changed meanwhile", reason="conflict_retryable") from error
         raise
+
+
+def append_operation(path: str, items: list[Any], value: Json) -> Json:
+    """The JSON-patch operation adding `value` to the list at `path`, which `items` shows as
+    read: `/-` appends to a list that exists; a missing one is created with the value."""
+    if items:
+        return {"op": "add", "path": f"{path}/-", "value": value}
+    return {"op": "add", "path": path, "value": [value]}

@@ -24,7 +24,7 @@ from lessor.apiserver.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
-from lessor.apiserver.fencing import fenced_patch
+from lessor.apiserver.fencing import append_operation, fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.policy import effective_ttl, grant_for
 from lessor.apiserver.reservations import Reservations
@@ -235,11 +235,7 @@ class LeaseService:
                     reason="extension_budget_exhausted",
                 )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
-            operation = (
-                {"op": "add", "path": "/spec/extensions/-", "value": extension}
-                if lease.spec.extensions
-                else {"op": "add", "path": "/spec/extensions", "value": [extension]}
-            )
+            operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             try:
                 fenced_patch(self.kube, "clusterleases", raw, [operation])
             except ConflictError:

@@ -46,7 +46,7 @@ from lessor.apiserver.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
-from lessor.apiserver.fencing import fenced_patch
+from lessor.apiserver.fencing import append_operation, fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
@@ -55,11 +55,10 @@ from lessor.resources.access_policy import SandboxGrant
 from lessor.resources.durations import parse_duration
 from lessor.resources.lease_time import (
     provisioning_deadline,
-    sandbox_expires_at,
     timestamp,
     utcnow,
 )
-from lessor.resources.sandbox import SandboxLease, SandboxPool
+from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
 
 Json = dict[str, Any]
 PLURAL = "sandboxleases"
@@ -77,11 +76,10 @@ def lease_id(identity: str, key: str | None) -> str:
     return "s" + hashlib.sha256(f"{identity}\0{key}".encode()).hexdigest()[:24]
 
 
-def _unknown_outcome(error: Exception) -> bool:
-    """The request may or may not have been applied (lost answer, timeout, server failure)."""
-    if isinstance(error, urllib3.exceptions.HTTPError):
-        return True
-    return isinstance(error, ApiException) and (error.status or 0) >= 500
+def _unknown_outcome(error: ApiException) -> bool:
+    """A server failure after the request was sent: it may or may not have been applied. (A
+    lost answer or a timeout is a urllib3 error, caught beside this.)"""
+    return (error.status or 0) >= 500
 
 
 def _phase(obj: Json) -> str | None:
@@ -305,7 +303,7 @@ class SandboxLeaseService:
         deadline = status.get("provisioningDeadline") or timestamp(
             provisioning_deadline(
                 datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"]),
-                spec.get("provisioningTimeout") or "5m",
+                spec.get("provisioningTimeout") or DEFAULT_PROVISIONING_TIMEOUT,
             )
         )
         body = self._legacy(obj["metadata"]["name"], spec, deadline)
@@ -410,24 +408,14 @@ class SandboxLeaseService:
                     reason="max_ttl_ceiling",
                 )
             extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
-            operation = (
-                {"op": "add", "path": "/spec/extensions/-", "value": extension}
-                if lease.spec.extensions
-                else {"op": "add", "path": "/spec/extensions", "value": [extension]}
-            )
+            operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             try:
                 updated = SandboxLease.model_validate(
                     fenced_patch(self.kube, PLURAL, raw, [operation])
                 )
             except ConflictError:
                 continue
-            expiry = sandbox_expires_at(
-                status.ready_at,
-                updated.spec.effective_ttl or "30m",
-                updated.spec.extensions,
-                updated.spec.max_extensions,
-                updated.spec.max_ttl,
-            )
+            expiry = updated.spec.expires_at(status.ready_at)
             return {
                 "expiresAt": timestamp(expiry),
                 "extensionsCount": len(updated.spec.extensions),

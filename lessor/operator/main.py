@@ -42,6 +42,7 @@ from lessor.operator.sandboxleases import SANDBOX_LEASES, SandboxLeaseReconciler
 from lessor.operator.sandboxpools import (
     BY_SANDBOX_POOL,
     SANDBOX_POOLS,
+    CompatibilityCache,
     SandboxPoolReconciler,
     index_by_sandbox_pool,
 )
@@ -188,6 +189,7 @@ def add_sandbox_controllers(
     """SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
     SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`."""
     namespace = args.namespace
+    compatibility = CompatibilityCache(client)  # one verdict for both controllers
     pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
     leases = manager.add_informer(
         Informer(
@@ -199,7 +201,9 @@ def add_sandbox_controllers(
     )
     pool_controller = Controller(
         "sandboxpool",
-        SandboxPoolReconciler(client, pools=pools, leases=leases).reconcile,
+        SandboxPoolReconciler(
+            client, pools=pools, leases=leases, compatibility=compatibility
+        ).reconcile,
         [pools, leases],
         workers=args.workers,
     )
@@ -210,6 +214,7 @@ def add_sandbox_controllers(
             leases=leases,
             pools=pools,
             events=events,
+            compatibility=compatibility,
             teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
             retention=(
                 datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None

@@ -50,11 +50,10 @@ from lessor.operator.writes import (
 from lessor.resources.base import GROUP, VERSION
 from lessor.resources.lease_time import (
     provisioning_deadline,
-    sandbox_expires_at,
     timestamp,
     utcnow,
 )
-from lessor.resources.sandbox import SandboxLease
+from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +67,6 @@ LEASE_LABEL = "lessor.dev/sandbox-lease"
 ENDED = ("Released", "Expired")
 POLL_SECONDS = 0.5  # agent-sandbox objects are polled, not watched (see the module docstring)
 TOMBSTONE_RETENTION = datetime.timedelta(minutes=10)
-DEFAULT_PROVISIONING_TIMEOUT = "5m"  # the SandboxPool defaults, for leases admitted without
-DEFAULT_TTL = "30m"  # them (the API always copies both into the lease)
 
 
 def _ready(claim: JSON) -> bool:
@@ -91,6 +88,7 @@ class SandboxLeaseReconciler:
         leases: Informer,
         pools: Informer,
         events: EventRecorder,
+        compatibility: CompatibilityCache,
         teardown_grace: datetime.timedelta,
         retention: datetime.timedelta | None,
     ) -> None:
@@ -100,7 +98,7 @@ class SandboxLeaseReconciler:
         self.events = events
         self.teardown_grace = teardown_grace
         self.retention = retention
-        self.compatibility = CompatibilityCache(client)
+        self.compatibility = compatibility
 
     async def reconcile(self, key: str) -> Result:
         obj = self.leases.store.get(key)
@@ -148,13 +146,7 @@ class SandboxLeaseReconciler:
         status = lease.status
         if status is None or status.ready_at is None:
             return None
-        return sandbox_expires_at(
-            status.ready_at,
-            lease.spec.effective_ttl or lease.spec.ttl or DEFAULT_TTL,
-            lease.spec.extensions,
-            lease.spec.max_extensions,
-            lease.spec.max_ttl,
-        )
+        return lease.spec.expires_at(status.ready_at)
 
     def _cause(
         self,
@@ -219,13 +211,7 @@ class SandboxLeaseReconciler:
         )
         pod = await self._get(PODS.path(namespace, pod_name))
         ready_at = now.replace(microsecond=0)
-        expiry = sandbox_expires_at(
-            ready_at,
-            lease.spec.effective_ttl or lease.spec.ttl or DEFAULT_TTL,
-            lease.spec.extensions,
-            lease.spec.max_extensions,
-            lease.spec.max_ttl,
-        )
+        expiry = lease.spec.expires_at(ready_at)
         status.update(
             phase="Ready",
             readyAt=timestamp(ready_at),

@@ -99,11 +99,18 @@ def index_by_sandbox_pool(obj: JSON) -> list[str]:
 
 
 class SandboxPoolReconciler:
-    def __init__(self, client: KubeClient, *, pools: Informer, leases: Informer) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        pools: Informer,
+        leases: Informer,
+        compatibility: CompatibilityCache,
+    ) -> None:
         self.client = client
         self.pools = pools
         self.leases = leases
-        self.compatibility = CompatibilityCache(client)
+        self.compatibility = compatibility
 
     def _counts(self, key: str) -> dict[str, int]:
         """Sandboxes held by leases, and those whose cleanup is uncertain (withheld)."""

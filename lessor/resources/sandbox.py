@@ -25,6 +25,11 @@ from lessor.resources.base import (
 )
 from lessor.resources.cluster import Extension, PoolName
 from lessor.resources.durations import PositiveDuration
+from lessor.resources.lease_time import sandbox_expires_at
+
+# The SandboxPool's defaults, also what a lease admitted without its own copy falls back to.
+DEFAULT_TTL = "30m"
+DEFAULT_PROVISIONING_TIMEOUT = "5m"
 
 
 def _at_most_253_bytes(key: str) -> str:
@@ -50,7 +55,7 @@ class DeclaredPort(SpecModel):
 
 
 class SandboxPoolSpec(SpecModel):
-    default_ttl: PositiveDuration = Field(default="30m")
+    default_ttl: PositiveDuration = Field(default=DEFAULT_TTL)
     max_ttl: PositiveDuration = Field(default="4h", description="TTL cap of the pool.")
     template: dict[str, Any] = Field(
         description="Pod template of the sandbox (the agent-sandbox SandboxTemplate's podTemplate)."
@@ -59,7 +64,8 @@ class SandboxPoolSpec(SpecModel):
     ports: list[DeclaredPort] = Field(default_factory=list, description="Ports callers may reach.")
     warm: int = Field(default=0, ge=0, le=1000, description="Sandboxes kept warm.")
     provisioning_timeout: PositiveDuration = Field(
-        default="5m", description="How long a lease may take, from its creation, to be Ready."
+        default=DEFAULT_PROVISIONING_TIMEOUT,
+        description="How long a lease may take, from its creation, to be Ready.",
     )
 
 
@@ -121,6 +127,11 @@ class SandboxLeaseSpec(SpecModel):
         description="A tombstone of the admission arbiter: the name is taken so that a create "
         "whose answer was lost can no longer land; it is no lease.",
     )
+
+    def expires_at(self, ready_at: datetime.datetime) -> datetime.datetime:
+        """The one expiry rule, for the operator that enforces it and the API that answers it."""
+        ttl = self.effective_ttl or self.ttl or DEFAULT_TTL
+        return sandbox_expires_at(ready_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
 SandboxPhase = Literal[
