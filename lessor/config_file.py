@@ -9,7 +9,8 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     agentSandbox:
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
-                sandboxAdmissionRate, sandboxAdmissionBurst}
+                sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
+                sandboxStreamMaxDuration}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
 """
@@ -42,6 +43,8 @@ class ApiServer(_Section):
     graceful_timeout: int | None = Field(default=None, ge=0)
     sandbox_admission_rate: float | None = Field(default=None, gt=0)
     sandbox_admission_burst: int | None = Field(default=None, ge=1)
+    sandbox_stream_idle_timeout: float | None = Field(default=None, gt=0)
+    sandbox_stream_max_duration: float | None = Field(default=None, gt=0)
 
 
 class Operator(_Section):

@@ -32,8 +32,8 @@ from lessor.apiserver.errors import (
     BadRequestError,
     HttpError,
     NotFoundError,
-    NotImplementedYetError,
     UnavailableError,
+    UpgradeRequiredError,
 )
 from lessor.apiserver.executions import ExecutionService
 from lessor.apiserver.kube import Kube, kube
@@ -42,8 +42,11 @@ from lessor.apiserver.policies import PolicyStore
 from lessor.apiserver.pools import PoolService
 from lessor.apiserver.sandbox_gate import SandboxGate
 from lessor.apiserver.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX, SandboxLeaseService
+from lessor.apiserver.sandbox_streams import SandboxStreamService
 from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
+from lessor.apiserver.stream_bridge import Limits
+from lessor.apiserver.upgrade import StreamRoutes
 from lessor.resources.durations import parse_duration
 from lessor.resources.lease_time import timestamp
 
@@ -86,6 +89,10 @@ class Services:
     @cached_property
     def executions(self) -> ExecutionService:
         return ExecutionService(self.kube, self.sandbox_leases)
+
+    @cached_property
+    def streams(self) -> SandboxStreamService:
+        return SandboxStreamService(self.kube, self.sandbox_leases)
 
     @cached_property
     def sandbox(self) -> SandboxGate:
@@ -282,12 +289,16 @@ class ExecutionLogsResource(SandboxBase):
         resp.media = self.services.executions.logs(principal, lease_id, execution, stdout, stderr)
 
 
-class SandboxPendingResource(SandboxBase):
-    """Attach and port-forward: past the gate, not in this version (501)."""
+class SandboxStreamResource(SandboxBase):
+    """Attach and port-forward without `Upgrade: websocket` (the upgrade itself never reaches
+    Falcon: lessor.apiserver.upgrade): 426 once the caller is known and the API is served."""
 
-    def on_get(self, req: falcon.Request, _resp: falcon.Response, **_: str) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.served(req)
-        raise NotImplementedYetError("Sandbox attach and port-forward are not served yet")
+        raise UpgradeRequiredError(
+            "this endpoint is a WebSocket: send Upgrade: websocket (docs/api.md)",
+            headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+        )
 
 
 def _int_param(req: falcon.Request, name: str, default: int, low: int, high: int) -> int:
@@ -382,7 +393,8 @@ def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception,
     resp.media = {"error": "internal error", "detail": "the failure was logged"}
 
 
-def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response]:
+def create_app(settings: Settings) -> StreamRoutes:
+    """The WSGI application: the WebSocket routes in front of the Falcon app."""
     services = Services(settings)
     app = falcon.App(middleware=[Observe()])
     app.add_route("/healthz", HealthResource())
@@ -404,12 +416,13 @@ def create_app(settings: Settings) -> falcon.App[falcon.Request, falcon.Response
         app.add_route(executions, ExecutionsResource(services))
         app.add_route(executions + "/{execution}", ExecutionResource(services))
         app.add_route(executions + "/{execution}/logs", ExecutionLogsResource(services))
-        pending = SandboxPendingResource(services)
-        app.add_route("/v1/sandbox-leases/{lease_id}/attach", pending)
-        app.add_route("/v1/sandbox-leases/{lease_id}/port-forward", pending)
+        streams = SandboxStreamResource(services)
+        app.add_route("/v1/sandbox-leases/{lease_id}/attach", streams)
+        app.add_route("/v1/sandbox-leases/{lease_id}/port-forward", streams)
         services.sandbox.verdict()  # checked (and logged) as the worker starts
     app.add_error_handler(Exception, _on_unexpected)
     app.add_error_handler(falcon.HTTPError, _on_falcon_error)
     app.add_error_handler(ApiException, _on_kube_error)
     app.add_error_handler(HttpError, _on_http_error)
-    return app
+    limits = Limits(settings.sandbox_stream_idle_timeout, settings.sandbox_stream_max_duration)
+    return StreamRoutes(app, services, limits)

@@ -1,9 +1,11 @@
-"""Request bodies, validated at the boundary: a bad field is a 400 naming it, never a 500."""
+"""Request bodies and query strings, validated at the boundary: a bad field is a 400 naming it,
+never a 500."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qsl
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -92,11 +94,24 @@ def parse(model: type[ModelT], raw: bytes, content_type: str | None) -> ModelT:
         raise BadRequestError(f"the body is not valid JSON: {error}") from error
     if not isinstance(document, dict):
         raise BadRequestError("the body must be a JSON object")
+    return _validated(model, document, "body")
+
+
+def parse_query(model: type[ModelT], query_string: str) -> ModelT:
+    """A query string as `model`; a parameter given twice is refused rather than guessed."""
+    pairs = parse_qsl(query_string, keep_blank_values=True)
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        raise BadRequestError("a query parameter is given more than once")
+    return _validated(model, document, "query")
+
+
+def _validated(model: type[ModelT], document: dict[str, Any], where: str) -> ModelT:
     try:
         return model.model_validate(document)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or where}: {e['msg']}" for e in error.errors()
         )
         raise BadRequestError(problems, reason="invalid_request") from error
 
@@ -182,3 +197,20 @@ class CreateExecution(BaseModel):
     container: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
     idempotency_key: IdempotencyKey = Field(alias="idempotencyKey", min_length=1)
     detach: bool = False
+
+
+class AttachQuery(BaseModel):
+    """GET /v1/sandbox-leases/:id/attach?container=&tty="""
+
+    model_config = ConfigDict(extra="forbid")
+
+    container: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    tty: bool = False
+
+
+class ForwardQuery(BaseModel):
+    """GET /v1/sandbox-leases/:id/port-forward?port= : a declared port's number or name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: str = Field(pattern=r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$")

@@ -59,6 +59,10 @@ class ConflictError(HttpError):
     status, error = 409, "conflict"
 
 
+class UpgradeRequiredError(HttpError):
+    status, error = 426, "upgrade required"
+
+
 class TooManyRequestsError(HttpError):
     status, error = 429, "too many requests"
 

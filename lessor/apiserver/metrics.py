@@ -14,6 +14,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -33,6 +34,17 @@ LATENCY = Histogram(
 SANDBOX_ADMISSION_RATE_LIMITED = Counter(
     "lessor_sandbox_admission_rate_limited_total",
     "Sandbox lease creations refused by the per-principal admission rate limit.",
+)
+SANDBOX_STREAMS_OPEN = Gauge(
+    "lessor_sandbox_streams_open",
+    "Attach and port-forward sessions open now.",
+    ["kind"],
+    multiprocess_mode="livesum",
+)
+SANDBOX_STREAMS_ENDED = Counter(
+    "lessor_sandbox_streams_ended_total",
+    "Attach and port-forward sessions ended, by why (closed, idle_timeout, lease_not_ready, ...).",
+    ["kind", "reason"],
 )
 
 

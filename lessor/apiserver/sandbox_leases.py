@@ -87,6 +87,18 @@ def _phase(obj: Json) -> str | None:
     return phase
 
 
+def placed_pod(lease: Json) -> Json:
+    """The Ready lease's pod reference (`{name, uid}`); 409 `expired` once the sandbox is gone,
+    `not_ready` before it is placed."""
+    phase = _phase(lease) or "Pending"
+    if phase in (*ENDED, "Releasing", "Quarantined"):
+        raise ConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
+    pod: Json | None = lease.get("status", {}).get("pod")
+    if phase != "Ready" or not pod:
+        raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+    return pod
+
+
 class SandboxLeaseService:
     def __init__(self, kube: Kube, limiter: AdmissionLimiter) -> None:
         self.kube = kube
@@ -129,7 +141,7 @@ class SandboxLeaseService:
         return self._commit(principal, request, body, pool, taken)
 
     def _admissible_pool(self, name: str, grant: SandboxGrant) -> SandboxPool:
-        pool = self._pool(name)
+        pool = self.pool(name)
         too_big = ceiling_exceeded(grant, pool.spec.template)
         if too_big:
             raise ForbiddenError(too_big, reason="resource_ceiling")
@@ -452,13 +464,7 @@ class SandboxLeaseService:
         )
 
     def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
-        lease = self.owned(principal, lease_name)
-        phase = _phase(lease) or "Pending"
-        if phase in (*ENDED, "Releasing", "Quarantined"):
-            raise ConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
-        pod = lease.get("status", {}).get("pod")
-        if phase != "Ready" or not pod:
-            raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+        pod = placed_pod(self.owned(principal, lease_name))
         try:
             text = self.kube.core.read_namespaced_pod_log(
                 pod["name"],
@@ -485,7 +491,7 @@ class SandboxLeaseService:
     def _grant(principal: Principal, pool: str, verb: str) -> SandboxGrant | None:
         return sandbox_grant(principal.policy.spec, principal.claims, pool, verb)
 
-    def _pool(self, name: str) -> SandboxPool:
+    def pool(self, name: str) -> SandboxPool:
         try:
             return SandboxPool.model_validate(self.kube.get("sandboxpools", name))
         except ApiException as error:

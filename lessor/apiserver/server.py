@@ -13,6 +13,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from lessor.apiserver import lifecycle
 from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE, DIRECTORY_ENV
 from lessor.apiserver.settings import Settings
 from lessor.config_file import apply_defaults
@@ -64,6 +65,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_BURST,
         help="Sandbox lease creations a principal may make at once (token bucket size)",
     )
+    parser.add_argument(
+        "--sandbox-stream-idle-timeout",
+        type=float,
+        default=Settings.sandbox_stream_idle_timeout,
+        help="seconds without data either way after which an attach or port-forward session ends",
+    )
+    parser.add_argument(
+        "--sandbox-stream-max-duration",
+        type=float,
+        default=Settings.sandbox_stream_max_duration,
+        help="seconds after which an attach or port-forward session ends regardless",
+    )
     apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
@@ -76,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault(DIRECTORY_ENV, tempfile.mkdtemp(prefix="lessor-admission-"))
     if args.sandbox_admission_rate <= 0 or args.sandbox_admission_burst < 1:
         raise SystemExit("--sandbox-admission-rate must be positive and the burst at least 1")
+    if args.sandbox_stream_idle_timeout <= 0 or args.sandbox_stream_max_duration <= 0:
+        raise SystemExit(
+            "--sandbox-stream-idle-timeout and --sandbox-stream-max-duration must be positive"
+        )
     options = {
         "bind": args.bind,
         "workers": args.workers,
@@ -89,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "limit_request_line": 8190,
         "limit_request_field_size": 16380,
         "reuse_port": args.reuse_port,
+        "post_worker_init": lifecycle.watch,
     }
     settings = Settings(
         namespace=args.namespace,
@@ -96,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         agent_sandbox_mode=args.agent_sandbox_mode,
         sandbox_admission_rate=args.sandbox_admission_rate,
         sandbox_admission_burst=args.sandbox_admission_burst,
+        sandbox_stream_idle_timeout=args.sandbox_stream_idle_timeout,
+        sandbox_stream_max_duration=args.sandbox_stream_max_duration,
     )
     Server(settings, options).run()
     return 0

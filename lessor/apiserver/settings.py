@@ -15,3 +15,7 @@ class Settings:
     # Per principal and replica (lessor.apiserver.admission_limit): tokens a second, and burst.
     sandbox_admission_rate: float = DEFAULT_RATE
     sandbox_admission_burst: int = DEFAULT_BURST
+    # Attach and port-forward sessions (lessor.apiserver.stream_bridge), in seconds: the longest
+    # time without data either way, and the longest session.
+    sandbox_stream_idle_timeout: float = 900
+    sandbox_stream_max_duration: float = 4 * 3600

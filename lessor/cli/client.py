@@ -14,8 +14,9 @@ import os
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from lessor.cli import sessions
@@ -24,6 +25,7 @@ from lessor.cli.errors import AUTH, SERVER, ApiError, CliError
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
 
 TIMEOUT_SECONDS = 30
+T = TypeVar("T")
 
 
 class Credential(Protocol):
@@ -121,8 +123,7 @@ class Client:
     ) -> Response:
         data = json.dumps(body).encode() if body is not None else b""
         url = self.endpoint + path
-        parts = urlsplit(url)
-        signed_target = parts.path + (f"?{parts.query}" if parts.query else "")
+        signed_target = self.signed_target(path)
         request = urllib.request.Request(url, data=data or None, method=method)  # noqa: S310
         request.add_header("Accept", "application/json")
         if data:
@@ -148,17 +149,37 @@ class Client:
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """An authenticated call; the parsed body, or ApiError for any 4xx/5xx."""
-        credential = self.credential()
-        response = self.send(method, path, body, credential)
-        if response.status == 401 and self.session is not None:
-            # The session was revoked or the server's key rotated: fall back to the target's
-            # own credential when it has one, and stop sending the dead session.
-            sessions.forget(self.endpoint)
-            self._session = None
-            fallback = own_credential(self.target)
-            if fallback is None:
-                raise CliError(f"the session for {self.endpoint} ended: run `lessor login`", AUTH)
-            response = self.send(method, path, body, fallback)
-        if response.status >= 400:
-            raise ApiError(response.status, response.body)
-        return response.body
+
+        def attempt(credential: Credential) -> Any:
+            response = self.send(method, path, body, credential)
+            if response.status >= 400:
+                raise ApiError(response.status, response.body)
+            return response.body
+
+        return self.authenticated(attempt)
+
+    def authenticated(self, attempt: Callable[[Credential], T]) -> T:
+        """`attempt` with the current credential; when the session is refused (401) because it
+        was revoked or the server's key rotated, again with the target's own credential, and the
+        dead session is not sent again."""
+        try:
+            return attempt(self.credential())
+        except ApiError as error:
+            if error.status != 401 or self.session is None:
+                raise
+        sessions.forget(self.endpoint)
+        self._session = None
+        fallback = own_credential(self.target)
+        if fallback is None:
+            raise CliError(f"the session for {self.endpoint} ended: run `lessor login`", AUTH)
+        return attempt(fallback)
+
+    def signed_target(self, path: str) -> str:
+        """The request target a signature covers: the endpoint's path prefix, the path, the
+        query."""
+        parts = urlsplit(self.endpoint + path)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
+
+    @property
+    def tls(self) -> ssl.SSLContext:
+        return self._context

@@ -223,26 +223,35 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     cancel.add_argument("lease_id", metavar="LEASE")
     cancel.add_argument("execution", metavar="EXECUTION")
-    handler = f"{module}:not_served"
+    streams = "lessor.cli.commands.streams"
     attach = _command(
         commands,
         "attach",
-        handler,
+        f"{streams}:attach",
         "interactive session in a sandbox",
-        "Attach the terminal to the sandbox of LEASE.",
+        """\
+Attach to the main process of the sandbox of LEASE: its output is printed, your input is
+sent to it. On a terminal, the terminal is raw (Ctrl-C goes to the sandbox), its size follows
+yours, and Ctrl-] detaches. Ends when the process closes the stream, the lease leaves Ready, or
+the server's idle or duration limit is reached (exit 1 with the reason).""",
         prints=False,
     )
     attach.add_argument("lease_id", metavar="LEASE")
+    attach.add_argument("-c", "--container", help="default: the pool's default container")
     forward = _command(
         commands,
         "port-forward",
-        handler,
+        f"{streams}:port_forward",
         "forward a declared port of a sandbox",
-        "Listen on LOCAL and forward to the declared port REMOTE of the sandbox of LEASE.",
+        """\
+Listen on LOCAL and forward each connection to REMOTE in the sandbox of LEASE. REMOTE is a port
+the SandboxPool declares, by number or name; LOCAL 0 or empty picks a free port (printed).
+Examples: 8080:80, 8080:http, :http, 5432. Ends with Ctrl-C or when the lease ends.""",
         prints=False,
     )
     forward.add_argument("lease_id", metavar="LEASE")
     forward.add_argument("ports", metavar="LOCAL:REMOTE")
+    forward.add_argument("--address", default="127.0.0.1", help="local address to listen on")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -600,11 +600,3 @@ def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None
         refused = env.cluster.kubectl("create", "-f", "-", input=json.dumps(late), check=False)
         assert refused.returncode != 0 and "AlreadyExists" in refused.stderr
         assert env.get(ALICE, handoff["id"]).status == 404
-
-
-def test_attach_and_port_forward_are_not_served_yet(env: Env) -> None:
-    lease = env.create(ALICE, pool="sb-stuck").body["id"]
-    for path in ("attach", "port-forward"):
-        answer = env.api.call("GET", f"/v1/sandbox-leases/{lease}/{path}", token=ALICE)
-        assert answer.status == 501, path
-    assert env.release(ALICE, lease).status == 204

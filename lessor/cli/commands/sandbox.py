@@ -1,5 +1,5 @@
-"""The Sandbox commands: `run`, `exec`, `logs`, `cancel` (and `attach`, `port-forward`, which
-this version does not serve).
+"""The Sandbox commands `run`, `exec`, `logs`, `cancel` (`attach` and `port-forward` are in
+lessor.cli.commands.streams).
 
 `exec` and `run` start the command detached and then follow its output windows, so output
 appears as it is produced and no HTTP request has to stay open for as long as the command runs;
@@ -27,10 +27,6 @@ TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 LEASE_ENDED = ("Releasing", "Released", "Expired", "Quarantined")
 TIMED_OUT, CANCELLED = 124, 125
 FOLLOW_PAUSE = 0.2
-
-
-def not_served(args: argparse.Namespace) -> int:
-    raise CliError(f"`lessor {args.command}` is not served by this version of lessor", SERVER)
 
 
 def _argv(args: argparse.Namespace) -> list[str]:

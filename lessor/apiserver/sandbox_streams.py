@@ -1,0 +1,279 @@
+"""Attach and port-forward sessions of a Sandbox lease (spec 4.4): who may open one, to which
+pod stream, and when an open one must end.
+
+A session is authorized once, when it opens, like any request: the caller's own Ready lease
+(another identity's, or one outside the caller's scope, is 404), and for port-forward a port the
+lease's SandboxPool declares (403 `not_declared` otherwise). The pod stream is the Kubernetes
+attach or portforward subresource of the lease's pod, checked against the uid the operator
+recorded, so a pod replaced under the same name is never reached. While open, the session is
+revoked as soon as the lease is seen leaving Ready or passing its expiry (`check`).
+
+As in runner_client, every stream gets an ApiClient of its own: the kubernetes client's stream
+helpers swap the transport of the ApiClient they are given while they connect.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import portforward, stream
+
+from lessor.apiserver.authn import Principal
+from lessor.apiserver.bodies import AttachQuery, ForwardQuery, parse_query
+from lessor.apiserver.errors import (
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    HttpError,
+    UnavailableError,
+)
+from lessor.apiserver.kube import Kube
+from lessor.apiserver.sandbox_leases import PLURAL, SandboxLeaseService, placed_pod
+from lessor.resources.lease_time import utcnow
+from lessor.stream_frames import BACKEND_ERROR, NORMAL, RESIZE, STDERR, STDIN, STDOUT, Resize
+
+Json = dict[str, Any]
+log = logging.getLogger(__name__)
+CONNECT_TIMEOUT = 15
+
+
+class StreamEnded(Exception):  # noqa: N818 - an ending, which may be a normal one
+    """The pod's side of the session ended; `code` is the close code to pass on."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+class PodStream(Protocol):
+    """One pod stream, as the session bridge drives it."""
+
+    accepts: frozenset[int]  # the channels a client may send on
+
+    def read(self, timeout: float) -> list[tuple[int, bytes]]:
+        """The frames for the client that arrive within `timeout`; StreamEnded at the end."""
+
+    def write(self, channel: int, payload: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    kind: str  # "attach" or "port-forward"
+    lease: str
+    lease_uid: str
+    pod: str
+    container: str | None = None
+    tty: bool = False
+    stdin: bool = True
+    port: int | None = None
+
+
+class AttachStream:
+    """The pod's attach stream (kubernetes.stream, binary channels). Stdin sent to a container
+    that does not read it (`stdin: false` in the pool's template) is discarded, as kubectl
+    attach without -i would never send it."""
+
+    accepts = frozenset({STDIN, RESIZE})
+
+    def __init__(self, connection: Any, stdin: bool) -> None:
+        self.connection = connection
+        self.stdin = stdin
+        self.ended = False
+
+    def read(self, timeout: float) -> list[tuple[int, bytes]]:
+        if self.ended:
+            raise StreamEnded(NORMAL, "the sandbox's process closed the stream")
+        self.connection.update(timeout=timeout)
+        frames = [
+            (channel, self.connection.read_channel(channel))
+            for channel in (STDOUT, STDERR)
+            if self.connection.peek_channel(channel)
+        ]
+        status = self.connection.read_channel(3) if self.connection.peek_channel(3) else b""
+        if status:
+            failure = _status_failure(status)
+            if failure:
+                raise StreamEnded(BACKEND_ERROR, failure)
+            self.ended = True
+        if not self.connection.is_open():
+            self.ended = True
+        return frames
+
+    def write(self, channel: int, payload: bytes) -> None:
+        if channel == STDIN and not self.stdin:
+            return
+        if channel == RESIZE:
+            size = Resize.model_validate_json(payload)
+            payload = json.dumps({"Width": size.width, "Height": size.height}).encode()
+        self.connection.write_channel(channel, payload)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _status_failure(raw: bytes) -> str | None:
+    """The message of a failed v1 Status from the error channel; None for Success."""
+    try:
+        status = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")[:200]
+    if not isinstance(status, dict) or status.get("status") == "Success":
+        return None
+    return str(status.get("message") or "the attach stream failed")[:200]
+
+
+class ForwardStream:
+    """One connection to a pod port (kubernetes.stream.portforward, a local socket pair)."""
+
+    accepts = frozenset({STDIN})
+
+    def __init__(self, forward: Any, port: int) -> None:
+        self.forward = forward
+        self.port = port
+        self.socket = forward.socket(port)
+
+    def read(self, timeout: float) -> list[tuple[int, bytes]]:
+        self.socket.settimeout(timeout)
+        try:
+            data: bytes = self.socket.recv(65536)
+        except TimeoutError:
+            return []
+        if data:
+            return [(STDOUT, data)]
+        error = self.forward.error(self.port)
+        if error:
+            # The kubelet's message names internal addresses; the caller gets the gist.
+            log.info("port-forward to port %s ended with an error: %s", self.port, error)
+            raise StreamEnded(BACKEND_ERROR, f"the connection to port {self.port} failed")
+        raise StreamEnded(NORMAL, f"the connection to port {self.port} closed")
+
+    def write(self, channel: int, payload: bytes) -> None:
+        self.socket.sendall(payload)
+
+    def close(self) -> None:
+        self.forward.close()
+
+
+class SandboxStreamService:
+    def __init__(self, kube: Kube, leases: SandboxLeaseService) -> None:
+        self.kube = kube
+        self.leases = leases
+
+    def target(self, principal: Principal, lease_name: str, kind: str, query: str) -> StreamTarget:
+        lease = self.leases.owned(principal, lease_name)
+        placed = placed_pod(lease)
+        pod = self._pod(placed)
+        common = {
+            "lease": lease_name,
+            "lease_uid": lease["metadata"]["uid"],
+            "pod": placed["name"],
+        }
+        if kind == "attach":
+            params = parse_query(AttachQuery, query)
+            container = _container(pod, params.container)
+            return StreamTarget(
+                kind,
+                container=container["name"],
+                tty=params.tty and bool(container.get("tty")),
+                stdin=bool(container.get("stdin")),
+                **common,
+            )
+        port = self._declared_port(lease["spec"]["pool"], parse_query(ForwardQuery, query).port)
+        return StreamTarget(kind, port=port, **common)
+
+    def _pod(self, placed: Json) -> Json:
+        try:
+            found = self.kube.core.read_namespaced_pod(
+                placed["name"], self.kube.namespace, _request_timeout=10
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise ConflictError("the sandbox is not placed yet", reason="not_ready") from None
+            raise
+        pod: Json = self.kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+        if pod["metadata"]["uid"] != placed["uid"]:
+            raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+        return pod
+
+    def _declared_port(self, pool_name: str, wanted: str) -> int:
+        try:
+            declared = self.leases.pool(pool_name).spec.ports
+        except HttpError:  # the pool is gone: it declares nothing any more
+            declared = []
+        for port in declared:
+            if wanted in (port.name, str(port.port)):
+                return port.port
+        names = ", ".join(f"{p.name} ({p.port})" for p in declared) or "none"
+        raise ForbiddenError(
+            f"port {wanted} is not declared by SandboxPool {pool_name}; declared: {names}",
+            reason="not_declared",
+        )
+
+    def open(self, target: StreamTarget) -> PodStream:
+        """The pod stream, or 503 `backend_error` when it cannot be opened."""
+        core = client.CoreV1Api(client.ApiClient(self.kube.api_client.configuration))
+        try:
+            if target.kind == "attach":
+                connection = stream(
+                    core.connect_get_namespaced_pod_attach,
+                    target.pod,
+                    self.kube.namespace,
+                    container=target.container,
+                    stdin=target.stdin,
+                    stdout=True,
+                    stderr=not target.tty,
+                    tty=target.tty,
+                    _preload_content=False,
+                    _request_timeout=CONNECT_TIMEOUT,
+                    binary=True,
+                )
+                return AttachStream(connection, target.stdin)
+            forward = portforward(
+                core.connect_get_namespaced_pod_portforward,
+                target.pod,
+                self.kube.namespace,
+                ports=str(target.port),
+            )
+            return ForwardStream(forward, target.port or 0)
+        except ApiException as error:
+            log.warning("opening the %s stream of %s failed: %s", target.kind, target.pod, error)
+            raise UnavailableError(
+                f"the sandbox's {target.kind} stream could not be opened"
+            ) from None
+
+    def check(self, target: StreamTarget) -> str | None:
+        """Why an open session must end now (the lease left Ready, was replaced, or reached its
+        expiry), or None."""
+        found = self.kube.find(PLURAL, target.lease)
+        if found is None or found["metadata"]["uid"] != target.lease_uid:
+            return "the lease ended"
+        status = found.get("status", {})
+        phase = status.get("phase") or "Pending"
+        if phase != "Ready":
+            return f"the lease is {phase}"
+        expires = status.get("expiresAt")
+        if expires and datetime.datetime.fromisoformat(expires) <= utcnow():
+            return "the lease reached its expiry"
+        return None
+
+
+def _container(pod: Json, name: str | None) -> Json:
+    containers: list[Json] = pod["spec"]["containers"]
+    if name is None:
+        default = (
+            pod["metadata"].get("annotations", {}).get("kubectl.kubernetes.io/default-container")
+        )
+        name = default or containers[0]["name"]
+    for container in containers:
+        if container["name"] == name:
+            return container
+    raise BadRequestError(f"the sandbox has no container {name}")

@@ -1,0 +1,122 @@
+"""The WebSocket routes, in front of Falcon: GET /v1/sandbox-leases/:id/attach and /port-forward
+with `Upgrade: websocket`.
+
+A Falcon responder must return a response, and a session is a connection that outlives one, so
+these two requests are taken before Falcon sees them. Everything that can be refused is refused
+first, as an ordinary JSON error in the service's shape (400, 401, 403, 404, 409, 503), exactly
+as the REST routes would answer: the handshake, the credential, the Sandbox gate, the lease and
+its pod, the declared port, and opening the pod's stream. Only then is the 101 written on the
+socket gunicorn hands over, and the session runs on it (lessor.apiserver.stream_bridge);
+gunicorn is told the response was already written. A plain GET of these paths goes on to
+Falcon, which answers 426.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver import metrics
+from lessor.apiserver.errors import BadRequestError, HttpError, UnavailableError
+from lessor.apiserver.sandbox_streams import SandboxStreamService
+from lessor.apiserver.stream_bridge import Limits, Session
+from lessor.apiserver.websocket import HandshakeError, WebSocket, handshake, is_upgrade
+
+log = logging.getLogger(__name__)
+PATH = re.compile(r"^/v1/sandbox-leases/([^/]+)/(attach|port-forward)$")
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+Wsgi = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+class StreamRoutes:
+    def __init__(self, app: Wsgi, services: Any, limits: Limits) -> None:
+        self.app = app
+        self.services = services  # lessor.apiserver.app.Services
+        self.limits = limits
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Any:
+        match = PATH.match(environ.get("PATH_INFO", ""))
+        if not (
+            match
+            and environ.get("REQUEST_METHOD") == "GET"
+            and is_upgrade(environ)
+            and self.services.settings.agent_sandbox_mode == "external"
+        ):
+            return self.app(environ, start_response)
+        lease_id, kind = match.groups()
+        try:
+            answer = handshake(environ)
+            principal = self._principal(environ)
+            verdict = self.services.sandbox.verdict()
+            if not verdict.served:
+                raise UnavailableError(verdict.reason)
+            streams: SandboxStreamService = self.services.streams
+            target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
+            sock = environ.get("gunicorn.socket")
+            if sock is None:
+                raise UnavailableError("WebSocket sessions are served under gunicorn only")
+            pod = streams.open(target)
+        except HandshakeError as error:
+            return _refuse(start_response, kind, BadRequestError(str(error)))
+        except HttpError as error:
+            return _refuse(start_response, kind, error)
+        except ApiException as error:
+            log.warning("kubernetes API error opening a %s session: %s", kind, error.status)
+            unavailable = UnavailableError("the cluster API did not answer; retry")
+            return _refuse(start_response, kind, unavailable)
+        _count(kind, 101)
+        websocket = WebSocket(sock)
+        started = time.monotonic()
+        open_sessions = metrics.SANDBOX_STREAMS_OPEN.labels(kind)
+        open_sessions.inc()
+        try:
+            websocket.accept(answer)
+            session = Session(websocket, pod, self.limits, lambda: streams.check(target))
+            outcome = session.run()
+        finally:
+            open_sessions.dec()
+        metrics.SANDBOX_STREAMS_ENDED.labels(kind, outcome.reason).inc()
+        log.info(
+            "%s session of %s ended after %.1fs (%s: %s), %d bytes in, %d bytes out",
+            kind,
+            lease_id,
+            time.monotonic() - started,
+            outcome.reason,
+            outcome.detail,
+            session.bytes_in,
+            session.bytes_out,
+        )
+        from gunicorn.workers.base_async import ALREADY_HANDLED  # noqa: PLC0415 - worker only
+
+        return ALREADY_HANDLED
+
+    def _principal(self, environ: Environ) -> Any:
+        """Authenticated once, as any request: an SSH signature's nonce is single-use."""
+        target = environ.get("PATH_INFO", "")
+        if environ.get("QUERY_STRING"):
+            target += "?" + environ["QUERY_STRING"]
+        return self.services.auth.authenticate(
+            "GET", target, environ.get("HTTP_AUTHORIZATION"), b""
+        )
+
+
+def _count(kind: str, status: int) -> None:
+    metrics.REQUESTS.labels(f"/v1/sandbox-leases/{{lease_id}}/{kind}", "GET", str(status)).inc()
+
+
+def _refuse(start_response: StartResponse, kind: str, error: HttpError) -> list[bytes]:
+    _count(kind, error.status)
+    body = json.dumps(error.body()).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    headers += list(error.headers.items())
+    start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
+    return [body]

@@ -1,0 +1,149 @@
+"""The server end of a WebSocket on the socket gunicorn hands over (`environ["gunicorn.socket"]`).
+
+gunicorn has already read the HTTP request, so the handshake is checked from the WSGI environ
+and the 101 answer is written here; from then on wsproto frames the bytes. Only what the stream
+frames need is kept: binary messages (reassembled, bounded), pings answered, a close handshake.
+Writes are serialized by a lock, because the two directions of a session run in two greenlets.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import socket
+import threading
+from typing import Any
+
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
+
+from lessor.stream_frames import PROTOCOL_ERROR, SUBPROTOCOL, UNSUPPORTED, FrameError
+
+MAX_MESSAGE = 1 << 20  # a client message larger than this closes the session (1009)
+TOO_BIG = 1009
+
+
+class HandshakeError(ValueError):
+    """The request is not a WebSocket upgrade this server accepts (answered 400)."""
+
+
+class PeerClosed(Exception):  # noqa: N818 - an ending, not a failure
+    """The client closed the session."""
+
+
+def is_upgrade(environ: dict[str, Any]) -> bool:
+    return "websocket" in environ.get("HTTP_UPGRADE", "").lower()
+
+
+def handshake(environ: dict[str, Any]) -> bytes:
+    """The 101 answer to a valid upgrade request, or HandshakeError saying what is wrong."""
+    tokens = {t.strip().lower() for t in environ.get("HTTP_CONNECTION", "").split(",")}
+    if "upgrade" not in tokens:
+        raise HandshakeError("a WebSocket upgrade needs Connection: Upgrade")
+    if environ.get("HTTP_SEC_WEBSOCKET_VERSION") != "13":
+        raise HandshakeError("only WebSocket version 13 is supported")
+    key = environ.get("HTTP_SEC_WEBSOCKET_KEY", "")
+    try:
+        if len(base64.b64decode(key, validate=True)) != 16:
+            raise HandshakeError("Sec-WebSocket-Key must be 16 bytes in base64")
+    except binascii.Error:
+        raise HandshakeError("Sec-WebSocket-Key must be 16 bytes in base64") from None
+    headers = [
+        "HTTP/1.1 101 Switching Protocols",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Accept: {generate_accept_token(key.encode()).decode()}",
+    ]
+    offered = environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL")
+    if offered is not None:
+        if SUBPROTOCOL not in {p.strip() for p in offered.split(",")}:
+            raise HandshakeError(f"the only subprotocol served is {SUBPROTOCOL}")
+        headers.append(f"Sec-WebSocket-Protocol: {SUBPROTOCOL}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode()
+
+
+class WebSocket:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.connection = Connection(ConnectionType.SERVER)
+        self.lock = threading.Lock()
+        self.partial = bytearray()
+
+    def accept(self, answer: bytes) -> None:
+        self.sock.sendall(answer)
+
+    def send(self, message: bytes) -> None:
+        self._send(Message(data=message))
+
+    def _send(self, event: Event) -> None:
+        with self.lock:
+            if self.connection.state is not ConnectionState.OPEN and not isinstance(
+                event, CloseConnection
+            ):
+                raise PeerClosed
+            self.sock.sendall(self.connection.send(event))
+
+    def receive(self, timeout: float) -> list[bytes]:
+        """The complete messages that arrive within `timeout` (maybe none). PeerClosed once the
+        client closed; FrameError for what the protocol forbids: text messages, oversized
+        messages, malformed frames."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return []
+        except OSError as error:
+            raise PeerClosed from error
+        if not data:
+            raise PeerClosed
+        try:
+            self.connection.receive_data(data)
+            return self._messages()
+        except RemoteProtocolError as error:
+            raise FrameError(str(error), PROTOCOL_ERROR) from error
+
+    def _messages(self) -> list[bytes]:
+        complete: list[bytes] = []
+        for event in self.connection.events():
+            if isinstance(event, CloseConnection):
+                with contextlib.suppress(LocalProtocolError, OSError), self.lock:
+                    self.sock.sendall(self.connection.send(event.response()))
+                raise PeerClosed
+            if isinstance(event, Ping):
+                with contextlib.suppress(LocalProtocolError, OSError), self.lock:
+                    self.sock.sendall(self.connection.send(event.response()))
+            elif isinstance(event, TextMessage):
+                raise FrameError("messages are binary frames", UNSUPPORTED)
+            elif isinstance(event, BytesMessage):
+                self.partial += event.data
+                if len(self.partial) > MAX_MESSAGE:
+                    raise FrameError(f"a message is at most {MAX_MESSAGE} bytes", TOO_BIG)
+                if event.message_finished:
+                    complete.append(bytes(self.partial))
+                    self.partial.clear()
+        return complete
+
+    def close(self, code: int, reason: str) -> None:
+        """Send a close frame (when still open), wait briefly for the client's, and drop the
+        connection."""
+        with contextlib.suppress(LocalProtocolError, OSError):
+            if self.connection.state is ConnectionState.OPEN:
+                self._send(CloseConnection(code=code, reason=reason))
+                self._await_close_reply()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+    def _await_close_reply(self) -> None:
+        """Up to two seconds for the client's close frame, so that it reads the code and reason
+        before the connection drops (RFC 6455 7.1.1: the server closes the TCP connection)."""
+        self.sock.settimeout(2.0)
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                return
+            self.connection.receive_data(data)
+            if any(isinstance(e, CloseConnection) for e in self.connection.events()):
+                return

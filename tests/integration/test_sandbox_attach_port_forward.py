@@ -1,0 +1,431 @@
+"""Attach and port-forward sessions (spec 4.4, issue 7 item 5) on the local control plane: the
+real agent-sandbox controller places the sandbox, the real operator owns the lease, the real API
+server (gunicorn, gevent workers) upgrades to the WebSocket and bridges it to the pod's
+pods/attach and pods/portforward through the real kube-apiserver, and kwok plays the kubelet.
+
+What kwok does for the pod's side (lessor.controlplane.cluster): attach streams what is appended
+to the node's log file, in the kubelet's CRI log format, and discards the attach's stdin; so the
+sandbox's half of the echo is played by the test, which appends what it sent to that file, and
+what stdin reaches is checked up to the kubelet (accepted, session intact). Port-forward to a
+pod port P reaches whatever listens on 127.0.0.1:P here, so the port tests run real servers.
+
+The clients are the CLI's own (lessor.cli.stream_client in-process, and `lessor attach` /
+`lessor port-forward` as subprocesses). Every refusal body is scanned for secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wsproto.events import Message, TextMessage
+
+from lessor.cli.client import Client
+from lessor.cli.config import Target
+from lessor.cli.errors import ApiError
+from lessor.cli.stream_client import Closed, StreamClient
+from lessor.controlplane.cluster import FORWARDED_PORTS
+from lessor.stream_frames import (
+    DURATION_LIMIT,
+    IDLE_TIMEOUT,
+    PROTOCOL_ERROR,
+    RESIZE,
+    STDIN,
+    STDOUT,
+    UNSUPPORTED,
+)
+from tests.integration.operator_harness import wait_for
+from tests.integration.test_apiserver import Api, start_api
+from tests.integration.test_sandbox_leases import (  # noqa: F401
+    ALICE,
+    BOB,
+    EXTERNAL,
+    SECRET_MARKERS,
+    Env,
+    env,
+    sandbox_pool,
+    scanned,
+)
+
+pytestmark = pytest.mark.integration
+WEB, UNDECLARED = FORWARDED_PORTS[11], FORWARDED_PORTS[12]
+STAMP = "2026-01-01T00:00:00.000000000Z"
+
+
+@pytest.fixture(scope="module")
+def pool(env: Env) -> str:  # noqa: F811
+    """A pool whose container reads stdin on a terminal and declares one port, `web`."""
+    spec = sandbox_pool("sb-ports", 2, ports=[{"name": "web", "port": WEB}])
+    container = spec["spec"]["template"]["spec"]["containers"][0]
+    container.update(stdin=True, tty=True)
+    env.objects.apply(spec)
+    wait_for(
+        "sb-ports to be Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-ports").get("phase") == "Healthy",
+        timeout=120,
+    )
+    return "sb-ports"
+
+
+@pytest.fixture
+def lease(env: Env, pool: str) -> Iterator[str]:  # noqa: F811
+    created = env.create(ALICE, pool=pool, ttl="20m").body["id"]
+    env.until(ALICE, created, "Ready")
+    yield created
+    env.release(ALICE, created)
+
+
+@pytest.fixture(scope="module")
+def strict_api(env: Env) -> Iterator[Api]:  # noqa: F811
+    """A second API server with short session limits: 3 s idle, 8 s longest."""
+    limits = ("--sandbox-stream-idle-timeout=3", "--sandbox-stream-max-duration=8")
+    process, api = start_api(
+        env.cluster, env.namespace, env.directory / "strict-api.log", (*EXTERNAL, *limits),
+        env.directory / "lessor-apiserver.kubeconfig",
+    )  # fmt: skip
+    yield api
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def connect(base: str, lease: str, kind: str, query: str = "", token: str = ALICE) -> StreamClient:
+    client = Client(Target(endpoint=base, auth="token", token=token))
+    return StreamClient.open(client, f"/v1/sandbox-leases/{lease}/{kind}?{query}")
+
+
+def refused(env: Env, lease: str, kind: str, query: str = "", token: str = ALICE) -> ApiError:  # noqa: F811
+    with pytest.raises(ApiError) as raised:
+        connect(env.api.api.base, lease, kind, query, token).close()
+    text = str(raised.value)
+    for marker in SECRET_MARKERS:
+        assert marker not in text, f"{marker!r} in a refusal: {text}"
+    return raised.value
+
+
+class Reader:
+    """Collects a session's frames in the background, until it closes."""
+
+    def __init__(self, session: StreamClient) -> None:
+        self.session = session
+        self.frames: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
+        self.closed: Closed | None = None
+        self.data: dict[int, bytes] = {}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                for frame in self.session.receive():
+                    self.frames.put(frame)
+        except Closed as closed:
+            self.closed = closed
+            self.frames.put(None)
+
+    def until(self, channel: int, needle: bytes, timeout: float = 10) -> bool:
+        deadline = time.monotonic() + timeout
+        while needle not in self.data.get(channel, b""):
+            try:
+                frame = self.frames.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if frame is None:
+                return False
+            self.data[frame[0]] = self.data.get(frame[0], b"") + frame[1]
+        return True
+
+    def size(self, channel: int, size: int, timeout: float = 20) -> bytes:
+        """The channel's data once it has `size` bytes (or what came before the timeout)."""
+        deadline = time.monotonic() + timeout
+        while len(self.data.get(channel, b"")) < size:
+            try:
+                frame = self.frames.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if frame is None:
+                break
+            self.data[frame[0]] = self.data.get(frame[0], b"") + frame[1]
+        return self.data.get(channel, b"")
+
+    def end(self, timeout: float = 30) -> Closed:
+        deadline = time.monotonic() + timeout
+        while self.closed is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.closed is not None, "the session did not end"
+        return self.closed
+
+
+def container_says(env: Env, reader: Reader, text: str, stream: str = "stdout") -> None:  # noqa: F811
+    """Append a line to the sandbox's output until the session shows it. kwok starts following
+    the log file a moment after the attach opens, so the first lines may be before its start."""
+    channel = STDOUT if stream == "stdout" else 2
+    for _ in range(20):
+        with env.cluster.pod_log.open("a") as log:
+            log.write(f"{STAMP} {stream} F {text}\n")
+        if reader.until(channel, text.encode(), timeout=1):
+            return
+    raise AssertionError(f"{text!r} never reached the session; got {reader.data}")
+
+
+def test_attach_round_trip(env: Env, lease: str) -> None:  # noqa: F811
+    session = connect(env.api.api.base, lease, "attach", "tty=false")
+    reader = Reader(session)
+    marker = f"ready-{uuid.uuid4().hex[:8]}"
+    container_says(env, reader, marker)
+    # Input, a terminal resize, and the sandbox's echo of the input, on stdout and stderr.
+    line = f"ping-{uuid.uuid4().hex[:8]}"
+    session.send(STDIN, f"{line}\n".encode())
+    session.send(RESIZE, b'{"width": 120, "height": 40}')
+    container_says(env, reader, f"echo {line}")
+    container_says(env, reader, f"warn {line}", stream="stderr")
+    assert reader.closed is None, "input and resize keep the session open"
+    session.end()
+    assert reader.end().code == 1000
+
+
+def test_attach_refusals(env: Env, lease: str, pool: str) -> None:  # noqa: F811
+    assert refused(env, lease, "attach", token=BOB).status == 404, "another identity's lease"
+    assert refused(env, "s" + "0" * 24, "attach").status == 404
+    missing = refused(env, lease, "attach", "container=nope")
+    assert (missing.status, "no container nope" in str(missing)) == (400, True)
+    assert refused(env, lease, "attach", "tty=maybe").status == 400
+    assert refused(env, lease, "attach", "shell=true").status == 400, "unknown parameter"
+    stuck = env.create(ALICE, pool="sb-stuck").body["id"]
+    assert refused(env, stuck, "attach").reason == "not_ready"
+    assert env.release(ALICE, stuck).status == 204
+    # Without the upgrade: 426, after authentication like every Sandbox route.
+    plain = env.api.call("GET", f"/v1/sandbox-leases/{lease}/attach", token=ALICE)
+    assert (plain.status, plain.headers["Upgrade"]) == (426, "websocket")
+    assert env.api.call("GET", f"/v1/sandbox-leases/{lease}/attach").status == 401
+    # A handshake that is not one this server speaks.
+    connection = http.client.HTTPConnection(env.api.api.base.removeprefix("http://"), timeout=10)
+    connection.request(
+        "GET", f"/v1/sandbox-leases/{lease}/attach",
+        headers={"Authorization": f"Bearer {ALICE}", "Upgrade": "websocket",
+                 "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                 "Sec-WebSocket-Protocol": "v4.channel.k8s.io"},
+    )  # fmt: skip
+    bad = connection.getresponse()
+    assert bad.status == 400 and b"v1.stream.lessor.dev" in bad.read()
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (bytes([9]) + b"x", PROTOCOL_ERROR),  # a channel clients do not send on
+        (bytes([RESIZE]) + b'{"width": 0}', PROTOCOL_ERROR),  # a malformed size
+        (b"", PROTOCOL_ERROR),  # no channel byte
+    ],
+)
+def test_frames_outside_the_protocol_close_the_session(
+    env: Env,  # noqa: F811
+    lease: str,
+    frame: bytes,
+    code: int,
+) -> None:
+    session = connect(env.api.api.base, lease, "attach")
+    reader = Reader(session)
+    session._send(Message(data=frame))
+    closed = reader.end()
+    assert (closed.code, closed.error and closed.error["reason"]) == (code, "protocol_error")
+
+
+def test_text_messages_are_refused(env: Env, lease: str) -> None:  # noqa: F811
+    session = connect(env.api.api.base, lease, "attach")
+    reader = Reader(session)
+    session._send(TextMessage(data="hello"))
+    assert reader.end().code == UNSUPPORTED
+
+
+class EchoServer:
+    """A TCP server on 127.0.0.1:port, as a process in the sandbox would listen on its port:
+    each connection gets back what it sends."""
+
+    def __init__(self, port: int) -> None:
+        self.server = socket.create_server(("127.0.0.1", port))
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._echo, args=(connection,), daemon=True).start()
+
+    @staticmethod
+    def _echo(connection: socket.socket) -> None:
+        with connection:
+            while data := connection.recv(65536):
+                connection.sendall(data)
+
+    def close(self) -> None:
+        self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept, which holds the port
+        self.server.close()
+
+
+@pytest.fixture
+def echo_server() -> Iterator[EchoServer]:
+    server = EchoServer(WEB)
+    yield server
+    server.close()
+
+
+def test_port_forward_reaches_a_declared_port_only(
+    env: Env,  # noqa: F811
+    lease: str,
+    echo_server: EchoServer,
+) -> None:
+    for port in (str(WEB), "web"):  # by number and by the declared name
+        session = connect(env.api.api.base, lease, "port-forward", f"port={port}")
+        reader = Reader(session)
+        payload = os.urandom(300_000)  # several frames and reads each way
+        for start in range(0, len(payload), 100_000):
+            session.send(STDIN, payload[start : start + 100_000])
+        assert reader.size(STDOUT, len(payload)) == payload, "every byte back, in order"
+        session.end()
+        assert reader.end().code == 1000
+    assert echo_server.connections == 2
+    undeclared = refused(env, lease, "port-forward", f"port={UNDECLARED}")
+    assert (undeclared.status, undeclared.reason) == (403, "not_declared")
+    assert refused(env, lease, "port-forward", "port=ssh").reason == "not_declared"
+    assert refused(env, lease, "port-forward").status == 400, "port is required"
+    assert refused(env, lease, "port-forward", f"port={WEB}", token=BOB).status == 404
+    # Resize means nothing to a port.
+    session = connect(env.api.api.base, lease, "port-forward", "port=web")
+    reader = Reader(session)
+    session.send(RESIZE, b'{"width": 80, "height": 24}')
+    assert reader.end().code == PROTOCOL_ERROR
+
+
+def test_sessions_end_at_the_idle_and_duration_limits(
+    env: Env,  # noqa: F811
+    lease: str,
+    strict_api: Api,
+) -> None:
+    idle = Reader(connect(strict_api.base, lease, "attach"))
+    closed = idle.end(timeout=20)
+    assert closed.code == IDLE_TIMEOUT and closed.error == {
+        "reason": "idle_timeout",
+        "detail": "no data for 3s",
+    }
+    busy_session = connect(strict_api.base, lease, "attach")
+    busy = Reader(busy_session)
+    started = time.monotonic()
+    while busy.closed is None and time.monotonic() - started < 30:
+        busy_session.send(STDIN, b".")  # activity keeps it from idling
+        time.sleep(0.5)
+    closed = busy.end()
+    assert closed.code == DURATION_LIMIT and closed.error
+    assert closed.error["reason"] == "duration_limit"
+    assert 7 <= time.monotonic() - started < 20
+    metrics = urllib.request.urlopen(f"{strict_api.base}/metrics", timeout=10).read().decode()
+    for reason in ("idle_timeout", "duration_limit"):
+        assert re.search(
+            rf'lessor_sandbox_streams_ended_total{{kind="attach",reason="{reason}"}} [1-9]', metrics
+        ), reason
+
+
+def lessor(env: Env, tmp_path: Path, *argv: str, **kwargs: object) -> subprocess.Popen[str]:  # noqa: F811
+    environment = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "LESSOR_ENDPOINT": env.api.api.base,
+        "LESSOR_TOKEN": ALICE,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "lessor.cli.main", *argv], env=environment, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def test_the_cli_forwards_a_local_port(
+    env: Env,  # noqa: F811
+    lease: str,
+    echo_server: EchoServer,
+    tmp_path: Path,
+) -> None:
+    forward = lessor(env, tmp_path, "port-forward", lease, ":web")
+    try:
+        assert forward.stdout is not None
+        banner = forward.stdout.readline()
+        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> web", banner)
+        assert found, banner
+        for attempt in range(3):  # one session per connection
+            with socket.create_connection(("127.0.0.1", int(found[1])), timeout=20) as local:
+                local.sendall(f"hello {attempt}".encode())
+                assert local.recv(100) == f"hello {attempt}".encode()
+    finally:
+        forward.send_signal(signal.SIGINT)
+        forward.wait(timeout=30)
+    assert echo_server.connections >= 3, "a session, so a connection, for each"
+    wrong = lessor(env, tmp_path, "port-forward", lease, f"9999:{UNDECLARED}")
+    _, stderr = wrong.communicate(timeout=60)
+    assert wrong.returncode == 3 and "not_declared" in stderr, stderr
+    bad = lessor(env, tmp_path, "port-forward", lease, "80:/etc")
+    _, stderr = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and "REMOTE" in stderr
+
+
+def test_the_cli_attach_ends_when_the_lease_is_released(
+    env: Env,  # noqa: F811
+    pool: str,
+    tmp_path: Path,
+) -> None:
+    lease = env.create(ALICE, pool=pool, ttl="20m").body["id"]
+    env.until(ALICE, lease, "Ready")
+    attach = lessor(env, tmp_path, "attach", lease, stdin=subprocess.PIPE)
+    assert attach.stdin is not None and attach.stdout is not None
+    attach.stdin.write("typed into the sandbox\n")
+    attach.stdin.flush()
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in attach.stdout], daemon=True).start()  # type: ignore[union-attr]
+    marker = f"from-sandbox-{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + 30
+    seen = ""
+    while marker not in seen and time.monotonic() < deadline:
+        with env.cluster.pod_log.open("a") as log:
+            log.write(f"{STAMP} stdout F {marker}\n")
+        with contextlib.suppress(queue.Empty):
+            seen += lines.get(timeout=1)
+    assert marker in seen
+    assert env.release(ALICE, lease).status == 204
+    _, stderr = attach.communicate(timeout=60)
+    assert attach.returncode == 1, stderr
+    assert "lease_not_ready" in stderr, stderr
+
+
+def test_a_stopping_server_tells_its_sessions_why(env: Env, lease: str) -> None:  # noqa: F811
+    """A replica that is being stopped closes its sessions at once with 1001 `server_shutdown`
+    (rather than holding them through gunicorn's graceful timeout, 25 s here, and then cutting
+    them without a word), so clients know to open a new session on another replica."""
+    process, api = start_api(
+        env.cluster, env.namespace, env.directory / "stopping-api.log", EXTERNAL,
+        env.directory / "lessor-apiserver.kubeconfig",
+    )  # fmt: skip
+    try:
+        reader = Reader(connect(api.base, lease, "attach"))
+        container_says(env, reader, f"before-{uuid.uuid4().hex[:8]}")
+        process.send_signal(signal.SIGTERM)
+        closed = reader.end(timeout=15)
+        assert (closed.code, closed.error and closed.error["reason"]) == (1001, "server_shutdown")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
