@@ -403,6 +403,23 @@ def _sandbox_logs() -> Json:
     return operation
 
 
+def _stream(kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
+    operation = _operation(
+        f"{kind} session over a WebSocket (alpha): send `Upgrade: websocket`; frames and close "
+        "codes in docs/api.md",
+        101,
+        None,
+        errors=(400, 401, 503, 403, 404, 409, 426),
+    )
+    operation["responses"]["101"]["description"] = "Switching Protocols: the session begins"
+    operation["responses"]["426"]["description"] = "the request did not ask for the upgrade"
+    operation["parameters"] = [
+        {"name": name, "in": "query", "required": required, "schema": schema}
+        for name, required, schema in parameters
+    ]
+    return operation
+
+
 def _execution_create() -> Json:
     operation = _operation(
         "Run a command in the Sandbox (alpha): 200 once it ended, 202 when detached",
@@ -568,6 +585,25 @@ def document() -> Json:
                 "description": SANDBOX_ONLY,
                 "parameters": lease_param,
                 "get": _sandbox_logs(),
+            },
+            "/v1/sandbox-leases/{lease_id}/attach": {
+                "description": SANDBOX_ONLY,
+                "parameters": lease_param,
+                "get": _stream(
+                    "Attach",
+                    [
+                        ("container", False, {"type": "string"}),
+                        ("tty", False, {"type": "boolean", "default": False}),
+                    ],
+                ),
+            },
+            "/v1/sandbox-leases/{lease_id}/port-forward": {
+                "description": SANDBOX_ONLY,
+                "parameters": lease_param,
+                "get": _stream(
+                    "Port-forward",
+                    [("port", True, {"type": "string", "description": "declared number or name"})],
+                ),
             },
             "/v1/sandbox-leases/{lease_id}/executions": {
                 "description": SANDBOX_ONLY,

@@ -83,12 +83,12 @@ def render() -> str:
                 continue
             operation = item[method]
             responses = operation["responses"]
-            success = next(code for code in responses if code.startswith("2"))
+            success = next(code for code in responses if code[0] in "12")  # 101: WebSockets
             content = responses[success].get("content", {}).get("application/json", {})
             answer = f"{success} {_type(content['schema'])}" if content else success
             request = operation.get("requestBody", {}).get("content", {})
             body = _type(request["application/json"]["schema"]) if request else ""
-            errors = ", ".join(code for code in responses if not code.startswith("2"))
+            errors = ", ".join(code for code in responses if code[0] not in "12")
             auth = "optional" if operation.get("security") == [] else "required"
             lines.append(
                 f"| {method.upper()} | `{path}` | {auth} | {operation['summary']} | {answer} | "

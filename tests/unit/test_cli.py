@@ -152,8 +152,10 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     assert "--metadata-json must be a JSON object" in one_line_error(metadata)
     unknown = lessor(tmp_path, "lease")
     assert unknown.returncode == 2 and "usage: lessor lease" in unknown.stderr
-    attach = lessor(tmp_path, "attach", "lease-1")
-    assert attach.returncode == 1 and "not served" in one_line_error(attach)
+    attach = lessor(tmp_path, "attach", "lease-1", "--endpoint", endpoint)
+    assert attach.returncode == 1 and f"cannot reach {endpoint}" in one_line_error(attach)
+    forward = lessor(tmp_path, "port-forward", "lease-1", "80:/x", "--endpoint", endpoint)
+    assert forward.returncode == 2 and "REMOTE is a port number" in one_line_error(forward)
     no_command = lessor(tmp_path, "exec", "lease-1", "--endpoint", endpoint)
     assert no_command.returncode == 2 and "end the options with --" in one_line_error(no_command)
     late = lessor(tmp_path, "exec", "lease-1", "--timeout", "0s", "--", "true")
