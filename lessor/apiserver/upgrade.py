@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver import metrics
 from lessor.apiserver.errors import BadRequestError, HttpError, UnavailableError
-from lessor.apiserver.sandbox_streams import SandboxStreamService
+from lessor.apiserver.sandbox_streams import PodStream, SandboxStreamService
 from lessor.apiserver.stream_bridge import Limits, Session
 from lessor.apiserver.websocket import HandshakeError, WebSocket, handshake, is_upgrade
 
@@ -54,17 +54,7 @@ class StreamRoutes:
             return self.app(environ, start_response)
         lease_id, kind = match.groups()
         try:
-            answer = handshake(environ)
-            principal = self._principal(environ)
-            verdict = self.services.sandbox.verdict()
-            if not verdict.served:
-                raise UnavailableError(verdict.reason)
-            streams: SandboxStreamService = self.services.streams
-            target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
-            sock = environ.get("gunicorn.socket")
-            if sock is None:
-                raise UnavailableError("WebSocket sessions are served under gunicorn only")
-            pod = streams.open(target)
+            answer, pod, check = self._prepare(environ, lease_id, kind)
         except HandshakeError as error:
             return _refuse(start_response, kind, BadRequestError(str(error)))
         except HttpError as error:
@@ -74,13 +64,47 @@ class StreamRoutes:
             unavailable = UnavailableError("the cluster API did not answer; retry")
             return _refuse(start_response, kind, unavailable)
         _count(kind, 101)
-        websocket = WebSocket(sock)
+        websocket = WebSocket(environ["gunicorn.socket"])
+        self._serve(websocket, answer, pod=pod, check=check, lease_id=lease_id, kind=kind)
+        from gunicorn.workers.base_async import ALREADY_HANDLED  # noqa: PLC0415 - worker only
+
+        return ALREADY_HANDLED
+
+    def _prepare(
+        self, environ: Environ, lease_id: str, kind: str
+    ) -> tuple[bytes, PodStream, Callable[[], str | None]]:
+        """Every check of the session, in the REST routes' order, and the open pod stream."""
+        answer = handshake(environ)
+        principal = self._principal(environ)
+        verdict = self.services.sandbox.verdict()
+        if not verdict.served:
+            raise UnavailableError(verdict.reason)
+        streams: SandboxStreamService = self.services.streams
+        target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
+        if environ.get("gunicorn.socket") is None:
+            raise UnavailableError("WebSocket sessions are served under gunicorn only")
+        return answer, streams.open(target), lambda: streams.check(target)
+
+    def _serve(
+        self,
+        websocket: WebSocket,
+        answer: bytes,
+        *,
+        pod: PodStream,
+        check: Callable[[], str | None],
+        lease_id: str,
+        kind: str,
+    ) -> None:
+        try:
+            websocket.accept(answer)
+        except OSError:  # the client went away before the session began
+            pod.close()
+            return
         started = time.monotonic()
         open_sessions = metrics.SANDBOX_STREAMS_OPEN.labels(kind)
         open_sessions.inc()
         try:
-            websocket.accept(answer)
-            session = Session(websocket, pod, self.limits, lambda: streams.check(target))
+            session = Session(websocket, pod, self.limits, check)
             outcome = session.run()
         finally:
             open_sessions.dec()
@@ -95,9 +119,6 @@ class StreamRoutes:
             session.bytes_in,
             session.bytes_out,
         )
-        from gunicorn.workers.base_async import ALREADY_HANDLED  # noqa: PLC0415 - worker only
-
-        return ALREADY_HANDLED
 
     def _principal(self, environ: Environ) -> Any:
         """Authenticated once, as any request: an SSH signature's nonce is single-use."""

@@ -51,12 +51,15 @@ def attach(args: argparse.Namespace) -> int:
     reader.start()
     if interactive:
         print(f"attached to {args.lease_id}; Ctrl-] detaches\r", file=sys.stderr)
+    resized = threading.Event()
     try:
         with _raw_terminal(interactive):
             if interactive:
-                _send_size(session)
-                signal.signal(signal.SIGWINCH, lambda *_: _send_size(session))
-            detached = _copy_stdin(session, reader, interactive)
+                resized.set()  # the first size goes at once
+                # The handler only flags it: sending from a signal handler could interleave
+                # with a frame the main thread is sending.
+                signal.signal(signal.SIGWINCH, lambda *_: resized.set())
+            detached = _copy_stdin(session, reader, interactive, resized)
     except KeyboardInterrupt:
         session.end()
         return INTERRUPTED
@@ -85,12 +88,18 @@ def _print_output(session: StreamClient, ended: list[Closed]) -> None:
         ended.append(closed)
 
 
-def _copy_stdin(session: StreamClient, reader: threading.Thread, interactive: bool) -> bool:
-    """Copy stdin until the session ends (False) or the user detaches (True). After the end
-    of stdin the session goes on, as the sandbox may still write."""
+def _copy_stdin(
+    session: StreamClient, reader: threading.Thread, interactive: bool, resized: threading.Event
+) -> bool:
+    """Copy stdin until the session ends (False) or the user detaches (True), and the terminal's
+    size whenever it changed. After the end of stdin the session goes on, as the sandbox may
+    still write."""
     fd = sys.stdin.fileno()
     reading = True
     while reader.is_alive():
+        if resized.is_set():
+            resized.clear()
+            _send_size(session)
         if not reading:
             reader.join(0.2)
             continue
