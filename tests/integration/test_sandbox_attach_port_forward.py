@@ -16,14 +16,19 @@ The clients are the CLI's own (lessor.cli.stream_client in-process, and `lessor 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.client
 import os
+import pty
 import queue
 import re
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import urllib.request
@@ -429,3 +434,47 @@ def test_a_stopping_server_tells_its_sessions_why(env: Env, lease: str) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+
+
+def test_the_cli_attach_on_a_terminal(env: Env, lease: str, tmp_path: Path) -> None:  # noqa: F811
+    """On a terminal (a real pty): raw mode while attached and restored after, the output, a
+    resize, and Ctrl-] detaching with exit 0."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    before = termios.tcgetattr(terminal)
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "lessor.cli.main", "attach", lease],
+        stdin=terminal, stdout=terminal, stderr=terminal, start_new_session=True,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+             "LESSOR_ENDPOINT": env.api.api.base, "LESSOR_TOKEN": ALICE},
+    )  # fmt: skip
+    shown = b""
+
+    def read_until(needle: bytes, write: str | None = None) -> None:
+        nonlocal shown
+        deadline = time.monotonic() + 30
+        while needle not in shown and time.monotonic() < deadline:
+            if write:
+                with env.cluster.pod_log.open("a") as log:
+                    log.write(f"{STAMP} stdout F {write}\n")
+            ready, _, _ = select.select([controller], [], [], 1)
+            if ready:
+                shown += os.read(controller, 4096)
+        assert needle in shown, shown
+
+    try:
+        read_until(b"Ctrl-] detaches")
+        assert termios.tcgetattr(terminal)[3] & termios.ICANON == 0, "raw while attached"
+        marker = f"on-the-terminal-{uuid.uuid4().hex[:8]}"
+        read_until(marker.encode(), write=marker)
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        attach.send_signal(signal.SIGWINCH)  # no controlling terminal here to send it
+        os.write(controller, b"typed\x1d")
+        read_until(b"detached from")
+        assert attach.wait(timeout=30) == 0
+        assert termios.tcgetattr(terminal) == before, "the terminal is restored"
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+        os.close(controller)
+        os.close(terminal)
