@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.stack import Stack, local_stack, percentiles, progress
+from bench.stack import local_stack, percentiles, progress
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.runner_client import call_runner
 from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_sandbox
@@ -27,37 +27,15 @@ from lessor.runner import runner
 EXTERNAL = ("--agent-sandbox-mode=external",)
 
 
-def _sandbox(stack: Stack) -> str:
-    script = stack.work / "lessor-runner"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {runner.__file__}\n")
-    script.chmod(0o755)
-    stack.apply({
-        "apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxPool", "metadata": {"name": "bench"},
-        "spec": {"warm": 1, "runner": {"path": str(script)},
-                 "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
-    })  # fmt: skip
-    client = stack.static()
-    deadline = time.monotonic() + 300
-    while True:
-        status, created = client.call("POST", "/v1/sandbox-leases", {"pool": "bench", "ttl": "1h"})
-        if status == 202:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no Sandbox lease: {created}")
-        time.sleep(1)  # the pool is not served until the operator reconciled it
-    while client.call("GET", f"/v1/sandbox-leases/{created['id']}")[1]["phase"] != "Ready":
-        if time.monotonic() > deadline:
-            raise TimeoutError("the sandbox did not become Ready")
-        time.sleep(0.2)
-    return str(created["id"])
-
-
 def run(samples: int) -> dict[str, Any]:
     with local_stack(with_node=True, operator_args=EXTERNAL,
                      api_args=(*EXTERNAL, "--sandbox-admission-rate=1000")) as stack:  # fmt: skip
         install_agent_sandbox(stack.cluster, progress)
         with run_agent_sandbox(stack.cluster.kubeconfig, stack.work / "agent-sandbox.log"):
-            lease = _sandbox(stack)
+            script = stack.work / "lessor-runner"
+            script.write_text(f"#!/bin/sh\nexec {sys.executable} {runner.__file__}\n")
+            script.chmod(0o755)
+            lease = stack.sandbox_lease(runner={"path": str(script)})
             client = stack.static()
             api, local, floor = [], [], []
             path = f"/v1/sandbox-leases/{lease}/executions"

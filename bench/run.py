@@ -24,6 +24,7 @@ from bench import (
     lease_latency,
     operator_scale,
     plot,
+    stream_overhead,
 )
 from bench.stack import progress
 
@@ -96,6 +97,12 @@ def table(results: dict[str, Any]) -> str:
         f"{execution['through_api_ms']['p50']} / {execution['through_api_ms']['p99']}; "
         f"{execution['local_ms']['p50']}; {execution['overhead_p50_ms']}",
     )
+    stream = results["stream_overhead"]
+    row(
+        "port-forward: session open p50 ms; 1 KiB echo p50 ms (direct); MiB/s",
+        f"{stream['session_open_ms']['p50']}; {stream['echo_1kib_ms']['p50']} "
+        f"({stream['direct_echo_1kib_ms']['p50']}); {stream['throughput_mib_s']}",
+    )
     return "\n".join(lines)
 
 
@@ -117,6 +124,8 @@ def main() -> int:
     results["operator_scale"] = operator_scale.run(*((20, 200) if quick else (1000, 10000)))
     progress("5/6 execution overhead")
     results["execution_overhead"] = execution_overhead.run(5 if quick else 30)
+    progress("5/6 port-forward overhead")
+    results["stream_overhead"] = stream_overhead.run(10 if quick else 100)
     RESULTS.mkdir(exist_ok=True)
     stem = results["date"] + ("-quick" if quick else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")

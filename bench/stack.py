@@ -120,6 +120,32 @@ class Stack:
             }
         )
 
+    def sandbox_lease(self, **spec: Any) -> str:
+        """A Ready Sandbox lease from a one-sandbox pool `bench` with `spec` added (the stack
+        must run with `--agent-sandbox-mode=external` and the agent-sandbox controller)."""
+        self.apply({
+            "apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxPool",
+            "metadata": {"name": "bench"},
+            "spec": {"warm": 1, **spec,
+                     "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+        })  # fmt: skip
+        client = self.static()
+        deadline = time.monotonic() + 300
+        while True:
+            status, created = client.call(
+                "POST", "/v1/sandbox-leases", {"pool": "bench", "ttl": "1h"}
+            )
+            if status == 202:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no Sandbox lease: {created}")
+            time.sleep(1)  # the pool is not served until the operator reconciled it
+        while client.call("GET", f"/v1/sandbox-leases/{created['id']}")[1]["phase"] != "Ready":
+            if time.monotonic() > deadline:
+                raise TimeoutError("the sandbox did not become Ready")
+            time.sleep(0.2)
+        return str(created["id"])
+
     # -- credentials -----------------------------------------------------------------------
 
     def bearer(self, token: str) -> Callable[[str, str, bytes], str | None]:

@@ -297,7 +297,7 @@ class SandboxStreamResource(SandboxBase):
         self.served(req)
         raise UpgradeRequiredError(
             "this endpoint is a WebSocket: send Upgrade: websocket (docs/api.md)",
-            headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+            headers={"Upgrade": "websocket"},
         )
 
 
