@@ -29,6 +29,7 @@ EXECUTIONS = ResourceType(GROUP, VERSION, "sandboxexecutions", "SandboxExecution
 TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 POLL_SECONDS, MAX_POLL_SECONDS = 0.25, 5.0
 RETRY_SECONDS = 2.0
+START_WINDOW = datetime.timedelta(seconds=60)
 FIELDS = ("state", "exitCode", "startedAt", "finishedAt", "truncated", "message")
 
 
@@ -39,6 +40,19 @@ def _poll_interval(started_at: str | None) -> float:
         return POLL_SECONDS
     age = (utcnow() - datetime.datetime.fromisoformat(started_at)).total_seconds()
     return min(MAX_POLL_SECONDS, max(POLL_SECONDS, age / 10))
+
+
+def _start_overdue(obj: JSON, status: JSON) -> str | None:
+    """The start window, once a never-started execution has outlived it: its own timeout, at
+    most START_WINDOW (a command that cannot start within its timeout could not have ended in
+    time either)."""
+    if status.get("state") not in (None, "Queued"):
+        return None
+    window = min(START_WINDOW, parse_duration(obj["spec"]["timeout"]))
+    created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
+    if utcnow() - created < window:
+        return None
+    return f"{window.total_seconds():g}s"
 
 
 class ExecutionReconciler:
@@ -90,7 +104,10 @@ class ExecutionReconciler:
         )
 
     async def _unreachable(self, obj: JSON, status: JSON, why: str) -> Result:
-        """Retry while the lease is Ready (a passing fault); otherwise the outcome is lost."""
+        """Retry while the lease is Ready (a passing fault), except for an execution that has
+        not been seen starting within its start window (a wrong runner path, a sandbox without
+        python3); otherwise the outcome is lost. Either way it becomes Unknown, never Failed:
+        an attempt that did not answer may still have started the command."""
         lease_ref = obj["spec"]["lease"]
         try:
             lease = await self.client.get(
@@ -102,11 +119,14 @@ class ExecutionReconciler:
             )
         except NotFoundError:
             ready = False
-        if ready:
+        waited = _start_overdue(obj, status)
+        if ready and waited is None:
             log.info("runner for %s not reachable, retrying: %s", obj["metadata"]["name"], why)
             return Result(requeue_after=RETRY_SECONDS)
-        status.update(
-            state="Unknown", message=f"the sandbox is gone; the outcome is unknown ({why})"[:1000]
-        )
+        if ready:
+            message = f"the runner did not answer for {waited}; the outcome is unknown ({why})"
+        else:
+            message = f"the sandbox is gone; the outcome is unknown ({why})"
+        status.update(state="Unknown", message=message[:1000])
         await write_status(self.client, EXECUTIONS, obj, status)
         return Result()

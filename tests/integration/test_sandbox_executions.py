@@ -24,7 +24,15 @@ import pytest
 
 from lessor.runner.runner import CAP, WINDOW
 from tests.integration.operator_harness import wait_for
-from tests.integration.test_sandbox_leases import ALICE, BOB, Env, Response, env, scanned  # noqa: F401
+from tests.integration.test_sandbox_leases import (  # noqa: F401
+    ALICE,
+    BOB,
+    Env,
+    Response,
+    env,
+    sandbox_pool,
+    scanned,
+)
 
 pytestmark = pytest.mark.integration
 RUNNER_DIR = Path("/tmp/lessor-runner")  # the runner's default, on this host (kwok)
@@ -261,6 +269,25 @@ def lessor(env: Env, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[
         [sys.executable, "-m", "lessor.cli.main", *argv],
         env=environment, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def test_an_execution_whose_runner_never_answers_ends_unknown(env: Env) -> None:  # noqa: F811
+    """A pool with a wrong runner path: the detached execution is not left Queued for the
+    lease's whole life (a follower would wait that long) but ends Unknown once its start window
+    (its own timeout, here 3 s) has passed, saying why."""
+    env.objects.apply(sandbox_pool("sb-lost-runner", 1, runner={"path": "/no/lessor-runner"}))
+    wait_for(
+        "sb-lost-runner to be Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-lost-runner").get("phase") == "Healthy",
+        timeout=120,
+    )
+    lost = env.create(ALICE, pool="sb-lost-runner").body["id"]
+    env.until(ALICE, lost, "Ready")
+    queued = post(env, lost, command=["true"], detach=True, timeout="3s")
+    assert queued.status == 202 and queued.body["state"] == "Queued", queued.body
+    ended = until_state(env, lost, queued.body["id"], "Unknown")
+    assert "the runner did not answer for 3s" in ended["message"], ended
+    assert env.release(ALICE, lost).status == 204
 
 
 def test_the_cli_runs_execs_and_propagates_exit_codes(
