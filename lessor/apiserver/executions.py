@@ -119,7 +119,7 @@ class ExecutionService:
             raise ConflictError(f"the lease is {phase}; request a new lease", reason="expired")
         if phase != "Ready":
             raise ConflictError("the sandbox is not Ready yet", reason="not_ready")
-        pool = SandboxPool.model_validate(self.kube.get("sandboxpools", lease["spec"]["pool"]))
+        pool = self._pool(lease["spec"]["pool"])
         if pool.spec.runner is None:
             raise NotImplementedYetError(
                 f"SandboxPool {pool.metadata.name} has no runner, so it runs no executions"
@@ -173,6 +173,18 @@ class ExecutionService:
                 ) from error
             return found
         return created
+
+    def _pool(self, name: str) -> SandboxPool:
+        """The lease's pool, whose runner a new execution uses. A pool deleted under a Ready
+        lease is the administrator's to resolve: 503 `pool_unresolvable`, not a 404 that would
+        read as "no such lease"."""
+        try:
+            return self.leases.pool(name)
+        except NotFoundError:
+            raise UnavailableError(
+                f"SandboxPool {name} of this lease no longer exists, so it runs no executions",
+                reason="pool_unresolvable",
+            ) from None
 
     @staticmethod
     def _container(pool: SandboxPool) -> str | None:

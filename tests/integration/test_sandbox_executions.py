@@ -290,6 +290,26 @@ def test_an_execution_whose_runner_never_answers_ends_unknown(env: Env) -> None:
     assert env.release(ALICE, lost).status == 204
 
 
+def test_a_lease_whose_pool_was_deleted_refuses_new_executions(env: Env) -> None:  # noqa: F811
+    source = env.objects.get("sandboxpool", "sb-run")
+    assert source is not None
+    runner = source["spec"]["runner"]
+    env.objects.apply(sandbox_pool("sb-vanishing", 1, runner=runner))
+    wait_for(
+        "sb-vanishing to be Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-vanishing").get("phase") == "Healthy",
+        timeout=120,
+    )
+    kept = env.create(ALICE, pool="sb-vanishing").body["id"]
+    env.until(ALICE, kept, "Ready")
+    assert post(env, kept, command=["true"]).status == 200
+    env.cluster.kubectl("delete", "sandboxpool", "sb-vanishing", "-n", env.namespace)
+    refused = post(env, kept, command=["true"])
+    assert (refused.status, refused.body["reason"]) == (503, "pool_unresolvable"), refused.body
+    assert "sb-vanishing" in refused.body["detail"]
+    env.release(ALICE, kept)
+
+
 def test_the_cli_runs_execs_and_propagates_exit_codes(
     env: Env,  # noqa: F811
     lease: str,
