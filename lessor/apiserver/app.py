@@ -77,7 +77,10 @@ class Services:
 
     @cached_property
     def pools(self) -> PoolService:
-        return PoolService(self.kube)
+        return PoolService(self.kube, self._sandbox_served)
+
+    def _sandbox_served(self) -> bool:
+        return self.settings.agent_sandbox_mode == "external" and self.sandbox.verdict().served
 
     @cached_property
     def sandbox_leases(self) -> SandboxLeaseService:
@@ -148,7 +151,7 @@ class DiagnosticsResource(Base):
 
 class PoolsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.services.pools.list_records(self.principal(req))
+        resp.media = self.services.pools.records(self.principal(req))
 
 
 class PoolResource(Base):

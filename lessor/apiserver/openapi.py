@@ -74,8 +74,15 @@ class PoolRecord(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     name: str
-    resource_kind: str = Field(alias="resourceKind")
-    capabilities: list[str]
+    resource_kind: Literal["Cluster", "Sandbox"] = Field(
+        alias="resourceKind",
+        description="Sandbox pools are listed while the Sandbox API is served; their "
+        "creating, recycling, unhealthy and queueDepth are 0.",
+    )
+    capabilities: list[str] = Field(
+        description="Cluster: lease, kubeconfig, extend, release. Sandbox: lease, extend, "
+        "release, logs, attach, and exec (with a runner) and port-forward (with declared ports)."
+    )
     phase: str
     ready: int
     leased: int

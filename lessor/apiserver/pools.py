@@ -1,18 +1,29 @@
-"""/v1/pools and /v1/status: what a caller may lease from, and how the service is doing."""
+"""/v1/pools and /v1/status: what a caller may lease from, and how the service is doing.
+
+Every pool the caller may lease from is listed, whatever its kind (spec 4.2): ClusterPools by
+the AccessPolicy's rules, and, while the Sandbox API is served, SandboxPools by the caller's
+Sandbox grants with the `lease` verb, as `resourceKind: Sandbox` with the capabilities the pool
+gives (`exec` only with a runner, `port-forward` only with declared ports). A ClusterPool and a
+SandboxPool of the same name are both listed; GET /v1/pools/:name answers with the ClusterPool.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lessor.apiserver.authn import Principal
 from lessor.apiserver.errors import NotFoundError
 from lessor.apiserver.kube import Kube
-from lessor.apiserver.leases import ACTIVE
-from lessor.apiserver.policy import visible_pools
+from lessor.apiserver.leases import ACTIVE, REQUESTER_LABEL, requester_label
+from lessor.apiserver.policy import sandbox_grant, visible_pools
 from lessor.resources.cluster import ClusterPool
+from lessor.resources.sandbox import SandboxPool
 
 Json = dict[str, Any]
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
+SANDBOX_CAPABILITIES = ["lease", "extend", "release", "logs", "attach"]
+SANDBOX_ACTIVE = ("Pending", "Provisioning", "Ready", "Releasing")
 REDACTED = "redacted"
 
 
@@ -37,32 +48,73 @@ def pool_record(pool: ClusterPool) -> Json:
     return record
 
 
-class PoolService:
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
+def sandbox_pool_record(pool: SandboxPool) -> Json:
+    """A SandboxPool as a pool status record (spec 2.3): counts it does not keep are 0."""
+    status = pool.status
+    capabilities = list(SANDBOX_CAPABILITIES)
+    if pool.spec.runner is not None:
+        capabilities.append("exec")
+    if pool.spec.ports:
+        capabilities.append("port-forward")
+    record: Json = {
+        "name": pool.metadata.name,
+        "resourceKind": "Sandbox",
+        "capabilities": capabilities,
+        "phase": (status.phase if status else None) or "Unavailable",
+        "ready": status.ready if status else 0,
+        "leased": status.leased if status else 0,
+        "creating": 0,
+        "recycling": 0,
+        "unhealthy": 0,
+        "quarantined": status.quarantined if status else 0,
+        "queueDepth": 0,
+        "policy": {"mode": "fixed", "ttl": pool.spec.default_ttl, "warmTarget": pool.spec.warm},
+    }
+    return record
 
-    def all_pools(self) -> list[ClusterPool]:
+
+class PoolService:
+    def __init__(self, kube: Kube, sandbox_served: Callable[[], bool] = lambda: False) -> None:
+        self.kube = kube
+        self.sandbox_served = sandbox_served
+
+    def _cluster_pools(self) -> list[ClusterPool]:
         pools = self.kube.list_objects("clusterpools", cached=True)
         return [ClusterPool.model_validate(p) for p in pools]
 
-    def visible(self, principal: Principal) -> list[ClusterPool]:
-        pools = {pool.metadata.name or "": pool for pool in self.all_pools()}
-        allowed = visible_pools(principal.policy.spec, principal.claims, sorted(pools))
-        return [pools[name] for name in allowed]
+    def _sandbox_pools(self) -> list[SandboxPool]:
+        if not self.sandbox_served():
+            return []
+        pools = self.kube.list_objects("sandboxpools", cached=True)
+        return [SandboxPool.model_validate(p) for p in pools]
 
-    def list_records(self, principal: Principal) -> list[Json]:
-        return [pool_record(pool) for pool in self.visible(principal)]
+    def records(self, principal: Principal | None) -> list[Json]:
+        """Every pool's record, or with a principal those it may lease from."""
+        clusters = {pool.metadata.name or "": pool for pool in self._cluster_pools()}
+        names = sorted(clusters)
+        if principal is not None:
+            names = visible_pools(principal.policy.spec, principal.claims, names)
+        records = [pool_record(clusters[name]) for name in names]
+        for pool in sorted(self._sandbox_pools(), key=lambda p: p.metadata.name or ""):
+            name = pool.metadata.name or ""
+            if principal is None or sandbox_grant(
+                principal.policy.spec, principal.claims, name, "lease"
+            ):
+                records.append(sandbox_pool_record(pool))
+        return records
 
     def one(self, principal: Principal, name: str) -> Json:
-        for pool in self.visible(principal):
-            if pool.metadata.name == name:
-                return pool_record(pool)
+        for record in self.records(principal):
+            if record["name"] == name:
+                return record
         raise NotFoundError(f"no pool {name}")
 
     def leases(self, principal: Principal, name: str) -> list[Json]:
         """Active leases of a shared pool; other tenants' requester, alias and metadata are
-        redacted."""
-        self.one(principal, name)
+        redacted. A Sandbox pool shows the caller's own leases only (spec: a caller sees its
+        own Sandbox leases)."""
+        if self.one(principal, name)["resourceKind"] == "Sandbox":
+            return self._own_sandbox_leases(principal, name)
         rows = []
         for lease in self.kube.list_objects("clusterleases", cached=True):
             spec, status = lease.get("spec", {}), lease.get("status", {})
@@ -84,11 +136,34 @@ class PoolService:
             rows.append(row)
         return rows
 
-    def status_rows(self, principal: Principal | None) -> list[Json]:
-        pools = self.visible(principal) if principal else self.all_pools()
+    def _own_sandbox_leases(self, principal: Principal, name: str) -> list[Json]:
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
         rows = []
-        for pool in pools:
-            record = pool_record(pool)
+        for lease in self.kube.list_objects("sandboxleases", selector, cached=True):
+            spec, status = lease.get("spec", {}), lease.get("status", {})
+            if (
+                spec.get("pool") != name
+                or spec.get("requester") != principal.identity
+                or spec.get("cancelled")
+                or (status.get("phase") or "Pending") not in SANDBOX_ACTIVE
+            ):
+                continue
+            row: Json = {
+                "id": lease["metadata"]["name"],
+                "phase": status.get("phase") or "Pending",
+                "profile": name,
+                "cluster_name": None,
+                "requester": principal.identity,
+                "expires_at": status.get("expiresAt"),
+            }
+            if spec.get("alias"):
+                row["alias"] = spec["alias"]
+            rows.append(row)
+        return rows
+
+    def status_rows(self, principal: Principal | None) -> list[Json]:
+        rows = []
+        for record in self.records(principal):
             row = {key: record[key] for key in ("name", "ready", "leased", "creating")}
             if principal is not None:
                 row.update(phase=record["phase"], quarantined=record["quarantined"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import http.client
+import json
 import os
 import pty
 import queue
@@ -58,6 +59,7 @@ from tests.integration.test_apiserver import Api, start_api
 from tests.integration.test_sandbox_leases import (  # noqa: F401
     ALICE,
     BOB,
+    DAVE,
     EXTERNAL,
     SECRET_MARKERS,
     Env,
@@ -478,3 +480,52 @@ def test_the_cli_attach_on_a_terminal(env: Env, lease: str, tmp_path: Path) -> N
             attach.kill()
         os.close(controller)
         os.close(terminal)
+
+
+def test_pools_list_sandbox_pools_with_their_capabilities(env: Env, pool: str) -> None:  # noqa: F811
+    listed = env.api.call("GET", "/v1/pools", token=ALICE)
+    assert listed.status == 200
+    records = {record["name"]: record for record in listed.body}
+    assert records["sb-ports"]["resourceKind"] == "Sandbox"
+    assert records["sb-ports"]["capabilities"] == [
+        "lease", "extend", "release", "logs", "attach", "port-forward",
+    ]  # fmt: skip
+    assert "exec" in records["sb-run"]["capabilities"], "a pool with a runner executes"
+    assert "exec" not in records["sb-warm"]["capabilities"]
+    assert records["sb-warm"]["policy"] == {"mode": "fixed", "ttl": "10m", "warmTarget": 2}
+    one = env.api.call("GET", "/v1/pools/sb-ports", token=ALICE).body
+    assert one == records["sb-ports"]
+    assert [r["name"] for r in env.api.call("GET", "/v1/pools", token=DAVE).body] == [], (
+        "no Sandbox grant, no Sandbox pool"
+    )
+    assert env.api.call("GET", "/v1/pools/sb-ports", token=DAVE).status == 404
+    status = env.api.api.call("GET", "/v1/status", token=ALICE).body  # names auth methods
+    assert "sb-ports" in [row["name"] for row in status["pools"]]
+
+
+def test_the_cli_leases_extends_and_releases_a_sandbox(
+    env: Env,  # noqa: F811
+    pool: str,
+    tmp_path: Path,
+) -> None:
+    def run(*argv: str) -> tuple[int, str, str]:
+        process = lessor(env, tmp_path, *argv)
+        stdout, stderr = process.communicate(timeout=120)
+        return process.returncode, stdout, stderr
+
+    code, stdout, stderr = run("lease", pool, "--ttl", "10m", "-o", "json")
+    assert code == 0, stderr
+    leased = json.loads(stdout)
+    assert (leased["kind"], leased["phase"]) == ("Sandbox", "Ready")
+    assert "attach" in leased["capabilities"] and leased["expires_at"]
+    assert "kubeconfig" not in leased
+    lease = leased["id"]
+    code, stdout, _ = run("status", "-o", "json")
+    assert lease in [row["id"] for row in json.loads(stdout)["sandbox_leases"]]
+    code, stdout, stderr = run("extend", lease, "--ttl", "5m")
+    assert code == 0 and "now expires" in stdout, stderr
+    code, stdout, stderr = run("release", lease)
+    assert code == 0 and "released sandbox lease" in stdout, stderr
+    env.until(ALICE, lease, "Released")
+    code, _, stderr = run("lease", pool, "--kubeconfig", str(tmp_path / "kc"))
+    assert code == 2 and "--kubeconfig is for cluster pools" in stderr

@@ -1,5 +1,6 @@
 """`lessor lease POOL`: create (or, with --ensure, reuse) a cluster lease, wait until it is Bound,
-write its kubeconfig (mode 0600), and print what was leased.
+write its kubeconfig (mode 0600), and print what was leased; for a Sandbox pool, create a
+Sandbox lease and wait until it is Ready (no kubeconfig: exec, logs, attach, port-forward).
 
 Giving up (Ctrl-C or --wait-timeout) on a lease this command created releases it, so an
 abandoned wait never holds a cluster until its TTL; a lease reused with --ensure is left alone.
@@ -10,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from lessor.cli import context, output
 from lessor.cli.client import Client
-from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
+from lessor.cli.commands.sandbox import wait_ready
+from lessor.cli.errors import INTERRUPTED, REFUSED, SERVER, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.files import write_private
 from lessor.cli.progress import Progress
 from lessor.resources.durations import parse_duration
@@ -137,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     metadata = _metadata(args.metadata_json)
     client = context.client(args)
     pool = client.call("GET", f"/v1/pools/{args.pool}")
+    if pool.get("resourceKind") == "Sandbox":
+        return _sandbox(client, args, pool, metadata, timeout)
     lease, reused = _create(client, args, metadata)
     lease_id = lease["id"]
     result: dict[str, Any] = {
@@ -169,6 +174,66 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, result)
 
 
+def _sandbox(
+    client: Client,
+    args: argparse.Namespace,
+    pool: dict[str, Any],
+    metadata: dict[str, Any] | None,
+    timeout: float | None,
+) -> int:
+    """A Sandbox lease: POST /v1/sandbox-leases with a fresh idempotency key (reused once if the
+    connection fails, so a retry never makes two), then wait until Ready. No kubeconfig: the
+    sandbox is used through exec, logs, attach and port-forward."""
+    for flag, given in (("--kubeconfig", args.kubeconfig), ("--metadata-json", metadata),
+                        ("--ensure", args.ensure)):  # fmt: skip
+        if given:
+            raise CliError(f"{flag} is for cluster pools; {args.pool} is a Sandbox pool", USAGE)
+    body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}
+    if args.ttl:
+        body["ttl"] = args.ttl
+    if args.name:
+        body["alias"] = args.name
+    try:
+        lease = client.call("POST", "/v1/sandbox-leases", body)
+    except CliError as error:
+        if error.code != SERVER or "cannot reach" not in str(error):
+            raise
+        lease = client.call("POST", "/v1/sandbox-leases", body)  # the same key: one lease
+    lease_id = lease["id"]
+    result: dict[str, Any] = {
+        "id": lease_id,
+        "profile": args.pool,
+        "kind": "Sandbox",
+        "capabilities": pool.get("capabilities", []),
+        "reused": False,
+    }
+    if args.name:
+        result["alias"] = args.name
+    if args.no_wait:
+        result["phase"] = lease["phase"]
+        return _report(args, result)
+    progress = Progress()
+    try:
+        ready = wait_ready(client, lease_id, progress, timeout)
+    except KeyboardInterrupt:
+        raise _give_up_sandbox(client, lease_id, "interrupted", INTERRUPTED) from None
+    except TimeoutError:
+        why = f"sandbox lease {lease_id} was not Ready within {args.wait_timeout}"
+        raise _give_up_sandbox(client, lease_id, why, TIMEOUT) from None
+    finally:
+        progress.clear()
+    result.update(phase=ready["phase"], expires_at=ready.get("expires_at"))
+    return _report(args, result)
+
+
+def _give_up_sandbox(client: Client, lease_id: str, why: str, code: int) -> CliError:
+    try:
+        client.call("DELETE", f"/v1/sandbox-leases/{lease_id}")
+    except CliError as error:
+        return CliError(f"{why}; releasing {lease_id} failed ({error}): `lessor release`", code)
+    return CliError(f"{why}; released sandbox lease {lease_id}", code)
+
+
 def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     if output.wants_json(args):
         output.emit_json(result)
@@ -182,11 +247,10 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         ("capabilities", ", ".join(result["capabilities"]) or "-"),
         ("phase", result["phase"]),
     ]
+    if "expires_at" in result:
+        rows.append(("expires", output.until(result["expires_at"])))
     if "kubeconfig" in result:
-        rows += [
-            ("expires", output.until(result["expires_at"])),
-            ("kubeconfig", result["kubeconfig"]),
-        ]
+        rows.append(("kubeconfig", result["kubeconfig"]))
     elif result.get("queue_position"):
         rows.append(("queue position", result["queue_position"]))
     output.fields(rows)

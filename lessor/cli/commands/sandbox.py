@@ -172,14 +172,19 @@ def cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_ready(client: Client, lease_id: str, progress: Progress) -> None:
+def wait_ready(
+    client: Client, lease_id: str, progress: Progress, timeout: float | None = None
+) -> dict[str, Any]:
+    """The lease once Ready; CliError if it ends first, TimeoutError after `timeout` seconds."""
     started = time.monotonic()
     while True:
-        lease = client.call("GET", f"/v1/sandbox-leases/{lease_id}")
+        lease: dict[str, Any] = client.call("GET", f"/v1/sandbox-leases/{lease_id}")
         if lease["phase"] == "Ready":
-            return
+            return lease
         if lease["phase"] in LEASE_ENDED:
             raise CliError(f"sandbox lease {lease_id} ended before it was Ready: {lease['phase']}")
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise TimeoutError
         progress.update(f"sandbox {lease_id}: {lease['phase']} ({time.monotonic() - started:.0f}s)")
         time.sleep(0.2)
 
@@ -196,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     lease_id = client.call("POST", "/v1/sandbox-leases", body)["id"]
     progress = Progress()
     try:
-        _wait_ready(client, lease_id, progress)
+        wait_ready(client, lease_id, progress)
         progress.clear()
         return _run_in(client, lease_id, argv, args)
     except KeyboardInterrupt:

@@ -11,6 +11,8 @@ from lessor.cli.client import Client, Credential
 from lessor.cli.errors import CliError
 from lessor.cli.sessions import Session
 
+SANDBOX_ENDED = ("Released", "Expired")
+
 
 def _credential(client: Client) -> Credential | None:
     """Status needs no credential; use one only if the target has one ready."""
@@ -43,6 +45,13 @@ def status(args: argparse.Namespace) -> int:
         raise CliError(f"{target.endpoint}/v1/status answered {answer.status}")
     body: dict[str, Any] = answer.body
     leases = client.call("GET", "/v1/leases") if credential is not None else None
+    sandbox_leases = None
+    if credential is not None and body.get("sandbox", {}).get("served"):
+        sandbox_leases = [
+            lease
+            for lease in client.call("GET", "/v1/sandbox-leases")
+            if lease["phase"] not in SANDBOX_ENDED
+        ]
     session = client.session
     result = {
         "endpoint": target.endpoint,
@@ -60,6 +69,7 @@ def status(args: argparse.Namespace) -> int:
         ),
         "pools": body.get("pools", []),
         "leases": leases,
+        "sandbox_leases": sandbox_leases,
     }
     if output.wants_json(args):
         output.emit_json(result)
@@ -86,20 +96,16 @@ def status(args: argparse.Namespace) -> int:
     output.table(headers, [[pool.get(key) for key in keys] for pool in pools])
     if leases is not None:
         print()
-        if leases:
-            output.table(
-                ["LEASE", "POOL", "PHASE", "NAME", "EXPIRES"],
-                [
-                    [
-                        row["id"],
-                        row["profile"],
-                        row["phase"],
-                        row.get("alias"),
-                        row.get("expires_at"),
-                    ]
-                    for row in leases
-                ],
-            )
+        rows = [
+            [row["id"], row["profile"], row["phase"], row.get("alias"), row.get("expires_at")]
+            for row in leases
+        ]
+        rows += [
+            [row["id"], row["pool"], row["phase"], row.get("alias"), row.get("expires_at")]
+            for row in sandbox_leases or []
+        ]
+        if rows:
+            output.table(["LEASE", "POOL", "PHASE", "NAME", "EXPIRES"], rows)
         else:
             print("no active leases")
     return 0
