@@ -83,10 +83,12 @@ def _lease(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         commands,
         "lease",
         "lessor.cli.commands.lease:run",
-        "lease a cluster from a pool and write its kubeconfig",
+        "lease a cluster (and write its kubeconfig) or a sandbox from a pool",
         """\
 Lease a cluster from POOL, wait until it is Bound, write its kubeconfig (mode 0600) and print
-the lease id, resource kind, capabilities, expiry and kubeconfig path.
+the lease id, resource kind, capabilities, expiry and kubeconfig path. From a Sandbox pool:
+lease a sandbox, wait until it is Ready and print the same without a kubeconfig; use it with
+exec, logs, attach and port-forward.
 
 While waiting on a terminal, one line shows the phase, queue position and time elapsed; when
 output goes to a pipe or file nothing is printed until the end. Ctrl-C or --wait-timeout
@@ -310,7 +312,8 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         "release",
         "lessor.cli.commands.leases:release",
         "release a lease now",
-        "Release LEASE: its cluster is destroyed and the pool refills. Repeating it is safe.",
+        "Release LEASE: its cluster is destroyed and the pool refills (a sandbox lease: its"
+        " sandbox is deleted). Repeating it is safe.",
     )
     release.add_argument("lease_id", metavar="LEASE")
     extend = _command(
