@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import select
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -142,11 +143,11 @@ class ForwardStream:
         self.socket = forward.socket(port)
 
     def read(self, timeout: float) -> list[tuple[int, bytes]]:
-        self.socket.settimeout(timeout)
-        try:
-            data: bytes = self.socket.recv(65536)
-        except TimeoutError:
+        # select, not a socket timeout, which would also cut short a send in the other worker
+        ready, _, _ = select.select([self.socket], [], [], timeout)
+        if not ready:
             return []
+        data: bytes = self.socket.recv(65536)
         if data:
             return [(STDOUT, data)]
         error = self.forward.error(self.port)

@@ -12,7 +12,6 @@ Pings do not count as activity: a client that only keeps the connection alive is
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -127,10 +126,10 @@ class Session:
             self.finish(Outcome(LEASE_ENDED, why))
 
     def _close(self, outcome: Outcome) -> None:
+        last = None
         if not outcome.by_client and outcome.code != NORMAL:
-            with contextlib.suppress(PeerClosed, OSError):
-                self.websocket.send(encode(ERROR, error_payload(outcome.reason, outcome.detail)))
-        self.websocket.close(outcome.code, outcome.reason)
+            last = encode(ERROR, error_payload(outcome.reason, outcome.detail))
+        self.websocket.close(outcome.code, outcome.reason, last)
         try:
             self.pod.close()
         except Exception:  # the pod stream may already be gone

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import select
 import socket
 import threading
+import time
 from typing import Any
 
 from wsproto.connection import Connection, ConnectionState, ConnectionType
@@ -23,6 +25,7 @@ from lessor.stream_frames import PROTOCOL_ERROR, SUBPROTOCOL, UNSUPPORTED, Frame
 
 MAX_MESSAGE = 1 << 20  # a client message larger than this closes the session (1009)
 TOO_BIG = 1009
+CLOSE_WAIT = 2.0  # seconds for the close handshake
 
 
 class HandshakeError(ValueError):
@@ -65,8 +68,13 @@ def handshake(environ: dict[str, Any]) -> bytes:
 
 
 class WebSocket:
+    """The socket stays blocking, without a timeout: waits for input go through select, so a
+    send in the other direction is never cut short by a receive's timeout; a client that stops
+    reading holds its sender until the session is closed, which then drops the connection."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.sock.settimeout(None)
         self.connection = Connection(ConnectionType.SERVER)
         self.lock = threading.Lock()
         self.partial = bytearray()
@@ -79,21 +87,21 @@ class WebSocket:
 
     def _send(self, event: Event) -> None:
         with self.lock:
-            if self.connection.state is not ConnectionState.OPEN and not isinstance(
-                event, CloseConnection
-            ):
+            if self.connection.state is not ConnectionState.OPEN:
                 raise PeerClosed
-            self.sock.sendall(self.connection.send(event))
+            try:
+                self.sock.sendall(self.connection.send(event))
+            except OSError as error:  # the client went away
+                raise PeerClosed from error
 
     def receive(self, timeout: float) -> list[bytes]:
         """The complete messages that arrive within `timeout` (maybe none). PeerClosed once the
         client closed; FrameError for what the protocol forbids: text messages, oversized
         messages, malformed frames."""
-        self.sock.settimeout(timeout)
+        if not _readable(self.sock, timeout):
+            return []
         try:
             data = self.sock.recv(65536)
-        except TimeoutError:
-            return []
         except OSError as error:
             raise PeerClosed from error
         if not data:
@@ -125,25 +133,48 @@ class WebSocket:
                     self.partial.clear()
         return complete
 
-    def close(self, code: int, reason: str) -> None:
-        """Send a close frame (when still open), wait briefly for the client's, and drop the
-        connection."""
-        with contextlib.suppress(LocalProtocolError, OSError):
-            if self.connection.state is ConnectionState.OPEN:
-                self._send(CloseConnection(code=code, reason=reason))
+    def close(self, code: int, reason: str, last: bytes | None = None) -> None:
+        """Send `last` (an error frame) and a close frame when still open, wait briefly for the
+        client's close, and drop the connection. A sender stuck on a client that stopped reading
+        holds the lock: then the connection is dropped without the goodbye."""
+        if self.lock.acquire(timeout=CLOSE_WAIT):
+            try:
+                if self.connection.state is ConnectionState.OPEN:
+                    with contextlib.suppress(LocalProtocolError, OSError):
+                        if last is not None:
+                            self.sock.sendall(self.connection.send(Message(data=last)))
+                        self.sock.sendall(
+                            self.connection.send(CloseConnection(code=code, reason=reason))
+                        )
+            finally:
+                self.lock.release()
+            with contextlib.suppress(LocalProtocolError, OSError):
                 self._await_close_reply()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
     def _await_close_reply(self) -> None:
-        """Up to two seconds for the client's close frame, so that it reads the code and reason
+        """Up to CLOSE_WAIT for the client's close frame, so that it reads the code and reason
         before the connection drops (RFC 6455 7.1.1: the server closes the TCP connection)."""
-        self.sock.settimeout(2.0)
-        while True:
+        deadline = time.monotonic() + CLOSE_WAIT
+        while self.connection.state is not ConnectionState.CLOSED:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _readable(self.sock, left):
+                return
             data = self.sock.recv(65536)
             if not data:
                 return
             self.connection.receive_data(data)
-            if any(isinstance(e, CloseConnection) for e in self.connection.events()):
-                return
+            for _ in self.connection.events():
+                pass
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether a recv would not block; select is gevent's under the gevent worker. TLS may
+    hold decrypted bytes the kernel no longer shows."""
+    pending = getattr(sock, "pending", None)
+    if pending is not None and pending():
+        return True
+    ready, _, _ = select.select([sock], [], [], timeout)
+    return bool(ready)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -187,3 +188,29 @@ def test_the_cli_refuses_port_specs_it_cannot_use(spec: str) -> None:
     with pytest.raises(CliError) as refused:
         _ports(spec)
     assert refused.value.code == 2
+
+
+def test_a_client_that_stops_reading_cannot_hold_the_session_open(
+    pair: tuple[WebSocket, socket.socket, Connection],
+) -> None:
+    """The sender blocks on the full socket, holding the send lock; closing still ends the
+    connection (without the goodbye it cannot send) and the sender learns the client is gone."""
+    server, _sock, _client = pair
+    outcome: list[BaseException] = []
+
+    def flood() -> None:
+        try:
+            while True:
+                server.send(encode(STDOUT, bytes(65536)))
+        except PeerClosed as error:
+            outcome.append(error)
+
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
+    sender.join(0.5)
+    assert sender.is_alive(), "the sender is blocked: nobody reads"
+    started = time.monotonic()
+    server.close(4001, "idle_timeout")
+    assert time.monotonic() - started < 10
+    sender.join(5)
+    assert not sender.is_alive() and isinstance(outcome[0], PeerClosed)
