@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import select
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -141,13 +140,16 @@ class ForwardStream:
         self.forward = forward
         self.port = port
         self.socket = forward.socket(port)
+        # Reads wait with a timeout; a second handle of the same socket carries it, so that
+        # writes (by the other worker) are never cut short by it.
+        self.reader = self.socket.dup()
 
     def read(self, timeout: float) -> list[tuple[int, bytes]]:
-        # select, not a socket timeout, which would also cut short a send in the other worker
-        ready, _, _ = select.select([self.socket], [], [], timeout)
-        if not ready:
+        self.reader.settimeout(timeout)
+        try:
+            data: bytes = self.reader.recv(65536)
+        except TimeoutError:
             return []
-        data: bytes = self.socket.recv(65536)
         if data:
             return [(STDOUT, data)]
         error = self.forward.error(self.port)
@@ -161,6 +163,7 @@ class ForwardStream:
         self.socket.sendall(payload)
 
     def close(self) -> None:
+        self.reader.close()
         self.forward.close()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import select
 import socket
 import threading
 import time
@@ -68,13 +67,15 @@ def handshake(environ: dict[str, Any]) -> bytes:
 
 
 class WebSocket:
-    """The socket stays blocking, without a timeout: waits for input go through select, so a
-    send in the other direction is never cut short by a receive's timeout; a client that stops
-    reading holds its sender until the session is closed, which then drops the connection."""
+    """Reads wait with a timeout on a second handle of the socket (`reader`): a timeout belongs
+    to a handle, so a send in the other direction is never cut short by a receive's. Sends have
+    none: a client that stops reading holds its sender until the session is closed, which then
+    drops the connection. (gunicorn here serves plain TCP; a TLS socket could not be dup'ed.)"""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.sock.settimeout(None)
+        self.reader = sock.dup()  # a handle for timed reads: timeouts belong to a handle
         self.connection = Connection(ConnectionType.SERVER)
         self.lock = threading.Lock()
         self.partial = bytearray()
@@ -98,10 +99,11 @@ class WebSocket:
         """The complete messages that arrive within `timeout` (maybe none). PeerClosed once the
         client closed; FrameError for what the protocol forbids: text messages, oversized
         messages, malformed frames."""
-        if not _readable(self.sock, timeout):
-            return []
+        self.reader.settimeout(timeout)
         try:
-            data = self.sock.recv(65536)
+            data = self.reader.recv(65536)
+        except TimeoutError:
+            return []
         except OSError as error:
             raise PeerClosed from error
         if not data:
@@ -152,6 +154,7 @@ class WebSocket:
                 self._await_close_reply()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+        self.reader.close()
         self.sock.close()
 
     def _await_close_reply(self) -> None:
@@ -160,21 +163,12 @@ class WebSocket:
         deadline = time.monotonic() + CLOSE_WAIT
         while self.connection.state is not ConnectionState.CLOSED:
             left = deadline - time.monotonic()
-            if left <= 0 or not _readable(self.sock, left):
+            if left <= 0:
                 return
-            data = self.sock.recv(65536)
+            self.reader.settimeout(left)
+            data = self.reader.recv(65536)
             if not data:
                 return
             self.connection.receive_data(data)
             for _ in self.connection.events():
                 pass
-
-
-def _readable(sock: socket.socket, timeout: float) -> bool:
-    """Whether a recv would not block; select is gevent's under the gevent worker. TLS may
-    hold decrypted bytes the kernel no longer shows."""
-    pending = getattr(sock, "pending", None)
-    if pending is not None and pending():
-        return True
-    ready, _, _ = select.select([sock], [], [], timeout)
-    return bool(ready)
