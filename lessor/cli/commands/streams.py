@@ -49,12 +49,12 @@ def attach(args: argparse.Namespace) -> int:
     ended: list[Closed] = []
     reader = threading.Thread(target=_print_output, args=(session, ended), daemon=True)
     reader.start()
-    if interactive:
-        print(f"attached to {args.lease_id}; Ctrl-] detaches\r", file=sys.stderr)
     resized = threading.Event()
     try:
         with _raw_terminal(interactive):
             if interactive:
+                # Said once the terminal is raw, so that whoever reads it can type at once.
+                print(f"attached to {args.lease_id}; Ctrl-] detaches\r", file=sys.stderr)
                 resized.set()  # the first size goes at once
                 # The handler only flags it: sending from a signal handler could interleave
                 # with a frame the main thread is sending.
