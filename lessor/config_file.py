@@ -10,7 +10,7 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
-                sandboxStreamMaxDuration}
+                sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
 """
@@ -45,6 +45,7 @@ class ApiServer(_Section):
     sandbox_admission_burst: int | None = Field(default=None, ge=1)
     sandbox_stream_idle_timeout: float | None = Field(default=None, gt=0)
     sandbox_stream_max_duration: float | None = Field(default=None, gt=0)
+    sandbox_stream_max_per_identity: int | None = Field(default=None, ge=1)
 
 
 class Operator(_Section):

@@ -43,6 +43,7 @@ from lessor.apiserver.pools import PoolService
 from lessor.apiserver.sandbox_gate import SandboxGate
 from lessor.apiserver.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX, SandboxLeaseService
 from lessor.apiserver.sandbox_streams import SandboxStreamService
+from lessor.apiserver.session_slots import SessionSlots
 from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
 from lessor.apiserver.stream_bridge import Limits
@@ -428,4 +429,5 @@ def create_app(settings: Settings) -> StreamRoutes:
     app.add_error_handler(ApiException, _on_kube_error)
     app.add_error_handler(HttpError, _on_http_error)
     limits = Limits(settings.sandbox_stream_idle_timeout, settings.sandbox_stream_max_duration)
-    return StreamRoutes(app, services, limits)
+    slots = SessionSlots(settings.sandbox_stream_max_per_identity)
+    return StreamRoutes(app, services, limits, slots)

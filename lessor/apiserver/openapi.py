@@ -416,7 +416,7 @@ def _stream(kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
         "codes in docs/api.md",
         101,
         None,
-        errors=(400, 401, 503, 403, 404, 409, 426),
+        errors=(400, 401, 503, 403, 404, 409, 426, 429),
     )
     operation["responses"]["101"]["description"] = "Switching Protocols: the session begins"
     operation["responses"]["426"]["description"] = "the request did not ask for the upgrade"

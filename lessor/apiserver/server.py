@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=Settings.sandbox_stream_max_duration,
         help="seconds after which an attach or port-forward session ends regardless",
     )
+    parser.add_argument(
+        "--sandbox-stream-max-per-identity",
+        type=int,
+        default=Settings.sandbox_stream_max_per_identity,
+        help="attach and port-forward sessions one identity may hold open on this server",
+    )
     apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
@@ -93,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             "--sandbox-stream-idle-timeout and --sandbox-stream-max-duration must be positive"
         )
+    if args.sandbox_stream_max_per_identity < 1:
+        raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
     options = {
         "bind": args.bind,
         "workers": args.workers,
@@ -116,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_admission_burst=args.sandbox_admission_burst,
         sandbox_stream_idle_timeout=args.sandbox_stream_idle_timeout,
         sandbox_stream_max_duration=args.sandbox_stream_max_duration,
+        sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
     )
     Server(settings, options).run()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
+from lessor.apiserver.session_slots import DEFAULT_PER_IDENTITY
 
 
 @dataclass(frozen=True)
@@ -19,3 +20,5 @@ class Settings:
     # time without data either way, and the longest session.
     sandbox_stream_idle_timeout: float = 900
     sandbox_stream_max_duration: float = 4 * 3600
+    # Open sessions per identity and replica (lessor.apiserver.session_slots).
+    sandbox_stream_max_per_identity: int = DEFAULT_PER_IDENTITY

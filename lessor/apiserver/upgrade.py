@@ -3,10 +3,11 @@ with `Upgrade: websocket`.
 
 A Falcon responder must return a response, and a session is a connection that outlives one, so
 these two requests are taken before Falcon sees them. Everything that can be refused is refused
-first, as an ordinary JSON error in the service's shape (400, 401, 403, 404, 409, 503), exactly
-as the REST routes would answer: the handshake, the credential, the Sandbox gate, the lease and
-its pod, the declared port, and opening the pod's stream. Only then is the 101 written on the
-socket gunicorn hands over, and the session runs on it (lessor.apiserver.stream_bridge);
+first, as an ordinary JSON error in the service's shape (400, 401, 403, 404, 409, 429, 503),
+exactly as the REST routes would answer: the handshake, the credential, the Sandbox gate, the
+lease and its pod, the declared port, the identity's ceiling of open sessions
+(lessor.apiserver.session_slots), and opening the pod's stream. Only then is the 101 written on
+the socket gunicorn hands over, and the session runs on it (lessor.apiserver.stream_bridge);
 gunicorn is told the response was already written. A plain GET of these paths goes on to
 Falcon, which answers 426.
 """
@@ -24,8 +25,14 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver import metrics
-from lessor.apiserver.errors import BadRequestError, HttpError, UnavailableError
+from lessor.apiserver.errors import (
+    BadRequestError,
+    HttpError,
+    TooManyRequestsError,
+    UnavailableError,
+)
 from lessor.apiserver.sandbox_streams import PodStream, SandboxStreamService
+from lessor.apiserver.session_slots import SessionSlots
 from lessor.apiserver.stream_bridge import Limits, Session
 from lessor.apiserver.websocket import HandshakeError, WebSocket, handshake, is_upgrade
 
@@ -38,10 +45,11 @@ Wsgi = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
 class StreamRoutes:
-    def __init__(self, app: Wsgi, services: Any, limits: Limits) -> None:
+    def __init__(self, app: Wsgi, services: Any, limits: Limits, slots: SessionSlots) -> None:
         self.app = app
         self.services = services  # lessor.apiserver.app.Services
         self.limits = limits
+        self.slots = slots
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Any:
         match = PATH.match(environ.get("PATH_INFO", ""))
@@ -54,7 +62,7 @@ class StreamRoutes:
             return self.app(environ, start_response)
         lease_id, kind = match.groups()
         try:
-            answer, pod, check = self._prepare(environ, lease_id, kind)
+            answer, pod, check, slot = self._prepare(environ, lease_id, kind)
         except HandshakeError as error:
             return _refuse(start_response, kind, BadRequestError(str(error)))
         except HttpError as error:
@@ -65,15 +73,19 @@ class StreamRoutes:
             return _refuse(start_response, kind, unavailable)
         _count(kind, 101)
         websocket = WebSocket(environ["gunicorn.socket"])
-        self._serve(websocket, answer, pod=pod, check=check, lease_id=lease_id, kind=kind)
+        try:
+            self._serve(websocket, answer, pod=pod, check=check, lease_id=lease_id, kind=kind)
+        finally:
+            self.slots.release(slot)
         from gunicorn.workers.base_async import ALREADY_HANDLED  # noqa: PLC0415 - worker only
 
         return ALREADY_HANDLED
 
     def _prepare(
         self, environ: Environ, lease_id: str, kind: str
-    ) -> tuple[bytes, PodStream, Callable[[], str | None]]:
-        """Every check of the session, in the REST routes' order, and the open pod stream."""
+    ) -> tuple[bytes, PodStream, Callable[[], str | None], int]:
+        """Every check of the session, in the REST routes' order, the open pod stream, and the
+        session's slot."""
         answer = handshake(environ)
         principal = self._principal(environ)
         verdict = self.services.sandbox.verdict()
@@ -83,7 +95,19 @@ class StreamRoutes:
         target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
         if environ.get("gunicorn.socket") is None:
             raise UnavailableError("WebSocket sessions are served under gunicorn only")
-        return answer, streams.open(target), lambda: streams.check(target)
+        slot = self.slots.claim(principal.identity)
+        if slot is None:
+            raise TooManyRequestsError(
+                f"{self.slots.per_identity} attach and port-forward sessions of this identity"
+                " are open on this server; close one first",
+                reason="too_many_sessions",
+            )
+        try:
+            pod = streams.open(target)
+        except BaseException:
+            self.slots.release(slot)
+            raise
+        return answer, pod, lambda: streams.check(target), slot
 
     def _serve(
         self,

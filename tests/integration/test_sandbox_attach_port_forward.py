@@ -98,8 +98,13 @@ def lease(env: Env, pool: str) -> Iterator[str]:  # noqa: F811
 
 @pytest.fixture(scope="module")
 def strict_api(env: Env) -> Iterator[Api]:  # noqa: F811
-    """A second API server with short session limits: 3 s idle, 8 s longest."""
-    limits = ("--sandbox-stream-idle-timeout=3", "--sandbox-stream-max-duration=8")
+    """A second API server with short session limits: 3 s idle, 8 s longest, 2 open sessions
+    per identity."""
+    limits = (
+        "--sandbox-stream-idle-timeout=3",
+        "--sandbox-stream-max-duration=8",
+        "--sandbox-stream-max-per-identity=2",
+    )
     process, api = start_api(
         env.cluster, env.namespace, env.directory / "strict-api.log", (*EXTERNAL, *limits),
         env.directory / "lessor-apiserver.kubeconfig",
@@ -348,6 +353,47 @@ def test_sessions_end_at_the_idle_and_duration_limits(
         assert re.search(
             rf'lessor_sandbox_streams_ended_total{{kind="attach",reason="{reason}"}} [1-9]', metrics
         ), reason
+
+
+def test_one_identity_holds_a_bounded_number_of_sessions(
+    env: Env,  # noqa: F811
+    lease: str,
+    strict_api: Api,
+) -> None:
+    """At the ceiling (2 on this server, across its workers) a further session of the identity
+    is refused before anything is opened: 429 `too_many_sessions`, without Retry-After since
+    it clears when a session closes, not with time. Closing one frees its slot."""
+    first = Reader(connect(strict_api.base, lease, "attach"))
+    second = Reader(connect(strict_api.base, lease, "attach"))
+    connection = http.client.HTTPConnection(strict_api.base.removeprefix("http://"), timeout=10)
+    connection.request(
+        "GET", f"/v1/sandbox-leases/{lease}/attach",
+        headers={"Authorization": f"Bearer {ALICE}", "Upgrade": "websocket",
+                 "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+    )  # fmt: skip
+    third = connection.getresponse()
+    body = json.loads(third.read())
+    connection.close()
+    assert (third.status, body["reason"]) == (429, "too_many_sessions"), body
+    assert third.getheader("Retry-After") is None
+    first.session.end()
+    assert first.end().code == 1000
+    second.session.send(STDIN, b".")  # not idle (3 s here) while the slot is looked for
+    # The server frees the slot once it has closed the pod's stream too, a moment later.
+    wait_for("the closed session's slot", lambda: _opens(strict_api.base, lease), timeout=2.5)
+    assert second.closed is None, "the slot freed was the closed session's"
+    second.session.end()
+    second.end()
+
+
+def _opens(base: str, lease: str) -> bool:
+    try:
+        connect(base, lease, "attach").close()
+    except ApiError as error:
+        assert error.reason == "too_many_sessions", error
+        return False
+    return True
 
 
 def lessor(env: Env, tmp_path: Path, *argv: str, **kwargs: object) -> subprocess.Popen[str]:  # noqa: F811
