@@ -33,12 +33,14 @@ BACKEND_ERROR = 1011  # the pod's stream failed
 LEASE_ENDED = 4000  # the lease left Ready or reached its expiry
 IDLE_TIMEOUT = 4001  # no data either way for the idle limit
 DURATION_LIMIT = 4002  # the session reached its longest allowed duration
+ACCESS_REVOKED = 4003  # the caller's AccessPolicy no longer grants the lease's pool
 
 CLOSE_REASONS = {
     GOING_AWAY: "server_shutdown",
     LEASE_ENDED: "lease_not_ready",
     IDLE_TIMEOUT: "idle_timeout",
     DURATION_LIMIT: "duration_limit",
+    ACCESS_REVOKED: "access_revoked",
     BACKEND_ERROR: "backend_error",
     PROTOCOL_ERROR: "protocol_error",
     UNSUPPORTED: "protocol_error",

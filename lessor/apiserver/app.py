@@ -96,7 +96,7 @@ class Services:
 
     @cached_property
     def streams(self) -> SandboxStreamService:
-        return SandboxStreamService(self.kube, self.sandbox_leases)
+        return SandboxStreamService(self.kube, self.sandbox_leases, self.policies)
 
     @cached_property
     def sandbox(self) -> SandboxGate:

@@ -6,7 +6,11 @@ A session is authorized once, when it opens, like any request: the caller's own 
 lease's SandboxPool declares (403 `not_declared` otherwise). The pod stream is the Kubernetes
 attach or portforward subresource of the lease's pod, checked against the uid the operator
 recorded, so a pod replaced under the same name is never reached. While open, the session is
-revoked as soon as the lease is seen leaving Ready or passing its expiry (`check`).
+revoked as soon as the lease is seen leaving Ready or passing its expiry, or the caller's
+AccessPolicy is seen no longer granting the lease's pool (`check`): an administrator who
+withdraws a grant ends its open sessions too, within a recheck, not only new requests. The
+credential itself is checked once, when the session opens, as kube-apiserver does for
+`kubectl exec`: a token that expires or is removed later does not end an open session.
 
 As in runner_client, every stream gets an ApiClient of its own: the kubernetes client's stream
 helpers swap the transport of the ApiClient they are given while they connect.
@@ -34,9 +38,21 @@ from lessor.apiserver.errors import (
     UnavailableError,
 )
 from lessor.apiserver.kube import Kube
+from lessor.apiserver.policies import PolicyStore
+from lessor.apiserver.policy import IdentityError, render_identity, sandbox_grant
 from lessor.apiserver.sandbox_leases import PLURAL, SandboxLeaseService, placed_pod
 from lessor.resources.lease_time import utcnow
-from lessor.stream_frames import BACKEND_ERROR, NORMAL, RESIZE, STDERR, STDIN, STDOUT, Resize
+from lessor.stream_frames import (
+    ACCESS_REVOKED,
+    BACKEND_ERROR,
+    LEASE_ENDED,
+    NORMAL,
+    RESIZE,
+    STDERR,
+    STDIN,
+    STDOUT,
+    Resize,
+)
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -70,6 +86,7 @@ class StreamTarget:
     kind: str  # "attach" or "port-forward"
     lease: str
     lease_uid: str
+    pool: str
     pod: str
     container: str | None = None
     tty: bool = False
@@ -168,9 +185,10 @@ class ForwardStream:
 
 
 class SandboxStreamService:
-    def __init__(self, kube: Kube, leases: SandboxLeaseService) -> None:
+    def __init__(self, kube: Kube, leases: SandboxLeaseService, policies: PolicyStore) -> None:
         self.kube = kube
         self.leases = leases
+        self.policies = policies
 
     def target(self, principal: Principal, lease_name: str, kind: str, query: str) -> StreamTarget:
         lease = self.leases.owned(principal, lease_name)
@@ -179,6 +197,7 @@ class SandboxStreamService:
         common = {
             "lease": lease_name,
             "lease_uid": lease["metadata"]["uid"],
+            "pool": lease["spec"]["pool"],
             "pod": placed["name"],
         }
         if kind == "attach":
@@ -191,7 +210,7 @@ class SandboxStreamService:
                 stdin=bool(container.get("stdin")),
                 **common,
             )
-        port = self._declared_port(lease["spec"]["pool"], parse_query(ForwardQuery, query).port)
+        port = self._declared_port(common["pool"], parse_query(ForwardQuery, query).port)
         return StreamTarget(kind, port=port, **common)
 
     def _pod(self, placed: Json) -> Json:
@@ -254,20 +273,40 @@ class SandboxStreamService:
                 f"the sandbox's {target.kind} stream could not be opened"
             ) from None
 
-    def check(self, target: StreamTarget) -> str | None:
-        """Why an open session must end now (the lease left Ready, was replaced, or reached its
-        expiry), or None."""
+    def check(self, target: StreamTarget, principal: Principal) -> None:
+        """End an open session that must not go on (StreamEnded with the close code): its lease
+        left Ready, was replaced or reached its expiry, or the caller lost the grant."""
         found = self.kube.find(PLURAL, target.lease)
         if found is None or found["metadata"]["uid"] != target.lease_uid:
-            return "the lease ended"
+            raise StreamEnded(LEASE_ENDED, "the lease ended")
         status = found.get("status", {})
         phase = status.get("phase") or "Pending"
         if phase != "Ready":
-            return f"the lease is {phase}"
+            raise StreamEnded(LEASE_ENDED, f"the lease is {phase}")
         expires = status.get("expiresAt")
         if expires and datetime.datetime.fromisoformat(expires) <= utcnow():
-            return "the lease reached its expiry"
-        return None
+            raise StreamEnded(LEASE_ENDED, "the lease reached its expiry")
+        if not self._still_granted(principal, target.pool):
+            raise StreamEnded(
+                ACCESS_REVOKED, f"your AccessPolicy no longer grants SandboxPool {target.pool}"
+            )
+
+    def _still_granted(self, principal: Principal, pool: str) -> bool:
+        """The grant the session opened with (verb `lease` on the pool, under the same
+        identity), checked against the AccessPolicy the caller authenticated under as it is now:
+        deleting it, narrowing its pools or changing its identity mapping all revoke."""
+        name = principal.policy.name
+        current = next((p for p in self.policies.snapshot if p.name == name), None)
+        if current is None:
+            return False
+        try:
+            same_identity = render_identity(current.spec.identity, principal.claims)
+        except IdentityError:
+            return False
+        return (
+            same_identity == principal.identity
+            and sandbox_grant(current.spec, principal.claims, pool, "lease") is not None
+        )
 
 
 def _container(pod: Json, name: str | None) -> Json:

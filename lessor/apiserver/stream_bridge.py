@@ -2,7 +2,8 @@
 
 Two workers copy frames, one each way, while the session's own thread enforces the limits: no
 data either way for `idle` seconds, a session older than `longest`, and every `recheck` seconds
-the lease (`check`, which revokes the session when the lease leaves Ready or expires); and a
+the lease and the caller's grant (`check`, which revokes the session when the lease leaves Ready
+or expires, or the AccessPolicy no longer grants its pool); and a
 stopping worker closes its sessions at once (lessor.apiserver.lifecycle). Under
 gunicorn's gevent worker the threads are greenlets. Whatever ends the session, the workers are
 joined before the close handshake, so no two of them ever read one socket, and the client is
@@ -28,7 +29,6 @@ from lessor.stream_frames import (
     ERROR,
     GOING_AWAY,
     IDLE_TIMEOUT,
-    LEASE_ENDED,
     NORMAL,
     FrameError,
     client_frame,
@@ -64,7 +64,7 @@ class Session:
         websocket: WebSocket,
         pod: PodStream,
         limits: Limits,
-        check: Callable[[], str | None],
+        check: Callable[[], None],
     ) -> None:
         self.websocket = websocket
         self.pod = pod
@@ -118,12 +118,11 @@ class Session:
 
     def _recheck(self) -> None:
         try:
-            why = self.check()
+            self.check()
+        except StreamEnded as ended:
+            self.finish(Outcome(ended.code, ended.detail))
         except Exception:  # a transient API failure does not end a working session
             log.warning("rechecking a stream's lease failed; the next check retries", exc_info=True)
-            return
-        if why:
-            self.finish(Outcome(LEASE_ENDED, why))
 
     def _close(self, outcome: Outcome) -> None:
         last = None

@@ -83,7 +83,7 @@ class StreamRoutes:
 
     def _prepare(
         self, environ: Environ, lease_id: str, kind: str
-    ) -> tuple[bytes, PodStream, Callable[[], str | None], int]:
+    ) -> tuple[bytes, PodStream, Callable[[], None], int]:
         """Every check of the session, in the REST routes' order, the open pod stream, and the
         session's slot."""
         answer = handshake(environ)
@@ -107,7 +107,7 @@ class StreamRoutes:
         except BaseException:
             self.slots.release(slot)
             raise
-        return answer, pod, lambda: streams.check(target), slot
+        return answer, pod, lambda: streams.check(target, principal), slot
 
     def _serve(
         self,
@@ -115,7 +115,7 @@ class StreamRoutes:
         answer: bytes,
         *,
         pod: PodStream,
-        check: Callable[[], str | None],
+        check: Callable[[], None],
         lease_id: str,
         kind: str,
     ) -> None:

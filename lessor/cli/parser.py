@@ -248,7 +248,8 @@ the server's idle or duration limit is reached (exit 1 with the reason).""",
         """\
 Listen on LOCAL and forward each connection to REMOTE in the sandbox of LEASE. REMOTE is a port
 the SandboxPool declares, by number or name; LOCAL 0 or empty picks a free port (printed).
-Examples: 8080:80, 8080:http, :http, 5432. Ends with Ctrl-C or when the lease ends.""",
+Examples: 8080:80, 8080:http, :http, 5432. Ends with Ctrl-C, when the lease ends, or when your
+grant of its pool is withdrawn.""",
         prints=False,
     )
     forward.add_argument("lease_id", metavar="LEASE")

@@ -16,6 +16,7 @@ The clients are the CLI's own (lessor.cli.stream_client in-process, and `lessor 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import http.client
 import json
@@ -46,6 +47,7 @@ from lessor.cli.errors import ApiError
 from lessor.cli.stream_client import Closed, StreamClient
 from lessor.controlplane.cluster import FORWARDED_PORTS
 from lessor.stream_frames import (
+    ACCESS_REVOKED,
     DURATION_LIMIT,
     IDLE_TIMEOUT,
     PROTOCOL_ERROR,
@@ -64,6 +66,7 @@ from tests.integration.test_sandbox_leases import (  # noqa: F401
     SECRET_MARKERS,
     Env,
     env,
+    policy,
     sandbox_pool,
     scanned,
 )
@@ -353,6 +356,32 @@ def test_sessions_end_at_the_idle_and_duration_limits(
         assert re.search(
             rf'lessor_sandbox_streams_ended_total{{kind="attach",reason="{reason}"}} [1-9]', metrics
         ), reason
+
+
+def test_withdrawing_the_grant_ends_open_sessions(env: Env, lease: str) -> None:  # noqa: F811
+    """An administrator narrows the caller's Sandbox grant while a session is open: the session
+    ends within a recheck with 4003 `access_revoked` (not only new requests are refused), and
+    a new session finds no lease (404, outside the caller's scope)."""
+    reader = Reader(connect(env.api.api.base, lease, "attach"))
+    container_says(env, reader, f"granted-{uuid.uuid4().hex[:8]}")
+    original = policy(env.namespace)
+    narrowed = copy.deepcopy(original)
+    narrowed["spec"]["sandbox"][0]["pools"] = ["sb-elsewhere"]
+    env.objects.apply(narrowed)
+    try:
+        closed = reader.end(timeout=30)
+        assert closed.code == ACCESS_REVOKED and closed.error == {
+            "reason": "access_revoked",
+            "detail": "your AccessPolicy no longer grants SandboxPool sb-ports",
+        }
+        assert refused(env, lease, "attach").status == 404
+    finally:
+        env.objects.apply(original)
+        wait_for(
+            "the grant to be back",
+            lambda: env.api.call("GET", f"/v1/sandbox-leases/{lease}", token=ALICE).status == 200,
+            timeout=30,
+        )
 
 
 def test_one_identity_holds_a_bounded_number_of_sessions(

@@ -31,7 +31,15 @@ from lessor.cli import context
 from lessor.cli.client import Client
 from lessor.cli.errors import INTERRUPTED, SERVER, USAGE, CliError
 from lessor.cli.stream_client import Closed, StreamClient
-from lessor.stream_frames import LEASE_ENDED, NORMAL, RESIZE, STDERR, STDIN, STDOUT
+from lessor.stream_frames import (
+    ACCESS_REVOKED,
+    LEASE_ENDED,
+    NORMAL,
+    RESIZE,
+    STDERR,
+    STDIN,
+    STDOUT,
+)
 
 ESCAPE = b"\x1d"  # Ctrl-]
 REMOTE_PORT = re.compile(r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$")
@@ -152,21 +160,21 @@ def port_forward(args: argparse.Namespace) -> int:
     listener.settimeout(0.5)
     bound = listener.getsockname()[1]
     print(f"Forwarding from {args.address}:{bound} -> {remote}", flush=True)
-    lease_over: list[str] = []
+    stop_reasons: list[str] = []
     try:
-        while not lease_over:
+        while not stop_reasons:
             try:
                 connection, _ = listener.accept()
             except TimeoutError:
                 continue
             threading.Thread(
-                target=_forward, args=(client, path, connection, lease_over), daemon=True
+                target=_forward, args=(client, path, connection, stop_reasons), daemon=True
             ).start()
     except KeyboardInterrupt:
         return INTERRUPTED
     finally:
         listener.close()
-    raise CliError(lease_over[0], SERVER)
+    raise CliError(stop_reasons[0], SERVER)
 
 
 def _ports(spec: str) -> tuple[int, str]:
@@ -182,14 +190,14 @@ def _ports(spec: str) -> tuple[int, str]:
     return int(local_text), remote
 
 
-def _forward(client: Client, path: str, connection: socket.socket, lease_over: list[str]) -> None:
+def _forward(client: Client, path: str, connection: socket.socket, stop_reasons: list[str]) -> None:
     with connection:
         try:
             session = StreamClient.open(client, path)
         except CliError as error:
             print(f"lessor: {error}", file=sys.stderr)
             if getattr(error, "reason", "") in LEASE_GONE:
-                lease_over.append(str(error))
+                stop_reasons.append(str(error))
             return
         threading.Thread(target=_send_local, args=(session, connection), daemon=True).start()
         try:
@@ -199,8 +207,8 @@ def _forward(client: Client, path: str, connection: socket.socket, lease_over: l
         except Closed as closed:
             if closed.code not in (NORMAL, 1006):
                 print(f"lessor: {closed.message}", file=sys.stderr)
-            if closed.code == LEASE_ENDED:
-                lease_over.append(closed.message)
+            if closed.code in (LEASE_ENDED, ACCESS_REVOKED):
+                stop_reasons.append(closed.message)
         except OSError:  # the local client went away
             session.end()
 
