@@ -1,7 +1,7 @@
 """Attach and port-forward sessions of a Sandbox lease (spec 4.4): who may open one, to which
 pod stream, and when an open one must end.
 
-A session is authorized once, when it opens, like any request: the caller's own Ready lease
+A session is authorized when it opens, like any request: the caller's own Ready lease
 (another identity's, or one outside the caller's scope, is 404), and for port-forward a port the
 lease's SandboxPool declares (403 `not_declared` otherwise). The pod stream is the Kubernetes
 attach or portforward subresource of the lease's pod, checked against the uid the operator
