@@ -5,28 +5,24 @@ finds a whole token spends it before any admission work; one that does not is re
 seconds until a token will be there (Retry-After) and spends nothing, so a client hammering a
 throttled endpoint does not push its own recovery further away.
 
-"Per replica" means per server, not per gunicorn worker: the buckets live in one SQLite file in
-a directory the server creates before it forks (LESSOR_ADMISSION_DIR), and each take is one
-`BEGIN IMMEDIATE` transaction, so the workers of a replica share one bucket per principal
-exactly. Run without that directory (tests of the app in-process), the file is private to the
-process. Buckets are keyed by a digest of the identity, never the identity itself.
+"Per replica" means per server, not per gunicorn worker: the buckets live in one SQLite file of
+the replica (lessor.apiserver.replica_db), and each take is one `BEGIN IMMEDIATE` transaction,
+so the workers of a replica share one bucket per principal exactly. Buckets are keyed by a
+digest of the identity, never the identity itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import os
-import sqlite3
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lessor.apiserver.replica_db import ReplicaDatabase
+
 DEFAULT_RATE = 0.5  # tokens per second: 30 creates a minute, sustained
 DEFAULT_BURST = 10
-DIRECTORY_ENV = "LESSOR_ADMISSION_DIR"
 
 
 @dataclass(frozen=True)
@@ -41,28 +37,18 @@ class AdmissionLimiter:
             raise ValueError("the admission rate must be positive and the burst at least 1")
         self.rate = rate
         self.burst = burst
-        directory = directory or Path(
-            os.environ.get(DIRECTORY_ENV) or tempfile.mkdtemp(prefix="lessor-admission-")
+        self.database = ReplicaDatabase(
+            "buckets.sqlite3",
+            "CREATE TABLE IF NOT EXISTS buckets"
+            " (principal TEXT PRIMARY KEY, tokens REAL NOT NULL, at REAL NOT NULL)",
+            directory,
         )
-        self.path = directory / "buckets.sqlite3"
-        self._local = threading.local()
-
-    def _db(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if connection is None:
-            connection = sqlite3.connect(self.path, timeout=5, isolation_level=None)
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS buckets"
-                " (principal TEXT PRIMARY KEY, tokens REAL NOT NULL, at REAL NOT NULL)"
-            )
-            self._local.db = connection
-        return connection
 
     def take(self, identity: str, now: float | None = None) -> Decision:
         """Spend one token of `identity`'s bucket if a whole one is there."""
         key = hashlib.sha256(identity.encode()).hexdigest()
         now = time.time() if now is None else now
-        db = self._db()
+        db = self.database.connection()
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute(

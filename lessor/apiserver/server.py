@@ -14,7 +14,8 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from lessor.apiserver import lifecycle
-from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE, DIRECTORY_ENV
+from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
+from lessor.apiserver.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.apiserver.settings import Settings
 from lessor.config_file import apply_defaults
 
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Metrics of every worker are aggregated from files here (prometheus multiprocess mode).
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="lessor-metrics-"))
-    # The workers of this server share one admission bucket per principal (spec: per replica).
-    os.environ.setdefault(DIRECTORY_ENV, tempfile.mkdtemp(prefix="lessor-admission-"))
+    # The workers of this server share the replica's counts: admission buckets, open sessions.
+    os.environ.setdefault(DIRECTORY_ENV, replica_directory())
     if args.sandbox_admission_rate <= 0 or args.sandbox_admission_burst < 1:
         raise SystemExit("--sandbox-admission-rate must be positive and the burst at least 1")
     if args.sandbox_stream_idle_timeout <= 0 or args.sandbox_stream_max_duration <= 0:

@@ -7,23 +7,20 @@ ceiling a new session is refused with 429 `too_many_sessions`, without Retry-Aft
 concurrent-lease limit, it clears when the caller closes a session, not after a time.
 
 Counted per replica, like the admission rate limit, so the ceiling does not depend on which
-worker the kernel hands a connection to: one row per open session in an SQLite file in the
-directory the server creates before it forks (lessor.apiserver.admission_limit.DIRECTORY_ENV),
-each claim one `BEGIN IMMEDIATE` transaction. A row names the worker process that holds it; a
-worker killed without closing its sessions (kill -9, OOM) leaves rows whose process is gone, and
-the next claim deletes them, so a crash never leaks a slot. Identities are stored as digests.
+worker the kernel hands a connection to: one row per open session in an SQLite file of the
+replica (lessor.apiserver.replica_db), each claim one `BEGIN IMMEDIATE` transaction. A row
+names the worker process that holds it; a worker killed without closing its sessions (kill -9,
+OOM) leaves rows whose process is gone, and the next claim deletes them, so a crash never leaks
+a slot. Identities are stored as digests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
-import tempfile
-import threading
 from pathlib import Path
 
-from lessor.apiserver.admission_limit import DIRECTORY_ENV
+from lessor.apiserver.replica_db import ReplicaDatabase
 
 DEFAULT_PER_IDENTITY = 32
 
@@ -33,27 +30,17 @@ class SessionSlots:
         if per_identity < 1:
             raise ValueError("the session ceiling must be at least 1")
         self.per_identity = per_identity
-        directory = directory or Path(
-            os.environ.get(DIRECTORY_ENV) or tempfile.mkdtemp(prefix="lessor-admission-")
+        self.database = ReplicaDatabase(
+            "sessions.sqlite3",
+            "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY,"
+            " principal TEXT NOT NULL, pid INTEGER NOT NULL)",
+            directory,
         )
-        self.path = directory / "sessions.sqlite3"
-        self._local = threading.local()
-
-    def _db(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if connection is None:
-            connection = sqlite3.connect(self.path, timeout=5, isolation_level=None)
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY,"
-                " principal TEXT NOT NULL, pid INTEGER NOT NULL)"
-            )
-            self._local.db = connection
-        return connection
 
     def claim(self, identity: str) -> int | None:
         """A slot for one more session of `identity`, or None at the ceiling."""
         key = hashlib.sha256(identity.encode()).hexdigest()
-        db = self._db()
+        db = self.database.connection()
         db.execute("BEGIN IMMEDIATE")
         try:
             pids = [row[0] for row in db.execute("SELECT DISTINCT pid FROM sessions")]
@@ -75,7 +62,7 @@ class SessionSlots:
         return slot
 
     def release(self, slot: int) -> None:
-        self._db().execute("DELETE FROM sessions WHERE id = ?", (slot,))
+        self.database.connection().execute("DELETE FROM sessions WHERE id = ?", (slot,))
 
 
 def _alive(pid: int) -> bool:
