@@ -109,16 +109,16 @@ class Authenticator:
 
     def _session(self, token: str) -> Principal:
         session = self.sessions.verify(token)
-        for policy in self.policies.snapshot:
-            if policy.name == session.policy:
-                return Principal(
-                    identity=session.identity,
-                    method="session",
-                    claims=session.claims,
-                    policy=policy,
-                    session=session,
-                )
-        raise AuthenticationError("the session's policy no longer exists")
+        policy = self.policies.named(session.policy)
+        if policy is None:
+            raise AuthenticationError("the session's policy no longer exists")
+        return Principal(
+            identity=session.identity,
+            method="session",
+            claims=session.claims,
+            policy=policy,
+            session=session,
+        )
 
     def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
         by_issuer: dict[str, tuple[NamedPolicy, OidcIssuer]] = {}

@@ -45,6 +45,10 @@ class PolicyStore:
         self._synced.wait(timeout=10)
         return self._snapshot
 
+    def named(self, name: str) -> NamedPolicy | None:
+        """The AccessPolicy of that name as it is now (a session outlives its authentication)."""
+        return next((policy for policy in self.snapshot if policy.name == name), None)
+
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="policies", daemon=True)

@@ -295,8 +295,7 @@ class SandboxStreamService:
         """The grant the session opened with (verb `lease` on the pool, under the same
         identity), checked against the AccessPolicy the caller authenticated under as it is now:
         deleting it, narrowing its pools or changing its identity mapping all revoke."""
-        name = principal.policy.name
-        current = next((p for p in self.policies.snapshot if p.name == name), None)
+        current = self.policies.named(principal.policy.name)
         if current is None:
             return False
         try:
