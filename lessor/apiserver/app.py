@@ -78,10 +78,13 @@ class Services:
 
     @cached_property
     def pools(self) -> PoolService:
-        return PoolService(self.kube, self._sandbox_served)
+        return PoolService(self.kube, self._sandbox_served, self._own_sandbox_leases)
 
     def _sandbox_served(self) -> bool:
         return self.settings.agent_sandbox_mode == "external" and self.sandbox.verdict().served
+
+    def _own_sandbox_leases(self, principal: Principal) -> list[dict[str, Any]]:
+        return self.sandbox_leases.list_mine(principal)  # built on first use
 
     @cached_property
     def sandbox_leases(self) -> SandboxLeaseService:

@@ -99,7 +99,10 @@ class PoolLease(BaseModel):
     phase: str
     profile: str
     cluster_name: str | None = None
-    requester: str
+    requester: str | None = Field(
+        default=None,
+        description="\"redacted\" for other tenants' leases; absent for a Sandbox pool's leases.",
+    )
     expires_at: str | None = None
 
 

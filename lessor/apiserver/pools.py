@@ -15,15 +15,15 @@ from typing import Any
 from lessor.apiserver.authn import Principal
 from lessor.apiserver.errors import NotFoundError
 from lessor.apiserver.kube import Kube
-from lessor.apiserver.leases import ACTIVE, REQUESTER_LABEL, requester_label
+from lessor.apiserver.leases import ACTIVE
 from lessor.apiserver.policy import sandbox_grant, visible_pools
+from lessor.apiserver.sandbox_leases import ACTIVE as SANDBOX_ACTIVE
 from lessor.resources.cluster import ClusterPool
 from lessor.resources.sandbox import SandboxPool
 
 Json = dict[str, Any]
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
 SANDBOX_CAPABILITIES = ["lease", "extend", "release", "logs", "attach"]
-SANDBOX_ACTIVE = ("Pending", "Provisioning", "Ready", "Releasing")
 REDACTED = "redacted"
 
 
@@ -74,9 +74,15 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
 
 
 class PoolService:
-    def __init__(self, kube: Kube, sandbox_served: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        sandbox_served: Callable[[], bool] = lambda: False,
+        own_sandbox_leases: Callable[[Principal], list[Json]] = lambda _: [],
+    ) -> None:
         self.kube = kube
         self.sandbox_served = sandbox_served
+        self.own_sandbox_leases = own_sandbox_leases  # SandboxLeaseService.list_mine
 
     def _cluster_pools(self) -> list[ClusterPool]:
         pools = self.kube.list_objects("clusterpools", cached=True)
@@ -112,7 +118,7 @@ class PoolService:
     def leases(self, principal: Principal, name: str) -> list[Json]:
         """Active leases of a shared pool; other tenants' requester, alias and metadata are
         redacted. A Sandbox pool shows the caller's own leases only (spec: a caller sees its
-        own Sandbox leases)."""
+        own Sandbox leases), without a requester: no Sandbox response names one."""
         if self.one(principal, name)["resourceKind"] == "Sandbox":
             return self._own_sandbox_leases(principal, name)
         rows = []
@@ -137,27 +143,19 @@ class PoolService:
         return rows
 
     def _own_sandbox_leases(self, principal: Principal, name: str) -> list[Json]:
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
         rows = []
-        for lease in self.kube.list_objects("sandboxleases", selector, cached=True):
-            spec, status = lease.get("spec", {}), lease.get("status", {})
-            if (
-                spec.get("pool") != name
-                or spec.get("requester") != principal.identity
-                or spec.get("cancelled")
-                or (status.get("phase") or "Pending") not in SANDBOX_ACTIVE
-            ):
+        for lease in self.own_sandbox_leases(principal):
+            if lease["pool"] != name or lease["phase"] not in SANDBOX_ACTIVE:
                 continue
             row: Json = {
-                "id": lease["metadata"]["name"],
-                "phase": status.get("phase") or "Pending",
+                "id": lease["id"],
+                "phase": lease["phase"],
                 "profile": name,
                 "cluster_name": None,
-                "requester": principal.identity,
-                "expires_at": status.get("expiresAt"),
+                "expires_at": lease.get("expires_at"),
             }
-            if spec.get("alias"):
-                row["alias"] = spec["alias"]
+            if lease.get("alias"):
+                row["alias"] = lease["alias"]
             rows.append(row)
         return rows
 

@@ -557,7 +557,7 @@ def test_the_cli_attach_on_a_terminal(env: Env, lease: str, tmp_path: Path) -> N
         os.close(terminal)
 
 
-def test_pools_list_sandbox_pools_with_their_capabilities(env: Env, pool: str) -> None:  # noqa: F811
+def test_pools_list_sandbox_pools_with_their_capabilities(env: Env, lease: str) -> None:  # noqa: F811
     listed = env.api.call("GET", "/v1/pools", token=ALICE)
     assert listed.status == 200
     records = {record["name"]: record for record in listed.body}
@@ -574,6 +574,13 @@ def test_pools_list_sandbox_pools_with_their_capabilities(env: Env, pool: str) -
         "no Sandbox grant, no Sandbox pool"
     )
     assert env.api.call("GET", "/v1/pools/sb-ports", token=DAVE).status == 404
+    # A Sandbox pool's leases: the caller's own only, even for another caller with a grant.
+    own = env.api.call("GET", "/v1/pools/sb-ports/leases", token=ALICE).body
+    assert [(row["id"], row["phase"], row["profile"]) for row in own] == [
+        (lease, "Ready", "sb-ports")
+    ]
+    others = env.api.call("GET", "/v1/pools/sb-ports/leases", token=BOB)
+    assert others.status == 200 and lease not in [row["id"] for row in others.body]
     status = env.api.api.call("GET", "/v1/status", token=ALICE).body  # names auth methods
     assert "sb-ports" in [row["name"] for row in status["pools"]]
 
