@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import re
 import secrets
 from typing import Any
 
@@ -59,11 +58,11 @@ from lessor.resources.lease_time import (
     utcnow,
 )
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
+from lessor.sandbox_lease_id import SANDBOX_LEASE_ID
 
 Json = dict[str, Any]
 PLURAL = "sandboxleases"
 PATH = "/v1/sandbox-leases"
-LEASE_ID = re.compile(r"^s[0-9a-f]{24}$")
 ACTIVE = (None, "Pending", "Provisioning", "Ready", "Releasing")
 ENDED = ("Released", "Expired")
 LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
@@ -347,7 +346,7 @@ class SandboxLeaseService:
         if not OBJECT_NAME.match(lease_name):
             raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
         found = self.kube.find(PLURAL, lease_name)
-        if found is None and LEASE_ID.match(lease_name):
+        if found is None and SANDBOX_LEASE_ID.match(lease_name):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
         if found is None or spec.get("cancelled") or spec.get("requester") != principal.identity:

@@ -4,18 +4,16 @@ lease or of a Sandbox lease (told apart by the id's form)."""
 from __future__ import annotations
 
 import argparse
-import re
 
 from lessor.cli import context, output
 from lessor.cli.errors import USAGE, CliError
 from lessor.resources.durations import parse_duration
-
-SANDBOX_ID = re.compile(r"^s[0-9a-f]{24}$")
+from lessor.sandbox_lease_id import SANDBOX_LEASE_ID
 
 
 def _sandbox(lease_id: str) -> bool:
-    """Sandbox lease ids are `s` and 24 hex digits; cluster lease ids never are."""
-    return SANDBOX_ID.match(lease_id) is not None
+    """Cluster lease ids never have the Sandbox lease id's form."""
+    return SANDBOX_LEASE_ID.match(lease_id) is not None
 
 
 def release(args: argparse.Namespace) -> int:
