@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from lessor.cli import sessions
 from lessor.cli.config import Target
-from lessor.cli.errors import AUTH, SERVER, ApiError, CliError
+from lessor.cli.errors import AUTH, SERVER, ApiError, CliError, UnreachableError
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
 
 TIMEOUT_SECONDS = 30
@@ -140,7 +140,7 @@ class Client:
             status, raw, headers = error.code, error.read(), dict(error.headers)
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
-            raise CliError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
+            raise UnreachableError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:
@@ -157,6 +157,14 @@ class Client:
             return response.body
 
         return self.authenticated(attempt)
+
+    def create(self, path: str, body: dict[str, Any]) -> Any:
+        """POST of a body with an idempotency key: sent once more if the first attempt's fate is
+        unknown (the connection failed), since the key makes the server create one object."""
+        try:
+            return self.call("POST", path, body)
+        except UnreachableError:
+            return self.call("POST", path, body)
 
     def authenticated(self, attempt: Callable[[Credential], T]) -> T:
         """`attempt` with the current credential; when the session is refused (401) because it

@@ -30,6 +30,11 @@ class CliError(Exception):
         self.code = code
 
 
+class UnreachableError(CliError):
+    """The server could not be reached, or the connection failed before an answer: a request
+    sent may or may not have arrived."""
+
+
 class ApiError(CliError):
     """The server refused: its status, reason and detail, as one line."""
 

@@ -31,7 +31,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from lessor.cli.client import TIMEOUT_SECONDS, Client, Credential
-from lessor.cli.errors import SERVER, ApiError, CliError
+from lessor.cli.errors import SERVER, ApiError, CliError, UnreachableError
 from lessor.stream_frames import ERROR, SUBPROTOCOL, decode, encode, parse_error
 
 READ = 65536
@@ -76,7 +76,7 @@ class StreamClient:
             if parts.scheme == "https":
                 sock = client.tls.wrap_socket(sock, server_hostname=host)
         except OSError as error:
-            raise CliError(f"cannot reach {client.endpoint}: {error}", SERVER) from None
+            raise UnreachableError(f"cannot reach {client.endpoint}: {error}", SERVER) from None
         target = client.signed_target(path)
         headers = [(b"accept", b"application/json")]
         authorization = credential.header("GET", target, b"")

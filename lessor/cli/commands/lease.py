@@ -18,7 +18,7 @@ from typing import Any
 from lessor.cli import context, output
 from lessor.cli.client import Client
 from lessor.cli.commands.sandbox import wait_ready
-from lessor.cli.errors import INTERRUPTED, REFUSED, SERVER, TIMEOUT, USAGE, ApiError, CliError
+from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.files import write_private
 from lessor.cli.progress import Progress
 from lessor.resources.durations import parse_duration
@@ -193,12 +193,7 @@ def _sandbox(
         body["ttl"] = args.ttl
     if args.name:
         body["alias"] = args.name
-    try:
-        lease = client.call("POST", "/v1/sandbox-leases", body)
-    except CliError as error:
-        if error.code != SERVER or "cannot reach" not in str(error):
-            raise
-        lease = client.call("POST", "/v1/sandbox-leases", body)  # the same key: one lease
+    lease = client.create("/v1/sandbox-leases", body)  # the key: one lease, even if retried
     lease_id = lease["id"]
     result: dict[str, Any] = {
         "id": lease_id,

@@ -19,7 +19,7 @@ from typing import Any
 
 from lessor.cli import context, output
 from lessor.cli.client import Client
-from lessor.cli.errors import INTERRUPTED, SERVER, USAGE, CliError
+from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
 from lessor.resources.durations import parse_duration
 
@@ -88,13 +88,7 @@ def start(client: Client, lease_id: str, argv: list[str], args: argparse.Namespa
         if getattr(args, field, None):
             body[field] = getattr(args, field)
     path = f"/v1/sandbox-leases/{lease_id}/executions"
-    try:
-        answer = client.call("POST", path, body)
-    except CliError as error:
-        if error.code != SERVER or "cannot reach" not in str(error):
-            raise
-        answer = client.call("POST", path, body)  # the same key: it cannot run twice
-    return str(answer["id"])
+    return str(client.create(path, body)["id"])  # the key: it cannot run twice
 
 
 def follow(
