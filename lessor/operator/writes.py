@@ -1,8 +1,9 @@
 """Fenced writes: every write names the resourceVersion (and so the uid) it was computed from.
 
 A reconcile reads from the cache, decides, and writes. If the object changed in between, or was
-deleted and recreated under the same name, the write fails with 409 and the reconcile runs again
-on fresh data; nothing is ever decided on one version and applied to another.
+deleted and recreated under the same name, the write fails with a ConflictError and the
+reconcile runs again on fresh data; nothing is ever decided on one version and applied to
+another.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import contextlib
 import copy
 from typing import Any
 
-from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.client import (
+    JSON,
+    ApiError,
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+    ResourceType,
+)
 
 
 def _fence(obj: JSON) -> list[JSON]:
@@ -39,7 +47,26 @@ async def write_status(client: KubeClient, resource: ResourceType, obj: JSON, st
 async def patch_fenced(
     client: KubeClient, resource: ResourceType, obj: JSON, operations: list[JSON]
 ) -> JSON:
-    return await client.json_patch(_path(resource, obj), [*_fence(obj), *operations])
+    """A JSON patch that applies only to the version of `obj` it was computed from.
+
+    kube-apiserver answers a failed `test` operation with 422 Invalid and no details, as it does
+    any patch it cannot apply, so a 422 is told apart by reading the object again: no longer
+    the fenced version means the race was lost (ConflictError, a requeue like a 409); still
+    the fenced version means the patch itself was wrong, and that error stands."""
+    path = _path(resource, obj)
+    try:
+        return await client.json_patch(path, [*_fence(obj), *operations])
+    except ApiError as error:
+        if error.status != 422:
+            raise
+        current = (await client.get(path))["metadata"]  # NotFoundError if it is gone
+        fenced = obj["metadata"]
+        if (current["uid"], current["resourceVersion"]) != (
+            fenced["uid"],
+            fenced["resourceVersion"],
+        ):
+            raise ConflictError(409, "Conflict", f"{path} changed since it was read") from error
+        raise
 
 
 async def add_finalizer(client: KubeClient, resource: ResourceType, obj: JSON, name: str) -> JSON:

@@ -137,9 +137,11 @@ class LeaderElector:
         return True
 
     async def release(self) -> None:
-        """Give the lease up at once on a graceful shutdown, so a successor need not wait."""
-        if not self.is_leader:
-            return
+        """Give the lease up at once on a graceful shutdown, so a successor need not wait.
+
+        Called once `run` has returned or was cancelled, so the leader's work has stopped; by
+        then `is_leader` is already false, so whether to release is read from the lease itself:
+        only a lease that still names this candidate is given up."""
         try:
             current = await self.client.get(self.path)
             if current.get("spec", {}).get("holderIdentity") != self.identity:

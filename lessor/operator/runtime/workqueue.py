@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 
 from lessor.operator.runtime import metrics
 
@@ -34,14 +35,19 @@ class ExponentialFailureLimiter:
 
 
 class TokenBucketLimiter:
-    def __init__(self, rate: float = 10.0, burst: int = 100) -> None:
-        self.rate, self.burst = rate, burst
+    """`clock` is replaceable, as client-go's limiters take a clock, so that a test decides what
+    time it is rather than hoping for how much passes."""
+
+    def __init__(
+        self, rate: float = 10.0, burst: int = 100, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
         self._tokens = float(burst)
-        self._last = time.monotonic()
+        self._last = clock()
 
     def when(self, _key: str) -> float:
         """Reserve a token and return how long until it is available."""
-        now = time.monotonic()
+        now = self.clock()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
         self._last = now
         self._tokens -= 1
@@ -80,6 +86,12 @@ class WorkQueue:
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, delayed or in a worker: every key handed to the queue so far is done,
+        and nothing will come out of it until something new is added."""
+        return not (self._queue or self._delayed or self._processing)
 
     def add(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
