@@ -33,7 +33,10 @@ def run(samples: int) -> dict[str, Any]:
         install_agent_sandbox(stack.cluster, progress)
         with run_agent_sandbox(stack.cluster.kubeconfig, stack.work / "agent-sandbox.log"):
             script = stack.work / "lessor-runner"
-            script.write_text(f"#!/bin/sh\nexec {sys.executable} {runner.__file__}\n")
+            script.write_text(
+                f"#!/bin/sh\nLESSOR_RUNNER_DIR={stack.work / 'runner'} "
+                f"exec {sys.executable} {runner.__file__}\n"
+            )
             script.chmod(0o755)
             lease = stack.sandbox_lease(runner={"path": str(script)})
             client = stack.static()

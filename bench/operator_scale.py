@@ -20,7 +20,8 @@ from typing import Any
 
 from bench.stack import NAMESPACE, ROOT, progress
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.ports import reserved_port
 
 BATCH = 500
 
@@ -92,7 +93,7 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
                 for n in range(leases)
             ])  # fmt: skip
             created_in = time.monotonic() - started
-            port = free_port()
+            port, reservation = reserved_port()
             progress("starting the operator")
             started = time.monotonic()
             operator = subprocess.Popen(
@@ -136,6 +137,7 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
             if operator is not None:
                 operator.terminate()
                 operator.wait(timeout=120)
+                reservation.release()
             cluster.destroy()
     return result
 

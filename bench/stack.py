@@ -32,7 +32,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.ports import PortReservation
 from lessor.protocol.ssh_signature import SCHEME, canonical_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,13 +255,14 @@ def local_stack(
         cluster.start(binaries, with_node=with_node)
         processes: list[subprocess.Popen[bytes]] = []
         key = Ed25519PrivateKey.generate()
+        ports = PortReservation()  # held while the stack runs (lessor.controlplane.ports)
         try:
             _configure(cluster, key)
             log = (work / "lessor.log").open("ab")
             common = [f"--kubeconfig={cluster.kubeconfig}", f"--namespace={NAMESPACE}"]
-            port = free_port()
+            port = ports.take()
             for argv in (
-                ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={free_port()}",
+                ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={ports.take()}",
                  f"--local-backend-dir={work / 'instances'}", *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
                  f"--workers={api_workers}", "--worker-connections=2000", *api_args],
@@ -279,6 +281,7 @@ def local_stack(
             for process in reversed(processes):
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=120)
+            ports.release()
             for leftover in (work / "instances").glob("*"):
                 LocalControlPlane(leftover).destroy()
             cluster.destroy()

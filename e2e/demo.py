@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "manifests" / "examples"
@@ -68,7 +69,9 @@ def run_demo(
     step("applying the example AccessPolicy (static token) and a local ClusterPool (warmTarget 2)")
     for name in ("namespace", "accesspolicy-static-token", "clusterpool-local"):
         cluster.kubectl("apply", "-f", str(EXAMPLES / f"{name}.yaml"))
-    port = free_port()
+    # Held while the demo runs: no other process on the machine is handed these ports.
+    ports = PortReservation()
+    port = ports.take()
     log = (work / "lessor.log").open("ab")
     step("starting the operator and the API server (gunicorn, 2 gevent workers)")
     common = [f"--kubeconfig={cluster.kubeconfig}", "--namespace=lessor-system"]
@@ -80,7 +83,7 @@ def run_demo(
                 "lessor.operator",
                 *common,
                 "--http-host=127.0.0.1",
-                f"--http-port={free_port()}",
+                f"--http-port={ports.take()}",
                 f"--local-backend-dir={work / 'instances'}",
             ],
             stdout=log,

@@ -28,8 +28,9 @@ from typing import Any
 
 import yaml
 
-from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import run_kubectl
+from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / "manifests" / "overlays" / "dev"
@@ -86,6 +87,9 @@ class Installation:
     operators: list[Process] = field(default_factory=list)
     apis: list[Process] = field(default_factory=list)
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    # The ports of the processes above, held while installed: restarted replicas find them
+    # free, and no other process on the machine is handed them (lessor.controlplane.ports).
+    ports: PortReservation = field(default_factory=PortReservation)
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -102,6 +106,7 @@ class Installation:
     def stop(self) -> None:
         for process in self.apis + self.operators:
             process.stop()
+        self.ports.release()
         for step in reversed(self.cleanup):
             step()
 
@@ -141,8 +146,11 @@ def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
         path.write_text(_service_account_kubeconfig(kubectl, cluster, account))
         path.chmod(0o600)
         kubeconfigs[account] = path
-    port = free_port()
-    installation = Installation("local", kubectl, f"http://127.0.0.1:{port}", "local", work)
+    ports = PortReservation()
+    port = ports.take()
+    installation = Installation(
+        "local", kubectl, f"http://127.0.0.1:{port}", "local", work, ports=ports
+    )
     for n in range(2):
         installation.apis.append(
             Process(
@@ -158,7 +166,7 @@ def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
         installation.operators.append(
             operator_process(installation, config, kubeconfigs["lessor-operator"], n)
         )
-    wait_for("the API server", lambda: healthy(installation.endpoint), timeout=60)
+    wait_for("the API server", lambda: healthy(installation.endpoint), timeout=120)
     return installation
 
 
@@ -166,7 +174,8 @@ def operator_process(installation: Installation, config: Path, kubeconfig: Path,
     return Process(
         [
             sys.executable, "-m", "lessor.operator", f"--config={config}",
-            f"--kubeconfig={kubeconfig}", "--http-host=127.0.0.1", f"--http-port={free_port()}",
+            f"--kubeconfig={kubeconfig}", "--http-host=127.0.0.1",
+            f"--http-port={installation.ports.take()}",
             f"--local-backend-dir={installation.work / 'instances'}",
             "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5", "--teardown-grace=5",
         ],
@@ -198,17 +207,25 @@ def install_kind(work: Path) -> Installation:
     kubectl("apply", "-k", str(OVERLAY))
     for deployment in ("lessor-operator", "lessor-apiserver"):
         kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s")
-    port = free_port()
-    forward = subprocess.Popen(
-        [kubectl_binary, "--kubeconfig", str(kubeconfig), "port-forward", "-n", NAMESPACE,
-         "svc/lessor-apiserver", f"{port}:80"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    forward_log = work / "port-forward.log"
+    with forward_log.open("ab") as output:  # a file: its lines per connection never fill a pipe
+        forward = subprocess.Popen(
+            [kubectl_binary, "--kubeconfig", str(kubeconfig), "port-forward", "-n", NAMESPACE,
+             "svc/lessor-apiserver", ":80"],
+            stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     cleanup.append(forward.terminate)
+    # kubectl picks the local port itself and says which: nothing to race for.
+    found = wait_for(
+        "kubectl port-forward to listen",
+        lambda: re.search(r"Forwarding from 127\.0\.0\.1:(\d+) -> ", forward_log.read_text()),
+        timeout=120,
+    )
+    port = int(found[1])
     installation = Installation(
         "kind", kubectl, f"http://127.0.0.1:{port}", "k3s", work, cleanup=cleanup
     )
-    wait_for("the API through port-forward", lambda: healthy(installation.endpoint), timeout=60)
+    wait_for("the API through port-forward", lambda: healthy(installation.endpoint), timeout=120)
     return installation
 
 

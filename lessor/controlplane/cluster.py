@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -28,12 +29,15 @@ import yaml
 from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.kubectl import run_kubectl
 from lessor.controlplane.pki import CertificateAuthority, service_account_key, write_private
+from lessor.controlplane.ports import PortReservation
 from lessor.controlplane.processes import ProcessRecord, spawn, terminate
 
 NODE_NAME = "kwok-node-0"
 SERVICE_CIDR = "10.96.0.0/16"
 STATE_FILE = "state.json"
-# Pod ports that `kubectl port-forward` reaches on the kwok node (see _write_kwok_config).
+# Pod ports that `kubectl port-forward` reaches on the kwok node; each leads to a host port of
+# the cluster's own (`LocalControlPlane.forward_target`), so that two clusters on one machine
+# (two test sessions, say) never share one (see _write_kwok_config).
 FORWARDED_PORTS = tuple(range(18000, 18020))
 # Anonymous callers may read the OIDC discovery document and JWKS, as on managed clusters, so
 # that a client outside the cluster can verify ServiceAccount tokens with this API server as issuer.
@@ -53,14 +57,6 @@ subjects:
 """
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago; the small race is fine for local clusters."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @dataclass
 class ClusterState:
     """What another process needs to find, use and stop a running cluster."""
@@ -68,6 +64,8 @@ class ClusterState:
     binaries: str
     with_node: bool
     ports: dict[str, int] = field(default_factory=dict)
+    # Pod port (as a string: JSON keys) -> the host port kwok forwards it to.
+    forwards: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRecord] = field(default_factory=list)
     # Set only once start-up finished: a start interrupted by a crash (some processes spawned,
     # others not) is never mistaken for a running cluster.
@@ -90,6 +88,9 @@ class LocalControlPlane:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # Held while this object lives: the host ports of FORWARDED_PORTS, which only the
+        # listeners the user starts later (with SO_REUSEADDR) may take.
+        self._forward_ports = PortReservation()
 
     @property
     def kubeconfig(self) -> Path:
@@ -140,8 +141,14 @@ class LocalControlPlane:
         names = ["etcd", "etcd-peer", "apiserver"]
         if with_node:
             names += ["controller-manager", "scheduler", "kwok"]
+        reservation = PortReservation()
         state = ClusterState(
-            binaries=str(binaries), with_node=with_node, ports={n: free_port() for n in names}
+            binaries=str(binaries),
+            with_node=with_node,
+            ports={n: reservation.take() for n in names},
+            forwards={str(p): self._forward_ports.take() for p in FORWARDED_PORTS}
+            if with_node
+            else {},
         )
         state.save(self.state_path)
         deadline = time.monotonic() + timeout
@@ -159,11 +166,15 @@ class LocalControlPlane:
                 self._wait(deadline, "the kwok node", self._node_ready)
                 self._wait(deadline, "the default service account", self._default_sa_exists)
                 progress(f"node {NODE_NAME} is Ready (kwok)")
+            for name, port in state.ports.items():
+                self._wait(deadline, f"{name} to listen on {port}", partial(_listening, port))
             state.complete = True
             state.save(self.state_path)
         except BaseException:
             self.stop()
             raise
+        finally:
+            reservation.release()  # every component listens on its own port now
 
     def stop(self) -> None:
         """Stop every recorded process, newest first, and forget the cluster; keeps the files."""
@@ -173,6 +184,7 @@ class LocalControlPlane:
         for record in reversed(state.processes):
             terminate(record)
         self.state_path.unlink()
+        self._forward_ports.release()
 
     def destroy(self) -> None:
         """Stop the cluster and delete its directory (data, certificates, logs)."""
@@ -343,7 +355,7 @@ class LocalControlPlane:
             "--leader-elect=false",
         ]
         self._spawn(state, "kube-scheduler", scheduler, detached)
-        self._write_kwok_config()
+        self._write_kwok_config(state)
         kwok = [
             self._binary(state, "kwok"),
             f"--kubeconfig={pki / 'kwok.kubeconfig'}",
@@ -363,11 +375,11 @@ class LocalControlPlane:
         self._spawn(state, "kwok", kwok, detached)
         self.kubectl("apply", "-f", "-", input=_node_manifest())
 
-    def _write_kwok_config(self) -> None:
+    def _write_kwok_config(self, state: ClusterState) -> None:
         """Pods on the fake node exec as local processes in the cluster's `node/` directory; their
         logs and attach stream are the file `node/pod.log` (kwok serves one file for all pods, in
         the kubelet's CRI log format; a test that wants output writes it there); port-forward to
-        a pod port in FORWARDED_PORTS reaches the same port on 127.0.0.1."""
+        a pod port in FORWARDED_PORTS reaches 127.0.0.1 on that port's `forward_target`."""
         workdir = self.directory / "node"
         workdir.mkdir(exist_ok=True)
         log_file = workdir / "pod.log"
@@ -394,19 +406,28 @@ class LocalControlPlane:
             },
             {
                 # kwok forwards a pod port only to a fixed target, so each forwardable port is
-                # listed: pod port P reaches whatever listens on 127.0.0.1:P on this host.
+                # listed: pod port P reaches whatever listens on 127.0.0.1:forwards[P] here.
                 "apiVersion": api,
                 "kind": "ClusterPortForward",
                 "metadata": {"name": "local-port-forward"},
                 "spec": {
                     "forwards": [
-                        {"ports": [port], "target": {"address": "127.0.0.1", "port": port}}
-                        for port in FORWARDED_PORTS
+                        {"ports": [int(pod)], "target": {"address": "127.0.0.1", "port": host}}
+                        for pod, host in state.forwards.items()
                     ]
                 },
             },
         ]
         (self.directory / "kwok.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+    def forward_target(self, pod_port: int) -> int:
+        """The host port that a port-forward to `pod_port` (one of FORWARDED_PORTS) reaches: a
+        server playing the pod's listens there (with SO_REUSEADDR, as socket.create_server
+        does, beside this process's reservation of the port)."""
+        state = self.state()
+        if state is None or str(pod_port) not in state.forwards:
+            raise ControlPlaneError(f"pod port {pod_port} is not forwarded by {self.directory}")
+        return state.forwards[str(pod_port)]
 
     @property
     def pod_log(self) -> Path:
@@ -468,6 +489,15 @@ class LocalControlPlane:
 
     def _default_sa_exists(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", check=False).returncode == 0
+
+
+def _listening(port: int) -> bool:
+    """Whether something accepts connections on the port (a reservation alone does not)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def _node_manifest() -> str:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lessor.controlplane.cluster import LocalControlPlane, free_port
+from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.ports import PortReservation
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -37,6 +38,20 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+CRASHING = Path(__file__).with_name("crashing_operator.py")
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Just `when` ("before" or "after") the operator's `nth` write of `resource` (a plural, or
+    "any"), recorded in `record`."""
+
+    when: str
+    nth: int
+    resource: str
+    record: Path
+
+
 @dataclass
 class Operator:
     kubeconfig: Path
@@ -44,16 +59,29 @@ class Operator:
     backend_dir: Path
     log_path: Path
     lease_duration: float = 4.0
+    # How long a teardown may take before the operator quarantines: long enough that only a
+    # real failure, never a busy machine, gets there. Tests of quarantine itself shorten it.
+    teardown_grace: float = 120.0
     leader_election: bool = True
-    port: int = field(default_factory=free_port)
     extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
+    # The port of /metrics stays reserved for this operator's life, restarts included: a
+    # restarted process finds it free, and no other process on the machine is handed it.
+    ports: PortReservation = field(default_factory=PortReservation, repr=False)
+    port: int = field(init=False)
 
-    def start(self) -> Operator:
+    def __post_init__(self) -> None:
+        self.port = self.ports.take()
+
+    def start(self, crash: CrashPoint | None = None) -> Operator:
+        """Start the operator; with `crash`, one that SIGKILLs itself at that point of its work
+        (tests/integration/crashing_operator.py)."""
+        program = ["-m", "lessor.operator"]
+        if crash is not None:
+            program = [CRASHING, crash.when, str(crash.nth), crash.resource, crash.record, "--"]
         argv = [
             sys.executable,
-            "-m",
-            "lessor.operator",
+            *map(str, program),
             f"--kubeconfig={self.kubeconfig}",
             f"--namespace={self.namespace}",
             "--http-host=127.0.0.1",
@@ -62,7 +90,7 @@ class Operator:
             f"--lease-duration={self.lease_duration}",
             f"--renew-deadline={self.lease_duration * 0.75}",
             f"--retry-period={self.lease_duration / 8}",
-            "--teardown-grace=5",
+            f"--teardown-grace={self.teardown_grace}",
         ]
         if not self.leader_election:
             argv.append("--no-leader-election")

@@ -74,11 +74,11 @@ def test_without_the_flag_the_operator_does_not_provision_namespaces(
     ).start()
     try:
         objects.pool("cheap", warmTarget=1, backend={"type": "namespace"})
-        wait_for("an instance", lambda: objects.list("clusterinstance"), timeout=60)
+        wait_for("an instance", lambda: objects.list("clusterinstance"), timeout=120)
         wait_for(
             "the refusal in the log",
             lambda: "--test-backends" in (tmp_path / "op.log").read_text(),
-            timeout=60,
+            timeout=120,
         )
         assert objects.pool_status("cheap").get("ready", 0) == 0
     finally:

@@ -4,19 +4,19 @@ and the API server is an OIDC issuer whose JWKS verifies the ServiceAccount toke
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import subprocess
 import textwrap
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import jwt
 import pytest
 
-from lessor.controlplane.cluster import FORWARDED_PORTS, NODE_NAME, LocalControlPlane, free_port
+from lessor.controlplane.cluster import FORWARDED_PORTS, NODE_NAME, LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,7 @@ def test_pod_runs_on_the_node_and_exec_runs_a_local_command(
 
 def test_port_forward_reaches_a_local_server_on_the_pod_port(local: LocalControlPlane) -> None:
     pod_port = FORWARDED_PORTS[7]
-    with socket.create_server(("127.0.0.1", pod_port)) as server:
+    with socket.create_server(("127.0.0.1", local.forward_target(pod_port))) as server:
 
         def answer() -> None:
             connection, _ = server.accept()
@@ -89,10 +89,10 @@ def test_port_forward_reaches_a_local_server_on_the_pod_port(local: LocalControl
             "spec": {"containers": [{"name": "main", "image": "busybox"}]},
         }
         local.kubectl("apply", "-f", "-", input=json.dumps(pod))
-        local.kubectl("wait", "--for=condition=Ready", "pod/pf-probe", "--timeout=60s")
-        local_port = free_port()
+        local.kubectl("wait", "--for=condition=Ready", "pod/pf-probe", "--timeout=120s")
         state = local.state()
         assert state is not None
+        # kubectl picks the local port itself and says which: nothing to race for.
         forward = subprocess.Popen(
             [
                 f"{state.binaries}/kubectl",
@@ -100,25 +100,23 @@ def test_port_forward_reaches_a_local_server_on_the_pod_port(local: LocalControl
                 str(local.kubeconfig),
                 "port-forward",
                 "pod/pf-probe",
-                f"{local_port}:{pod_port}",
+                f":{pod_port}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            text=True,
         )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", local_port), timeout=5) as client:
-                        received = client.makefile("rb").readline()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "port-forward never listened"
-                    time.sleep(0.2)
+            assert forward.stdout is not None
+            banner = forward.stdout.readline()
+            found = re.match(rf"Forwarding from 127\.0\.0\.1:(\d+) -> {pod_port}", banner)
+            assert found, banner
+            with socket.create_connection(("127.0.0.1", int(found[1])), timeout=60) as client:
+                received = client.makefile("rb").readline()
             assert received == b"hello through port-forward\n"
         finally:
             forward.terminate()
-            forward.wait(timeout=10)
+            forward.wait(timeout=60)
             local.kubectl("delete", "pod", "pf-probe", "--wait=false", "--grace-period=0")
 
 

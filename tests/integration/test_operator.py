@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
-import itertools
+import collections
+import datetime
+import json
 import random
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster
 from lessor.operator.pools import count_instances
 from tests.integration.operator_harness import (
+    CrashPoint,
     Objects,
     Operator,
     alive,
@@ -59,6 +61,8 @@ def start_operator(
     *,
     leader_election: bool = True,
     extra: tuple[str, ...] = (),
+    crash: CrashPoint | None = None,
+    teardown_grace: float = Operator.teardown_grace,
 ) -> Operator:
     operator = Operator(
         kubeconfig=cluster.kubeconfig,
@@ -67,7 +71,8 @@ def start_operator(
         log_path=tmp_path / f"operator-{len(started)}.log",
         leader_election=leader_election,
         extra=list(extra),
-    ).start()
+        teardown_grace=teardown_grace,
+    ).start(crash)
     started.append(operator)
     return operator
 
@@ -128,12 +133,13 @@ def test_a_lease_expires_at_its_ttl_and_its_cluster_is_destroyed(
     start_operator(cluster, objects, started, tmp_path)
     objects.pool("short", warmTarget=1)
     wait_for("1 ready", lambda: objects.pool_status("short").get("ready") == 1)
-    objects.lease("brief", "short", ttl="5s")
+    # Long enough to be seen Bound (and its cluster's processes read) on a busy machine.
+    objects.lease("brief", "short", ttl="15s")
     bound = objects.wait_phase("brief", "Bound")
     instance = objects.get("clusterinstance", bound["status"]["clusterName"])
     assert instance is not None
     pids = pids_of(instance)
-    wait_for("Expired", lambda: objects.phase("clusterlease", "brief") == "Expired", timeout=60)
+    wait_for("Expired", lambda: objects.phase("clusterlease", "brief") == "Expired")
     expired = objects.get("clusterlease", "brief")
     assert expired is not None
     assert expired["status"]["endReason"] == "Expired"
@@ -151,17 +157,18 @@ def test_an_ended_lease_is_kept_for_the_retention_then_deleted(
     objects.patch("clusterlease", "done", {"spec": {"releaseRequested": True}})
     released = objects.wait_phase("done", "Released")
     assert released["status"]["endedAt"], "retention counts from when it ended"
-    wait_for("the lease deleted", lambda: objects.get("clusterlease", "done") is None, timeout=60)
+    wait_for("the lease deleted", lambda: objects.get("clusterlease", "done") is None)
 
 
 def test_queued_leases_get_fifo_positions_and_bind_in_order(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
     objects, started = env
-    objects.pool("one", warmTarget=1)
+    # No cluster until the positions were seen: a lease leaves the queue when it is bound, and
+    # the test must not race the first cluster's start to read them.
+    objects.pool("one", warmTarget=0)
     for name in ("q1", "q2", "q3"):
         objects.lease(name, "one")
-    # Positions are assigned before any cluster exists: start the operator only now.
     start_operator(cluster, objects, started, tmp_path)
     positions = wait_for(
         "queue positions",
@@ -175,14 +182,13 @@ def test_queued_leases_get_fifo_positions_and_bind_in_order(
             and all(p.values())
             and p
         ),
-        timeout=30,
-        every=0.05,
     )
     assert positions == {"q1": 1, "q2": 2, "q3": 3}
+    objects.pool("one", warmTarget=1)
     wait_for(
         "all bound",
         lambda: all(objects.phase("clusterlease", n) == "Bound" for n in ("q1", "q2", "q3")),
-        timeout=180,
+        timeout=300,
     )
     bound_at = [objects.get("clusterlease", n)["status"]["boundAt"] for n in ("q1", "q2", "q3")]  # type: ignore[index]
     assert bound_at == sorted(bound_at), f"bound out of order: {bound_at}"
@@ -194,7 +200,7 @@ def test_quarantine_when_teardown_cannot_be_verified(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
     objects, started = env
-    start_operator(cluster, objects, started, tmp_path)
+    start_operator(cluster, objects, started, tmp_path, teardown_grace=5)
     objects.pool("q", warmTarget=1)
     objects.lease("stuck", "q")
     bound = objects.wait_phase("stuck", "Bound")
@@ -203,16 +209,20 @@ def test_quarantine_when_teardown_cannot_be_verified(
     # A real fault: an immutable file that even root cannot delete survives the teardown.
     subprocess.run(["chattr", "+i", str(directory / "pki" / "ca.crt")], check=True)
     objects.patch("clusterlease", "stuck", {"spec": {"releaseRequested": True}})
-    wait_for(
-        "Quarantined", lambda: objects.phase("clusterlease", "stuck") == "Quarantined", timeout=60
-    )
+    wait_for("Quarantined", lambda: objects.phase("clusterlease", "stuck") == "Quarantined")
     instance = objects.get("clusterinstance", name)
     assert instance is not None and instance["status"]["phase"] == "Quarantined"
     assert any("ca.crt" in line for line in instance["status"]["teardown"]["evidence"])
     wait_for("quarantined=1", lambda: objects.pool_status("q").get("quarantined") == 1)
-    # Deleting the lease object does not discard the evidence: it stays, Quarantined.
+    # Deleting the lease object does not discard the evidence: it stays, Quarantined, once the
+    # operator has looked at the deleted lease (a reconcile of it after the delete).
+    operator = started[0]
+    reconciled = operator.metric('lessor_reconcile_total{controller="clusterlease"')
     cluster.kubectl("delete", "clusterlease", "stuck", "-n", objects.namespace, "--wait=false")
-    time.sleep(2)
+    wait_for(
+        "the operator to reconcile the deleted lease",
+        lambda: operator.metric('lessor_reconcile_total{controller="clusterlease"') > reconciled,
+    )
     assert objects.phase("clusterlease", "stuck") == "Quarantined"
     assert objects.get("clusterinstance", name) is not None
     assert "TeardownQuarantined" in objects.events("stuck")
@@ -233,10 +243,12 @@ def test_two_operators_one_leader_and_failover(
     assert second.metric("lessor_reconcile_total") == 0, "the standby reconciles nothing"
 
     first.kill(signal.SIGKILL)
-    killed = time.monotonic()
-    wait_for("second leads", lambda: second.metric("lessor_leader") == 1, timeout=30)
-    takeover = time.monotonic() - killed
-    assert takeover < first.lease_duration + 5, f"takeover took {takeover:.1f}s"
+    renewed = (objects.get("lease.coordination.k8s.io", "lessor-operator") or {})["spec"]
+    wait_for("second leads", lambda: second.metric("lessor_leader") == 1)
+    # Never before the killed leader's lease ran out since its last renewal (the verdict rests
+    # on the renewTime the lease records, not on how fast the takeover was).
+    last_renewal = datetime.datetime.fromisoformat(renewed["renewTime"]).timestamp()
+    assert time.time() >= last_renewal + first.lease_duration
     objects.lease("after-failover", "ha")
     wait_for(
         "Bound by the new leader",
@@ -245,54 +257,69 @@ def test_two_operators_one_leader_and_failover(
     assert second.metric("lessor_reconcile_total") > 0
 
 
+KILLS = 15  # lives of the operator that end in a SIGKILL before the work may finish
+# Each life is killed at one of its first few writes of one kind of object, the kinds in turn,
+# so the kills land in every part of the work: instances made, claimed, torn down; leases
+# queued, bound, released; kubeconfig Secrets; pool status; events.
+TARGETS = ("clusterinstances", "clusterleases", "secrets", "clusterpools", "events")
+
+
+@pytest.mark.timeout(2400)
 def test_sigkill_at_any_point_never_double_binds_or_leaks(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
+    """Twenty leases are bound and released while the operator is SIGKILLed again and again,
+    each time just before or just after one of its writes to the API, so every kill lands in
+    the middle of its work on any machine, and the scenario ends however slow the machine is:
+    after KILLS kills the operator is left to finish. Nothing is ever bound twice, nothing
+    leaks, and everything ends Released."""
     objects, started = env
     objects.pool("crash", warmTarget=3)
+    seed = random.randrange(1 << 32)
+    chance = random.Random(seed)
+    record = tmp_path / "kills.jsonl"
+
+    def crash_point() -> CrashPoint | None:
+        kills = len(record.read_text().splitlines()) if record.exists() else 0
+        if kills >= KILLS:
+            return None
+        when = chance.choice(("before", "after"))
+        return CrashPoint(when, chance.randint(1, 3), TARGETS[kills % len(TARGETS)], record)
+
     # One replica without leader election: a SIGKILLed leader's lease would otherwise keep its
     # successor waiting out the lease duration, and the kills are what is under test here.
-    operator = start_operator(cluster, objects, started, tmp_path, leader_election=False)
+    operator = start_operator(
+        cluster, objects, started, tmp_path, leader_election=False, crash=crash_point()
+    )
     names = [f"c{n:02d}" for n in range(20)]
     for name in names:
         objects.lease(name, "crash")
-    stop = threading.Event()
-    kills = itertools.count()
-
-    def chaos() -> None:
-        nonlocal operator
-        while not stop.wait(random.uniform(3.0, 9.0)):
-            operator.kill(signal.SIGKILL)
-            next(kills)
-            operator = start_operator(cluster, objects, started, tmp_path, leader_election=False)
-
-    killer = threading.Thread(target=chaos, daemon=True)
-    killer.start()
     released: set[str] = set()
     seen_bindings: dict[str, str] = {}
-    deadline = time.monotonic() + 600
-    try:
-        while len(released) < len(names) and time.monotonic() < deadline:
-            for lease in objects.list("clusterleases"):
-                name, status = lease["metadata"]["name"], lease.get("status", {})
-                if status.get("instance"):
-                    uid = status["instance"]["uid"]
-                    assert seen_bindings.setdefault(uid, name) == name, (
-                        f"instance {uid} bound twice"
-                    )
-                if status.get("phase") == "Bound" and not lease["spec"].get("releaseRequested"):
-                    objects.patch("clusterlease", name, {"spec": {"releaseRequested": True}})
-                if status.get("phase") == "Released":
-                    released.add(name)
-            time.sleep(0.5)
-    finally:
-        stop.set()
-        killer.join()
-    assert next(kills) >= 3, "the operator was killed repeatedly"
-    assert released == set(names), f"not released: {sorted(set(names) - released)}"
+
+    def progress() -> bool:
+        assert operator.process is not None
+        if operator.process.poll() is not None:  # it killed itself: the next life
+            operator.start(crash_point())
+        for lease in objects.list("clusterleases"):
+            name, status = lease["metadata"]["name"], lease.get("status", {})
+            if status.get("instance"):
+                uid = status["instance"]["uid"]
+                assert seen_bindings.setdefault(uid, name) == name, f"instance {uid} bound twice"
+            if status.get("phase") == "Bound" and not lease["spec"].get("releaseRequested"):
+                objects.patch("clusterlease", name, {"spec": {"releaseRequested": True}})
+            if status.get("phase") == "Released":
+                released.add(name)
+        return len(released) == len(names)
+
+    wait_for(f"every lease released (seed {seed})", progress, timeout=1800, every=0.5)
+    kills = [json.loads(line) for line in record.read_text().splitlines()]
+    landed = collections.Counter(f"{kill['when']} {kill['write']}" for kill in kills)
+    print(f"{len(kills)} kills (seed {seed}):", dict(sorted(landed.items())))
+    assert len(kills) >= len(TARGETS), "killed in the middle of every kind of work"
 
     # Once things settle: the pool is warm again, its counts match, nothing is leaked.
-    wait_for("pool settles", lambda: objects.pool_status("crash").get("ready") == 3, timeout=180)
+    wait_for("pool settles", lambda: objects.pool_status("crash").get("ready") == 3, timeout=300)
     instances = objects.list("clusterinstances")
     counts = count_instances(instances)
     status = objects.pool_status("crash")

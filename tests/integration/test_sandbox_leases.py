@@ -8,6 +8,7 @@ Every Sandbox response of this module is scanned for secrets (the module fixture
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime
 import json
 import secrets
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.integration
 TOKENS = {name: f"{name}-{secrets.token_hex(8)}" for name in ("alice", "bob", "carol", "dave")}
 ALICE, BOB, CAROL, DAVE = (TOKENS[n] for n in ("alice", "bob", "carol", "dave"))
 EXTERNAL = ("--agent-sandbox-mode=external",)
-TEARDOWN_GRACE = 8
 # Never in a Sandbox response: credentials, kubeconfig material, the requester field.
 SECRET_MARKERS = (*TOKENS.values(), "kubeconfig", "requester", "client-key", "BEGIN ", "token")
 
@@ -156,16 +156,21 @@ def env(
     stuck = sandbox_pool("sb-stuck", 0, provisioningTimeout="6s")
     stuck["spec"]["template"]["spec"]["nodeSelector"] = {"lessor.dev/none": "none"}
     objects.apply(stuck)
-    # kwok runs a pod's exec as a local process, so the runner is this checkout's, by path.
+    # kwok runs a pod's exec as a local process, so the runner is this checkout's, by path,
+    # keeping its state in this session's directory (not /tmp/lessor-runner, which another
+    # test session on the machine would share).
     runner = directory / "lessor-runner"
-    runner.write_text(f"#!/bin/sh\nexec {sys.executable} {runner_module.__file__}\n")
+    runner.write_text(
+        f"#!/bin/sh\nLESSOR_RUNNER_DIR={directory / 'runner'} "
+        f"exec {sys.executable} {runner_module.__file__}\n"
+    )
     runner.chmod(0o755)
     objects.apply(sandbox_pool("sb-run", 1, runner={"path": str(runner)}))
     # Both components run as their ServiceAccounts, with exactly the manifests' RBAC.
     accounts = install_rbac(control_plane, namespace, directory)
     operator = Operator(
         accounts["lessor-operator"], namespace, directory / "instances", directory / "op.log",
-        extra=[*EXTERNAL, "--no-leader-election", f"--teardown-grace={TEARDOWN_GRACE}"],
+        extra=[*EXTERNAL, "--no-leader-election"],
     )  # fmt: skip
     operator.start()
     # Rate limiting has its own server and test; here it would only slow the tests down.
@@ -204,6 +209,19 @@ def created_at(env: Env, lease: str) -> datetime.datetime:
 
 def gone(env: Env, kind: str, name: str) -> bool:
     return env.objects.get(kind, name) is None
+
+
+def reconciled_again(env: Env, operator: Operator, kind: str, name: str) -> None:
+    """Make the operator look at an object once more (a changed annotation is a change it is
+    told of) and return once it has reconciled since: a test then asserts that the object
+    did not move, where a sleep would only hope the operator had looked. (A reconcile of its
+    controller, not provably of this key: leases carry no observedGeneration yet, issue 20.)"""
+    counter = f'lessor_reconcile_total{{controller="{kind}"'
+    before = operator.metric(counter)
+    env.objects.patch(
+        kind, name, {"metadata": {"annotations": {"tests.lessor.dev/poke": uuid.uuid4().hex}}}
+    )
+    wait_for(f"{kind} {name} reconciled", lambda: operator.metric(counter) > before)
 
 
 # -- the lifecycle of spec 3.2 -----------------------------------------------------------------
@@ -280,7 +298,7 @@ def test_runtime_ttl_expires_and_a_later_release_keeps_the_cause(env: Env) -> No
     ended = env.until(ALICE, lease, "Expired", "Released", "Quarantined")
     assert (ended["phase"], ended["release_cause"]) == ("Expired", "RuntimeTtl")
     assert env.release(ALICE, lease).status == 204
-    time.sleep(1)
+    reconciled_again(env, env.operator, "sandboxlease", lease)
     after = env.get(ALICE, lease).body
     assert (after["phase"], after["release_cause"]) == ("Expired", "RuntimeTtl")
 
@@ -291,10 +309,28 @@ def test_the_provisioning_deadline_counts_from_creation_and_expires_the_lease(en
     deadline = datetime.datetime.fromisoformat(created["provisioning_deadline"])
     assert deadline == created_at(env, lease) + datetime.timedelta(seconds=6)
     assert env.until(ALICE, lease, "Provisioning", "Releasing", "Expired")
-    ended = env.until(ALICE, lease, "Expired", "Released", "Quarantined", timeout=60)
+    ended = env.until(ALICE, lease, "Expired", "Released", "Quarantined", timeout=120)
     assert (ended["phase"], ended["release_cause"]) == ("Expired", "ProvisioningDeadline")
     assert ended["provisioning_deadline"] == created["provisioning_deadline"]
     assert gone(env, "sandboxclaim.extensions.agents.x-k8s.io", lease)
+
+
+@contextlib.contextmanager
+def impatient(env: Env, teardown_grace: float = 8) -> Iterator[Operator]:
+    """The module's operator, for one test, replaced by one that quarantines a teardown after
+    `teardown_grace` seconds instead of the generous default (which only a real failure
+    reaches, so that a busy machine never quarantines a teardown that was merely slow)."""
+    env.operator.kill(signal.SIGTERM)
+    quick = Operator(
+        env.operator.kubeconfig, env.namespace, env.operator.backend_dir,
+        env.directory / "op-impatient.log", extra=env.operator.extra,
+        teardown_grace=teardown_grace,
+    ).start()  # fmt: skip
+    try:
+        yield quick
+    finally:
+        quick.kill(signal.SIGTERM)
+        env.operator.start()
 
 
 def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(env: Env) -> None:
@@ -305,16 +341,19 @@ def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(en
     kind = "sandbox.agents.x-k8s.io"
     env.objects.patch(kind, sandbox, {"metadata": {"finalizers": ["tests.lessor.dev/hold"]}})
     try:
-        assert env.release(ALICE, lease).status == 204
-        ended = env.until(ALICE, lease, "Quarantined", "Released", timeout=60)
-        assert ended["phase"] == "Quarantined" and ended["release_cause"] == "Requested"
-        assert f"Sandbox {sandbox} still exists" in ended["message"]
-        refused = env.release(ALICE, lease)
-        assert (refused.status, refused.body["reason"]) == (409, "teardown_quarantined")
-        wait_for("the pool to count it", lambda:
-                 env.objects.status("sandboxpool", "sb-warm").get("quarantined") == 1)  # fmt: skip
-        time.sleep(1)
-        assert env.get(ALICE, lease).body["phase"] == "Quarantined", "never leaves on its own"
+        with impatient(env) as operator:
+            assert env.release(ALICE, lease).status == 204
+            ended = env.until(ALICE, lease, "Quarantined", "Released")
+            assert ended["phase"] == "Quarantined" and ended["release_cause"] == "Requested"
+            assert f"Sandbox {sandbox} still exists" in ended["message"]
+            refused = env.release(ALICE, lease)
+            assert (refused.status, refused.body["reason"]) == (409, "teardown_quarantined")
+            wait_for(
+                "the pool to count it",
+                lambda: env.objects.status("sandboxpool", "sb-warm").get("quarantined") == 1,
+            )
+            reconciled_again(env, operator, "sandboxlease", lease)
+            assert env.get(ALICE, lease).body["phase"] == "Quarantined", "never leaves on its own"
     finally:
         env.objects.patch(kind, sandbox, {"metadata": {"finalizers": None}})
 
@@ -519,42 +558,116 @@ def metric(api: Api, name: str) -> float:
     return 0.0
 
 
+@dataclass
+class Bucket:
+    """What the server's token bucket of one principal may hold, reasoned from the time window
+    (sent, answered) of each request that was, or may have been, charged, so that the test
+    expects only what must be so whatever the machine's speed: a decision the refill could
+    have reached either way is not asserted. The bucket starts full; after charges c1..ck it
+    holds, at t, min over j of (burst - 1 - (k - j) + rate * (t - cj)), capped at the burst,
+    which is lower the more charges there were and the later they came."""
+
+    rate: float
+    burst: int
+    charges: list[tuple[float, float]] = field(default_factory=list)
+    maybe: list[tuple[float, float]] = field(default_factory=list)  # charged, or not
+
+    def _tokens(self, at: float, charges: list[tuple[float, float]], end: int) -> float:
+        ordered = sorted(charges)
+        k = len(ordered)
+        return min(
+            [float(self.burst)]
+            + [self.burst - 1 - (k - j) + self.rate * (at - window[end])
+               for j, window in enumerate(ordered, 1)]
+        )  # fmt: skip
+
+    def must(self, sent: float, answered: float) -> bool | None:
+        """True if a request in this window must be admitted, False if refused, None if either."""
+        if self._tokens(sent, self.charges + self.maybe, end=1) >= 1:
+            return True
+        if self._tokens(answered, self.charges, end=0) < 1:
+            return False
+        return None
+
+    def surely_refilled(self) -> float:
+        """The first moment from which a token is there however the charges fell."""
+        ordered = sorted(self.charges + self.maybe)
+        k = len(ordered)
+        return max(
+            answered + (1 - (self.burst - 1 - (k - j))) / self.rate
+            for j, (_, answered) in enumerate(ordered, 1)
+        )
+
+
 def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: Env) -> None:
-    rate = 0.5  # one token every two seconds, two at most; shared by both workers
+    """Burst 2, then refusals with Retry-After that spend nothing, a throttled keyed retry that
+    recovers its lease, another principal unaffected, and a token back exactly when the charges
+    alone say so. A token comes every 10 s; every expectation is computed from the timestamps
+    of the requests (lessor.apiserver.admission_limit uses the same clock, time.time())."""
+    rate = 0.1
     process, api = start_api(
         env.cluster, env.namespace, env.directory / "limited.log",
         (*EXTERNAL, f"--sandbox-admission-rate={rate}", "--sandbox-admission-burst=2"),
         env.directory / "lessor-apiserver.kubeconfig",
     )  # fmt: skip
     limited = ScannedApi(api, env.api.seen)
+    bucket = Bucket(rate, 2)
     made = []
+    refusals = "lessor_sandbox_admission_rate_limited_total"
     try:
 
-        def post(token: str = ALICE, **body: Any) -> Response:
+        def post(
+            token: str = ALICE, **body: Any
+        ) -> tuple[Response, bool | None, tuple[float, float]]:
+            """The answer, what alice's bucket says it must be (None: either), and when."""
+            sent = time.time()
             answer = limited.call("POST", "/v1/sandbox-leases", token=token,
                                   body={"pool": "sb-stuck", **body})  # fmt: skip
-            if answer.status == 202:
+            window = (sent, time.time())
+            must = bucket.must(*window)
+            if answer.status == 202 and answer.body["id"] not in {id for _, id in made}:
                 made.append((token, answer.body["id"]))
-            return answer
+                if token == ALICE:  # a new lease: it passed the limiter and spent a token
+                    bucket.charges.append(window)
+            return answer, must, window
+
+        def check(answer: Response, must: bool | None, *_: Any) -> None:
+            if must is True:
+                assert answer.status == 202, answer.body
+            elif must is False:
+                assert (answer.status, answer.body["reason"]) == (429, "rate_limited")
+                assert 1 <= int(answer.headers["Retry-After"]) <= 1 / rate
+            else:
+                assert answer.status in (202, 429), answer.body
 
         key = f"limited-{uuid.uuid4()}"
-        assert post(idempotencyKey=key).status == 202
-        assert post().status == 202
-        before = metric(api, "lessor_sandbox_admission_rate_limited_total")
-        started = time.monotonic()
-        for _ in range(3):
-            refused = post()
-            assert (refused.status, refused.body["reason"]) == (429, "rate_limited")
-            assert 1 <= int(refused.headers["Retry-After"]) <= 2
-        after = metric(api, "lessor_sandbox_admission_rate_limited_total")
-        assert after - before == 3, "one increment per refusal"
+        check(*post(idempotencyKey=key))
+        check(*post())
+        before = metric(api, refusals)
+        verdicts = [post() for _ in range(3)]
+        for verdict in verdicts:
+            check(*verdict)
+        assert any(must is False for _, must, _ in verdicts), (
+            "each request took seconds: too slow to tell a refusal from a refill (a hang?)"
+        )
+        refused = sum(answer.status == 429 for answer, _, _ in verdicts)
+        assert metric(api, refusals) - before == refused, "one increment per refusal"
         # A throttled keyed retry of a committed lease recovers it with one exact-name read.
-        assert post(idempotencyKey=key).body["id"] == made[0][1]
-        assert post(BOB).status == 202, "another principal has its own bucket"
-        # The refusals spent nothing: one token is back two seconds after the last charge.
-        time.sleep(max(0.0, 1 / rate - (time.monotonic() - started)) + 0.3)
-        assert post().status == 202
-        assert post().status == 429
+        # (Whether it passed the limiter, and so spent a token, only the bucket can say.)
+        before = metric(api, refusals)
+        retry, must, window = post(idempotencyKey=key)
+        assert retry.status == 202 and retry.body["id"] == made[0][1]
+        assert metric(api, refusals) == before, "a recovered lease is no refusal"
+        if must is not False:
+            (bucket.charges if must else bucket.maybe).append(window)
+        assert post(BOB)[0].status == 202, "another principal has its own bucket"
+        # The refusals spent nothing: from the moment the charges alone promise a token, there
+        # is one (had a refusal spent a token, or pushed the refill back, there would be none).
+        time.sleep(max(0.0, bucket.surely_refilled() + 0.05 - time.time()))
+        again = post()
+        assert again[1] is True
+        check(*again)
+        check(*post())
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

@@ -143,12 +143,12 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
         def status() -> dict[str, Any]:
             return (objects.get("sandboxpool", "agents") or {}).get("status", {})
 
-        wait_for("Unavailable", lambda: status().get("phase") == "Unavailable", timeout=60)
+        wait_for("Unavailable", lambda: status().get("phase") == "Unavailable", timeout=120)
         [condition] = status()["conditions"]
         assert condition["status"] == "False" and "is not installed" in condition["message"]
 
         install_agent_sandbox(cluster, quiet)
-        wait_for("a warm pool", lambda: status().get("warmPoolRef"), timeout=60)
+        wait_for("a warm pool", lambda: status().get("warmPoolRef"), timeout=120)
         template = objects.get("sandboxtemplate.extensions.agents.x-k8s.io", "lessor-agents")
         warm = objects.get("sandboxwarmpool.extensions.agents.x-k8s.io", "lessor-agents")
         assert template is not None and warm is not None
@@ -171,7 +171,7 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
                 .get("replicas")
                 == 3
             ),
-            timeout=60,
+            timeout=120,
         )
     finally:
         operator.kill(signal.SIGTERM)

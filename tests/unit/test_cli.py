@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lessor.cli import manpages
+from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,18 +129,14 @@ def test_config_edit_saves_only_a_valid_config(tmp_path: Path) -> None:
     )
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes(
     tmp_path: Path,
 ) -> None:
     no_target = lessor(tmp_path, "lease", "small")
     assert no_target.returncode == 2 and "no target" in one_line_error(no_target)
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    # A port reserved and never listened on: refused, and no other process may take it meanwhile.
+    closed = PortReservation()
+    endpoint = f"http://127.0.0.1:{closed.take()}"
     down = lessor(tmp_path, "--endpoint", endpoint, "status")
     assert down.returncode == 1 and f"cannot reach {endpoint}" in one_line_error(down)
     ttl = lessor(tmp_path, "lease", "small", "--endpoint", endpoint, "--ttl", "soon")
@@ -163,6 +159,7 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     version = lessor(tmp_path, "version", "-o", "json")
     assert version.returncode == 0
     assert json.loads(version.stdout)["client"] == "0.1.0"
+    closed.release()
 
 
 def test_man_pages_are_current() -> None:

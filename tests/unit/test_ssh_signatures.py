@@ -83,9 +83,12 @@ def test_a_replayed_nonce_is_refused(key: Ed25519PrivateKey, authorized: dict[by
 def test_a_stale_or_future_timestamp_is_refused(
     key: Ed25519PrivateKey, authorized: dict[bytes, str], skew: int
 ) -> None:
-    value = header(key, "POST", "/v1/leases?x=1", b"{}", timestamp=int(time.time()) + skew)
+    now = 1_800_000_000  # the verifier's clock, fixed: the skew is exactly what is tested
+    value = header(key, "POST", "/v1/leases?x=1", b"{}", timestamp=now + skew)
     with pytest.raises(AuthenticationError, match="skew"):
-        check(value, authorized, NonceCache())
+        check(value, authorized, NonceCache(), clock=lambda: float(now))
+    edge = header(key, "POST", "/v1/leases?x=1", b"{}", timestamp=now + (300 if skew > 0 else -300))
+    assert check(edge, authorized, NonceCache(), clock=lambda: float(now)) == "alice", "within"
 
 
 @pytest.mark.parametrize(

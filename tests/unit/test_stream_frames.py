@@ -136,7 +136,7 @@ def test_the_close_handshake_carries_code_and_reason(
     replier = threading.Thread(target=answer)
     replier.start()
     server.close(4001, "idle_timeout")
-    replier.join(5)
+    replier.join(60)
     assert sock.recv(1024) == b"", "the server dropped the connection after the handshake"
 
 
@@ -211,6 +211,6 @@ def test_a_client_that_stops_reading_cannot_hold_the_session_open(
     assert sender.is_alive(), "the sender is blocked: nobody reads"
     started = time.monotonic()
     server.close(4001, "idle_timeout")
-    assert time.monotonic() - started < 10
-    sender.join(5)
+    assert time.monotonic() - started < 10, "a hang guard: the close waits 2 s for the lock"
+    sender.join(60)
     assert not sender.is_alive() and isinstance(outcome[0], PeerClosed)
