@@ -29,7 +29,8 @@ from lessor.apiserver.kube import Kube
 from lessor.apiserver.policy import effective_ttl, grant_for
 from lessor.apiserver.reservations import Reservations
 from lessor.resources.cluster import ClusterLease, ClusterPool
-from lessor.resources.lease_time import expires_at, timestamp, utcnow
+from lessor.resources.durations import format_duration, parse_duration
+from lessor.resources.lease_time import timestamp, utcnow
 
 ACTIVE = ("Pending", "Bound", "Recycling", None)
 REQUESTER_LABEL = "lessor.dev/requester"
@@ -117,6 +118,8 @@ class LeaseService:
                 "requester": principal.identity,
                 "maxExtensions": grant.max_extensions,
             }
+            if grant.max_ttl is not None:
+                spec["maxTtl"] = format_duration(grant.max_ttl)
             if request.alias:
                 spec["alias"] = request.alias
             if request.metadata is not None:
@@ -234,6 +237,15 @@ class LeaseService:
                     f"this lease allows {lease.spec.max_extensions} extensions and has used them",
                     reason="extension_budget_exhausted",
                 )
+            ttl = status.effective_ttl or lease.spec.ttl or "1h"
+            max_ttl = lease.spec.max_ttl
+            if max_ttl and lease.spec.expires_at(status.bound_at, ttl) >= status.bound_at + (
+                parse_duration(max_ttl)
+            ):
+                raise ConflictError(
+                    f"this lease already lasts {max_ttl} from binding, the most its policy allows",
+                    reason="max_ttl_ceiling",
+                )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             try:
@@ -241,11 +253,7 @@ class LeaseService:
             except ConflictError:
                 continue  # a concurrent extension won: count again against the fresh lease
             updated = ClusterLease.model_validate(self.kube.get("clusterleases", lease_id))
-            ttl = (updated.status.effective_ttl if updated.status else None) or updated.spec.ttl
-            expiry = expires_at(
-                status.bound_at, ttl or "0s", updated.spec.extensions, updated.spec.max_extensions
-            )
-            return {"expires_at": timestamp(expiry)}
+            return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
         raise ConflictError(
             "the lease changed while extending it; retry", reason="conflict_retryable"
         )

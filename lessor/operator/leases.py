@@ -34,7 +34,7 @@ from lessor.operator.writes import (
 )
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.durations import format_duration, parse_duration
-from lessor.resources.lease_time import expires_at, timestamp, utcnow
+from lessor.resources.lease_time import timestamp, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,7 @@ class LeaseReconciler:
         with contextlib.suppress(ConflictError):  # copied on an interrupted earlier pass
             await self.client.create(SECRETS.path(namespace), copy)
         bound_at = utcnow().replace(microsecond=0)
-        ttl = status["effectiveTtl"]
-        expiry = expires_at(bound_at, ttl, lease.spec.extensions, lease.spec.max_extensions)
+        expiry = lease.spec.expires_at(bound_at, status["effectiveTtl"])
         status.update(
             phase="Bound",
             queuePosition=None,
@@ -224,9 +223,7 @@ class LeaseReconciler:
         assert lease.status is not None and lease.status.bound_at is not None
         status = dict(obj.get("status") or {})
         ttl = lease.status.effective_ttl or lease.spec.ttl or "1h"
-        expiry = expires_at(
-            lease.status.bound_at, ttl, lease.spec.extensions, lease.spec.max_extensions
-        )
+        expiry = lease.spec.expires_at(lease.status.bound_at, ttl)
         applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
         if applied != lease.status.extensions:
             status.update(expiresAt=timestamp(expiry), extensions=applied)

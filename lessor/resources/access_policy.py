@@ -114,7 +114,9 @@ class Rule(SpecModel):
     max_concurrent_leases: int | None = Field(
         default=None, ge=0, description="Ceiling on simultaneous active leases of the identity."
     )
-    max_extensions: int = Field(default=2, ge=0, description="Extensions per lease; 0 forbids.")
+    max_extensions: int = Field(
+        default=2, ge=0, le=100, description="Extensions per lease; 0 forbids."
+    )
 
 
 SandboxVerb = Literal["lease", "release"]
@@ -129,7 +131,7 @@ class SandboxGrant(SpecModel):
     pools: list[Glob] = Field(min_length=1, description="SandboxPool name globs.")
     verbs: list[SandboxVerb] = Field(min_length=1)
     max_ttl: PositiveDuration | None = None
-    max_extensions: int = Field(default=2, ge=0)
+    max_extensions: int = Field(default=2, ge=0, le=100)
     max_concurrent_sandboxes: int | None = Field(default=None, ge=0)
     max_cpu: str | None = Field(
         default=None,

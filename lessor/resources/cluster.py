@@ -28,6 +28,7 @@ from lessor.resources.base import (
     StatusModel,
 )
 from lessor.resources.durations import PositiveDuration
+from lessor.resources.lease_time import expires_at
 
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 
@@ -192,7 +193,12 @@ class ClusterLeaseSpec(SpecModel):
         default=None, description="Caller metadata: opaque, untrusted, never used for decisions."
     )
     max_extensions: int = Field(
-        default=2, ge=0, description="Extensions allowed, from the policy rule at creation."
+        default=2, ge=0, le=100, description="Extensions allowed, from the policy rule at creation."
+    )
+    max_ttl: PositiveDuration | None = Field(
+        default=None,
+        description="Ceiling of the lease's lifetime measured from binding, from the policy rule "
+        "at creation: no extension carries the expiry past it.",
     )
     release_requested: bool = Field(default=False, description="Release intent.")
     extensions: list[Extension] = Field(
@@ -201,6 +207,11 @@ class ClusterLeaseSpec(SpecModel):
         description="Extension intents, appended with a resourceVersion precondition so that two "
         "concurrent requests cannot both spend the same remaining extension.",
     )
+
+    def expires_at(self, bound_at: datetime.datetime, ttl: str) -> datetime.datetime:
+        """The one expiry rule, for the operator that enforces it and the API that answers it;
+        `ttl` is the effective TTL (the request, or the pool's default, within maxTtl)."""
+        return expires_at(bound_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
 LeasePhase = Literal["Pending", "Bound", "Released", "Expired", "Recycling", "Quarantined"]

@@ -14,8 +14,13 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 PATTERN = r"^(([0-9]+h)([0-9]+m)?([0-9]+s)?|([0-9]+m)([0-9]+s)?|([0-9]+s))$"
-_PARTS = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_PARTS = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")  # ASCII digits only
 EXAMPLES = '"90s", "30m", "1h", "1h30m"'
+# No duration lessor accepts is longer than a year: a lease, an extension, a TTL cap, a
+# timeout. Everything computed from them (an expiry is at most a TTL and 100 extensions) then
+# stays far from datetime's limits, so no stored object can make a reconcile overflow.
+LONGEST = datetime.timedelta(hours=8760)
+LONGEST_TEXT = "8760h"
 
 
 def parse_duration(text: str) -> datetime.timedelta:
@@ -42,19 +47,29 @@ def format_duration(value: datetime.timedelta) -> str:
     return text
 
 
-def _valid(text: str) -> str:
-    parse_duration(text)
-    return text
-
-
 def _positive(text: str) -> str:
-    if parse_duration(text) <= datetime.timedelta(0):
+    value = parse_duration(text)
+    if value <= datetime.timedelta(0):
         raise ValueError(f"duration {text!r} must be longer than zero")
+    if value > LONGEST:
+        raise ValueError(f"duration {text!r} is longer than {LONGEST_TEXT} (a year), the most")
     return text
 
 
-# The pattern goes into JSON Schema (and so the CRDs) only; validation in Python is the parser's,
-# whose message says what a duration looks like instead of quoting a regular expression.
-_SCHEMA = Field(json_schema_extra={"pattern": PATTERN})
-Duration = Annotated[str, _SCHEMA, AfterValidator(_valid)]
+# The pattern and the bounds go into JSON Schema (and so the CRDs, where CEL checks the bounds
+# for anyone writing an object directly); in Python the parser validates, with a message that
+# says what a duration looks like instead of quoting a regular expression.
+_SCHEMA = Field(
+    json_schema_extra={
+        "pattern": PATTERN,
+        "maxLength": 32,
+        "x-kubernetes-validations": [
+            {
+                "rule": f"duration(self) > duration('0s') && "
+                f"duration(self) <= duration('{LONGEST_TEXT}')",
+                "message": f"a duration longer than zero and at most {LONGEST_TEXT} (a year)",
+            }
+        ],
+    }
+)
 PositiveDuration = Annotated[str, _SCHEMA, AfterValidator(_positive)]

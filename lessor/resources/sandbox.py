@@ -25,7 +25,7 @@ from lessor.resources.base import (
 )
 from lessor.resources.cluster import Extension, PoolName
 from lessor.resources.durations import PositiveDuration
-from lessor.resources.lease_time import sandbox_expires_at
+from lessor.resources.lease_time import expires_at
 
 # The SandboxPool's defaults, also what a lease admitted without its own copy falls back to.
 DEFAULT_TTL = "30m"
@@ -116,7 +116,7 @@ class SandboxLeaseSpec(SpecModel):
     alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
     idempotency_key: IdempotencyKey | None = Field(default=None, min_length=1, max_length=253)
     requester: str | None = Field(default=None, max_length=1024)
-    max_extensions: int = Field(default=2, ge=0)
+    max_extensions: int = Field(default=2, ge=0, le=100)
     release_requested: bool = False
     extensions: list[Extension] = Field(default_factory=list, max_length=100)
     executions_reserved: int = Field(
@@ -131,7 +131,7 @@ class SandboxLeaseSpec(SpecModel):
     def expires_at(self, ready_at: datetime.datetime) -> datetime.datetime:
         """The one expiry rule, for the operator that enforces it and the API that answers it."""
         ttl = self.effective_ttl or self.ttl or DEFAULT_TTL
-        return sandbox_expires_at(ready_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
+        return expires_at(ready_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
 SandboxPhase = Literal[

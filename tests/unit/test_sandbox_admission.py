@@ -14,7 +14,7 @@ from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
 from lessor.resources.access_policy import AccessPolicySpec, SandboxGrant
 from lessor.resources.cluster import Extension
-from lessor.resources.lease_time import sandbox_expires_at
+from lessor.resources.lease_time import expires_at
 
 
 def test_a_bucket_spends_its_burst_then_refuses_with_the_wait(tmp_path: Path) -> None:
@@ -114,12 +114,6 @@ def test_the_ttl_is_the_request_or_default_within_both_caps() -> None:
 def test_extensions_never_carry_expiry_past_the_ceiling_from_readiness() -> None:
     ready = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     extensions = [Extension(ttl="30m"), Extension(ttl="30m")]
-    assert sandbox_expires_at(ready, "30m", extensions, 2, "2h") == ready + datetime.timedelta(
-        minutes=90
-    )
-    assert sandbox_expires_at(ready, "30m", extensions, 2, "1h") == ready + datetime.timedelta(
-        hours=1
-    )
-    assert sandbox_expires_at(ready, "30m", extensions, 1, None) == ready + datetime.timedelta(
-        hours=1
-    )
+    assert expires_at(ready, "30m", extensions, 2, "2h") == ready + datetime.timedelta(minutes=90)
+    assert expires_at(ready, "30m", extensions, 2, "1h") == ready + datetime.timedelta(hours=1)
+    assert expires_at(ready, "30m", extensions, 1, None) == ready + datetime.timedelta(hours=1)
