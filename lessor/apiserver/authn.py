@@ -43,11 +43,20 @@ AUTH_FAILURES = Counter(
 
 @dataclass(frozen=True)
 class Principal:
-    identity: str
+    identity: str  # what the policy's template renders: the name people see
     method: str
     claims: Mapping[str, Any]
     policy: NamedPolicy
     session: Session | None = None
+
+    @property
+    def owner(self) -> str:
+        """Who owns what this caller makes, and whose quota, aliases and admission bucket it
+        spends: the identity within its policy. A policy is an administrator's unit of trust
+        (an issuer, tokens, keys), and names are unique only within one: two IdPs both naming
+        someone by `{email}`, or `{sub}`, must not meet in one owner. Policy names hold no `/`,
+        so the owner is unambiguous."""
+        return f"{self.policy.name}/{self.identity}"
 
 
 class Authenticator:
@@ -132,6 +141,7 @@ class Authenticator:
                 authorized_parties=tuple(oidc.authorized_parties),
                 jwks_url=oidc.jwks_url,
                 algorithms=tuple(oidc.algorithms),
+                required_claims=tuple(sorted(oidc.required_claims.items())),
             )
             by_issuer[oidc.issuer] = (policy, issuer)
             if oidc.ca_bundle:

@@ -135,7 +135,7 @@ class ExecutionService:
             "metadata": {
                 "name": name,
                 "labels": {
-                    REQUESTER_LABEL: requester_label(principal.identity),
+                    REQUESTER_LABEL: requester_label(principal.owner),
                     "lessor.dev/sandbox-lease": lease["metadata"]["name"],
                 },
                 "ownerReferences": [
@@ -155,7 +155,7 @@ class ExecutionService:
                 "timeout": timeout,
                 "idempotencyKey": request.idempotency_key,
                 "detach": request.detach,
-                "requester": principal.identity,
+                "requester": principal.owner,
             },
         }
         optional = {"cwd": request.cwd, "container": request.container,
@@ -298,7 +298,7 @@ class ExecutionService:
         if (
             found is None
             or spec.get("lease", {}).get("uid") != lease["metadata"]["uid"]
-            or spec.get("requester") != principal.identity
+            or spec.get("requester") != principal.owner
         ):
             raise NotFoundError(f"no execution {execution[:80]} in this lease")
         return found

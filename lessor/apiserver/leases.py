@@ -67,7 +67,7 @@ class LeaseService:
             if error.status == 404:
                 raise NotFoundError(f"no lease {lease_id}") from error
             raise
-        if obj.get("spec", {}).get("requester") != principal.identity:
+        if obj.get("spec", {}).get("requester") != principal.owner:
             raise NotFoundError(f"no lease {lease_id}")
         return obj
 
@@ -96,7 +96,7 @@ class LeaseService:
         taken = []
         try:
             if grant.max_concurrent_leases is not None:
-                slot = self.reservations.slot(principal.identity, grant.max_concurrent_leases, name)
+                slot = self.reservations.slot(principal.owner, grant.max_concurrent_leases, name)
                 if slot is None:
                     raise TooManyRequestsError(
                         f"{principal.identity} holds {grant.max_concurrent_leases} active leases,"
@@ -105,7 +105,7 @@ class LeaseService:
                     )
                 taken.append(slot)
             if request.alias:
-                alias = self.reservations.alias(principal.identity, request.alias, name)
+                alias = self.reservations.alias(principal.owner, request.alias, name)
                 if alias is None:
                     raise ConflictError(
                         f"alias {request.alias} is already used by one of your active leases",
@@ -115,7 +115,7 @@ class LeaseService:
             spec: Json = {
                 "pool": pool_name,
                 "ttl": ttl,
-                "requester": principal.identity,
+                "requester": principal.owner,
                 "maxExtensions": grant.max_extensions,
             }
             if grant.max_ttl is not None:
@@ -132,7 +132,7 @@ class LeaseService:
                     "metadata": {
                         "name": name,
                         "labels": {
-                            REQUESTER_LABEL: requester_label(principal.identity),
+                            REQUESTER_LABEL: requester_label(principal.owner),
                             POOL_LABEL: pool_name,
                         },
                     },
@@ -161,11 +161,11 @@ class LeaseService:
     # -- read ------------------------------------------------------------------------------
 
     def list_mine(self, principal: Principal) -> list[Json]:
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.summary(lease)
             for lease in self.kube.list_objects("clusterleases", selector)
-            if lease["spec"].get("requester") == principal.identity and _phase(lease) in ACTIVE
+            if lease["spec"].get("requester") == principal.owner and _phase(lease) in ACTIVE
         ]
 
     def summary(self, lease: Json) -> Json:

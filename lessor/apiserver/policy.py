@@ -45,12 +45,32 @@ def _scalar(value: Any) -> str | None:
     return None
 
 
+def claim_text(claims: Mapping[str, Any], path: str) -> str | None:
+    """The claim at a dot path as text (booleans as true/false), None when absent or not a
+    scalar: how identities, rule matches and required claims all read a claim."""
+    return _scalar(claim_at(claims, path))
+
+
 def render_identity(template: str, claims: Mapping[str, Any]) -> str:
+    """The template with each placeholder replaced by its claim's value, escaped so that the
+    result is injective: a character of a value that the template's literal text also uses
+    (its separators), `%` itself, and control characters are percent-encoded. With
+    placeholders always separated by literal text (the policy's schema requires it), a rendered
+    identity has exactly one set of claims behind it: `{org}/{user}` renders org "a/b" and user
+    "c" as `a%2Fb/c`, and org "a" and user "b/c" as `a/b%2Fc`, while `{repository}` keeps
+    GitHub's `octo-org/octo-repo` as it is."""
+    literal = set(_PLACEHOLDER.sub("", template)) | {"%"}
+
+    def escape(character: str) -> str:
+        if character not in literal and character.isprintable():
+            return character
+        return "".join(f"%{byte:02X}" for byte in character.encode())
+
     def substitute(match: re.Match[str]) -> str:
-        value = _scalar(claim_at(claims, match.group(1)))
+        value = claim_text(claims, match.group(1))
         if value is None or value == "":
             raise IdentityError(f"the token has no usable claim {match.group(1)!r}")
-        return value
+        return "".join(map(escape, value))
 
     return _PLACEHOLDER.sub(substitute, template)
 

@@ -126,13 +126,13 @@ class PoolService:
             spec, status = lease.get("spec", {}), lease.get("status", {})
             if spec.get("pool") != name or status.get("phase") not in ACTIVE:
                 continue
-            mine = spec.get("requester") == principal.identity
+            mine = spec.get("requester") == principal.owner
             row: Json = {
                 "id": lease["metadata"]["name"],
                 "phase": status.get("phase", "Pending"),
                 "profile": name,
                 "cluster_name": status.get("clusterName"),
-                "requester": spec.get("requester") if mine else REDACTED,
+                "requester": principal.identity if mine else REDACTED,
                 "expires_at": status.get("expiresAt"),
             }
             if mine:

@@ -114,8 +114,8 @@ class SandboxLeaseService:
                 f"you have no Sandbox lease permission for {request.pool}",
                 reason="forbidden",
             )
-        name = lease_id(principal.identity, request.idempotency_key)
-        decision = self.limiter.take(principal.identity)
+        name = lease_id(principal.owner, request.idempotency_key)
+        decision = self.limiter.take(principal.owner)
         if not decision.allowed:
             # One exact-name read, only to recover a lease this key already committed.
             if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
@@ -199,7 +199,7 @@ class SandboxLeaseService:
             "effectiveTtl": ttl,
             "maxTtl": ceiling,
             "provisioningTimeout": pool.spec.provisioning_timeout,
-            "requester": principal.identity,
+            "requester": principal.owner,
             "maxExtensions": grant.max_extensions,
         }
         optional = {"ttl": request.ttl, "alias": request.alias,
@@ -211,7 +211,7 @@ class SandboxLeaseService:
             "metadata": {
                 "name": name,
                 "labels": {
-                    REQUESTER_LABEL: requester_label(principal.identity),
+                    REQUESTER_LABEL: requester_label(principal.owner),
                     "lessor.dev/sandbox-pool": request.pool,
                 },
             },
@@ -224,9 +224,7 @@ class SandboxLeaseService:
         taken: list[Reservation] = []
         try:
             if grant.max_concurrent_sandboxes is not None:
-                slot = self.reservations.slot(
-                    principal.identity, grant.max_concurrent_sandboxes, name
-                )
+                slot = self.reservations.slot(principal.owner, grant.max_concurrent_sandboxes, name)
                 if slot is None:
                     raise TooManyRequestsError(
                         f"you hold {grant.max_concurrent_sandboxes} active Sandbox leases,"
@@ -235,7 +233,7 @@ class SandboxLeaseService:
                     )
                 taken.append(slot)
             if request.alias:
-                alias = self.reservations.alias(principal.identity, request.alias, name)
+                alias = self.reservations.alias(principal.owner, request.alias, name)
                 if alias is None:
                     raise ConflictError(
                         f"alias {request.alias} is already used by one of your active Sandbox"
@@ -261,7 +259,7 @@ class SandboxLeaseService:
     def _replay(self, principal: Principal, request: CreateSandboxLease, found: Json) -> Json:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
         spec = found.get("spec", {})
-        if spec.get("requester") != principal.identity:
+        if spec.get("requester") != principal.owner:
             raise ConflictError(
                 "this idempotency key cannot be used", reason="idempotency_conflict"
             )
@@ -349,7 +347,7 @@ class SandboxLeaseService:
         if found is None and SANDBOX_LEASE_ID.match(lease_name):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
-        if found is None or spec.get("cancelled") or spec.get("requester") != principal.identity:
+        if found is None or spec.get("cancelled") or spec.get("requester") != principal.owner:
             raise NotFoundError(f"no Sandbox lease {lease_name}")
         if self._grant(principal, spec["pool"], "lease") is None:
             raise NotFoundError(f"no Sandbox lease {lease_name}")  # outside the caller's scope
@@ -368,7 +366,7 @@ class SandboxLeaseService:
             "spec": {
                 "pool": TOMBSTONE_POOL,
                 "cancelled": True,
-                "requester": principal.identity,
+                "requester": principal.owner,
             },
         }
         try:
@@ -383,11 +381,11 @@ class SandboxLeaseService:
         return self.view(self.owned(principal, lease_name))
 
     def list_mine(self, principal: Principal) -> list[Json]:
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.identity)}"
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.view(obj)
             for obj in self.kube.list_objects(PLURAL, selector)
-            if obj["spec"].get("requester") == principal.identity
+            if obj["spec"].get("requester") == principal.owner
             and not obj["spec"].get("cancelled")
             and self._grant(principal, obj["spec"]["pool"], "lease") is not None
         ]

@@ -95,7 +95,7 @@ class StreamRoutes:
         target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
         if environ.get("gunicorn.socket") is None:
             raise UnavailableError("WebSocket sessions are served under gunicorn only")
-        slot = self.slots.claim(principal.identity)
+        slot = self.slots.claim(principal.owner)
         if slot is None:
             raise TooManyRequestsError(
                 f"{self.slots.per_identity} attach and port-forward sessions of this identity"

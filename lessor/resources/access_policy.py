@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from lessor.resources.base import (
     AGE,
@@ -56,6 +56,13 @@ class OidcAuth(SpecModel):
         default=None,
         description="PEM CA certificates to trust for the issuer's JWKS endpoint, for private "
         "issuers (for example a cluster's own service-account issuer).",
+    )
+    required_claims: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Claims a token must carry with these values, compared as strings (true, "
+        'false, numbers as written), for example {"email_verified": "true"}: an issuer that '
+        "also knows unverified addresses cannot then lend one to an identity built from it.",
     )
 
 
@@ -145,12 +152,42 @@ class SandboxGrant(SpecModel):
     )
 
 
+def _separated(template: str) -> str:
+    if "}{" in template:
+        raise ValueError(
+            "placeholders of the identity template must be separated by literal text "
+            "({org}/{user}, not {org}{user}): otherwise two callers could render alike"
+        )
+    return template
+
+
+IdentityTemplate = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"\{[A-Za-z0-9_.-]+\}",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.contains('}{')",
+                    "message": "placeholders must be separated by literal text: {org}/{user}",
+                }
+            ]
+        },
+    ),
+    AfterValidator(_separated),
+]
+
+
 class AccessPolicySpec(SpecModel):
     auth: Auth
-    identity: str = Field(
-        min_length=1,
-        pattern=r"\{[A-Za-z0-9_.-]+\}",
-        description="Identity template: {claim} placeholders, dot paths, literal separators.",
+    identity: IdentityTemplate = Field(
+        description="Identity template: {claim} placeholders, dot paths, literal separators "
+        "between placeholders. Claim values are escaped where they could pass for the "
+        "template's own text, so two different sets of claims never render alike; the "
+        "identity belongs to this policy (the same name from another policy is another "
+        "caller).",
     )
     rules: list[Rule] = Field(description="Ordered rules for cluster leases.")
     sandbox: list[SandboxGrant] = Field(default_factory=list, description="Sandbox grants.")

@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import datetime
 import json
+import secrets
+import ssl
+import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from lessor.controlplane.pki import CertificateAuthority
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_apiserver import (  # noqa: F401 - the fixture
     ALICE,
@@ -64,9 +74,9 @@ def test_an_extension_never_carries_a_lease_past_its_rules_max_ttl(stack: Stack)
     assert stack.api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
 
     full = stack.api.call(
-        "POST", "/v1/leases", token=ALICE, body={"profile": "api-warm", "ttl": "1h"}
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-warm", "ttl": "2h"}
     ).body
-    assert full["effective_ttl"] == "1h"
+    assert full["effective_ttl"] == "1h", "a TTL is clamped to maxTtl at creation"
     lease_until(stack, ALICE, full["id"], "Bound")
     refused = stack.api.call(
         "PATCH", f"/v1/leases/{full['id']}", token=ALICE, body={"extend_ttl": "10m"}
@@ -134,3 +144,169 @@ def test_the_operator_binds_and_releases_a_lease_at_every_bound(stack: Stack) ->
         "-p", '{"spec": {"releaseRequested": true}}',
     )  # fmt: skip
     wait_for("Released", lambda: _phase(stack, "longest") == "Released")
+
+
+# -- item 2: an identity belongs to its policy; rendering is injective; required claims ------
+
+
+class PartnerIdP:
+    """Another company's identity provider, over HTTPS with a CA of its own: RS256 tokens."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        ca = CertificateAuthority("partner-ca")
+        serving = ca.issue("partner-idp", server_names=("127.0.0.1",))
+        self.ca_pem = ca.cert_pem.decode()
+        jwk = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key())), "kid": "p"}
+        document = json.dumps({"keys": [jwk]}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(document)))
+                self.end_headers()
+                self.wfile.write(document)
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with tempfile.TemporaryDirectory() as directory:
+            cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+            cert.write_bytes(serving.cert_pem)
+            key.write_bytes(serving.key_pem)
+            context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def token(self, **claims: Any) -> str:
+        now = int(datetime.datetime.now(datetime.UTC).timestamp())
+        payload = {"iss": self.url, "aud": "lessor", "exp": now + 600, **claims}
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": "p"})
+
+
+def _policy(stack: Stack, name: str, spec: dict[str, Any]) -> None:  # noqa: F811
+    document = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": name, "namespace": stack.namespace},
+        "spec": spec,
+    }
+    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
+
+
+def _partner_policy(stack: Stack, idp: PartnerIdP, **oidc: Any) -> None:  # noqa: F811
+    _policy(stack, "partner", {
+        "auth": {"oidc": {"issuer": idp.url, "audience": ["lessor"], "jwksUrl": f"{idp.url}/jwks",
+                          "caBundle": idp.ca_pem, **oidc}},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"], "maxConcurrentLeases": 5}],
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def partner(stack: Stack) -> Iterator[PartnerIdP]:  # noqa: F811
+    """A policy trusting the partner company's IdP, whose users are named by `{sub}` as the
+    company's own are."""
+    idp = PartnerIdP()
+    _partner_policy(stack, idp)
+    token = idp.token(sub="alice")
+    wait_for(
+        "the partner policy to apply",
+        lambda: stack.api.call("GET", "/v1/pools", token=token).status == 200,
+    )
+    yield idp
+    idp.server.shutdown()
+
+
+def test_the_same_name_from_another_policy_is_another_owner(
+    stack: Stack,  # noqa: F811
+    partner: PartnerIdP,
+) -> None:
+    """The partner's IdP names a user "alice", as the company's static token names its alice:
+    they are two owners. The partner's alice cannot read, extend or release the company alice's
+    lease, does not see it listed, and her alias and quota are her own."""
+    mine = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-cold", "alias": "same"}
+    ).body
+    impostor = partner.token(sub="alice")
+    path = f"/v1/leases/{mine['id']}"
+    assert stack.api.call("GET", path, token=impostor).status == 404
+    assert stack.api.call("PATCH", path, token=impostor, body={"extend_ttl": "1m"}).status == 404
+    assert stack.api.call("DELETE", path, token=impostor).status == 404
+    assert stack.api.call("GET", "/v1/leases", token=impostor).body == []
+    rows = stack.api.call("GET", "/v1/pools/api-cold/leases", token=impostor).body
+    assert [row["requester"] for row in rows if row["id"] == mine["id"]] == ["redacted"]
+    theirs = stack.api.call(
+        "POST", "/v1/leases", token=impostor, body={"profile": "api-cold", "alias": "same"}
+    )
+    assert theirs.status == 202, "an alias is unique among the owner's own leases only"
+    assert stack.api.call("GET", path, token=ALICE).status == 200, "still the company alice's"
+    for token, lease in ((ALICE, mine["id"]), (impostor, theirs.body["id"])):
+        assert stack.api.call("DELETE", f"/v1/leases/{lease}", token=token).status == 204
+
+
+def test_required_claims_refuse_unverified_addresses(
+    stack: Stack,  # noqa: F811
+    partner: PartnerIdP,
+) -> None:
+    """With `requiredClaims: {email_verified: "true"}`, a token whose address is unverified (or
+    says nothing, or says it in another spelling) is refused; a verified one is accepted."""
+    _partner_policy(stack, partner, requiredClaims={"email_verified": "true"})
+    try:
+        unverified = partner.token(sub="mallory", email_verified=False)
+        wait_for(
+            "the requirement to apply",
+            lambda: stack.api.call("GET", "/v1/pools", token=unverified).status == 401,
+        )
+        for claims in ({}, {"email_verified": "yes"}, {"email_verified": 1}):
+            token = partner.token(sub="mallory", **claims)
+            assert stack.api.call("GET", "/v1/pools", token=token).status == 401, claims
+        token = partner.token(sub="mallory", email_verified=True)
+        assert stack.api.call("GET", "/v1/pools", token=token).status == 200
+    finally:
+        _partner_policy(stack, partner)
+
+
+def test_identities_render_injectively(stack: Stack) -> None:  # noqa: F811
+    """`{org}/{user}` with org "a/b" and user "c", and with org "a" and user "b/c", are two
+    identities (each claim value is escaped where it could pass for the template's own
+    separators), so neither sees the other's lease."""
+    x, y = f"x-{secrets.token_hex(8)}", f"y-{secrets.token_hex(8)}"
+    stack.cluster.kubectl(
+        "create", "secret", "generic", "org-tokens", "-n", stack.namespace,
+        f"--from-literal=x={x}", f"--from-literal=y={y}",
+    )  # fmt: skip
+    _policy(stack, "orgs", {
+        "auth": {"staticTokens": [
+            {"secretRef": {"name": "org-tokens", "key": k}, "claims": {"org": org, "user": user}}
+            for k, org, user in (("x", "a/b", "c"), ("y", "a", "b/c"))
+        ]},
+        "identity": "{org}/{user}",
+        "rules": [{"pools": ["api-*"]}],
+    })  # fmt: skip
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=x).status == 200)
+    login = stack.api.call("POST", "/v1/login", token=x).body
+    assert login["identity"] == "a%2Fb/c"
+    lease = stack.api.call("POST", "/v1/leases", token=x, body={"profile": "api-cold"}).body
+    assert stack.api.call("GET", f"/v1/leases/{lease['id']}", token=y).status == 404
+    assert stack.api.call("DELETE", f"/v1/leases/{lease['id']}", token=x).status == 204
+
+
+def test_a_template_whose_placeholders_touch_is_refused(stack: Stack) -> None:  # noqa: F811
+    """`{org}{user}` could never be rendered injectively (ab+c and a+bc): the CRD refuses it."""
+    document = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "touching", "namespace": stack.namespace},
+        "spec": {
+            "auth": {"sshKeys": [{"publicKey": "ssh-ed25519 AAAA", "claims": {"a": "b"}}]},
+            "identity": "{org}{user}",
+            "rules": [],
+        },
+    }
+    written = stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert written.returncode != 0 and "spec.identity" in written.stderr, written.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from lessor.apiserver.policy import (
     IdentityError,
@@ -43,6 +44,33 @@ def test_identity_joins_claims_with_literal_separators_and_reaches_nested_ones()
         render_identity("{org.missing}", CLAIMS)
     with pytest.raises(IdentityError):  # a list is not an identity
         render_identity("{groups}", CLAIMS)
+
+
+def test_identities_are_escaped_only_where_they_could_collide() -> None:
+    assert render_identity("{org}/{user}", {"org": "a/b", "user": "c"}) == "a%2Fb/c"
+    assert render_identity("{org}/{user}", {"org": "a", "user": "b/c"}) == "a/b%2Fc"
+    assert render_identity("{repository}", {"repository": "octo/repo"}) == "octo/repo"
+    assert render_identity("{email}", {"email": "a+b@x.org"}) == "a+b@x.org"
+    assert render_identity("{sub}", {"sub": "50%\nroot"}) == "50%25%0Aroot", "% and controls"
+
+
+@pytest.mark.parametrize("template", ["{a}/{b}", "{a}:{b}", "x{a}.{b}y", "{a}//{b}", "{a}%{b}"])
+def test_rendering_is_injective(template: str) -> None:
+    """Every pair of claim values over an alphabet of the separators, the escape character and
+    letters renders to a distinct identity."""
+    alphabet = ["", "a", "/", ":", ".", "%", "%2F", "a/b", "b:", "x.y", "//"]
+    seen: dict[str, tuple[str, str]] = {}
+    for a in alphabet[1:]:
+        for b in alphabet[1:]:
+            identity = render_identity(template, {"a": a, "b": b})
+            assert seen.setdefault(identity, (a, b)) == (a, b), (identity, seen[identity], a, b)
+
+
+def test_a_template_with_touching_placeholders_is_refused() -> None:
+    with pytest.raises(ValidationError, match="separated"):
+        AccessPolicySpec.model_validate(
+            {"auth": {"sshKeys": []}, "identity": "{org}{user}", "rules": []}
+        )
 
 
 def test_the_first_rule_that_matches_and_covers_the_pool_wins() -> None:

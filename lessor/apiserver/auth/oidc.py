@@ -15,6 +15,7 @@ import jwt
 
 from lessor.apiserver.auth.errors import AuthenticationError
 from lessor.apiserver.auth.jwks import JwksCache
+from lessor.apiserver.policy import claim_text
 
 ALLOWED_ALGORITHMS = frozenset({"RS256", "RS384", "ES256", "ES384"})
 LEEWAY_SECONDS = 30
@@ -27,6 +28,7 @@ class OidcIssuer:
     authorized_parties: tuple[str, ...] = ()
     jwks_url: str | None = None
     algorithms: tuple[str, ...] = ("RS256",)
+    required_claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def jwks_endpoint(self) -> str:
@@ -66,4 +68,7 @@ def verify_token(
         raise AuthenticationError(f"invalid token: {error}") from error
     if issuer.authorized_parties and claims.get("azp") not in issuer.authorized_parties:
         raise AuthenticationError("authorized party not accepted")
+    for claim, value in issuer.required_claims:
+        if claim_text(claims, claim) != value:
+            raise AuthenticationError(f"required claim {claim!r} is not {value!r}")
     return issuer, claims
