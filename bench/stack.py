@@ -34,7 +34,7 @@ from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.ports import PortReservation
-from lessor.protocol.ssh_signature import SCHEME, canonical_request
+from lessor.protocol.ssh_signature import SCHEME, audience_of, canonical_request
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
@@ -172,11 +172,18 @@ class Stack:
         )
         key = base64.b64encode(ed25519_key_blob(raw)).decode()
 
+        audience = audience_of(self.base)
+
         def sign(method: str, path: str, body: bytes) -> str:
             stamp, nonce = int(time.time()), secrets.token_urlsafe(24)
-            signed = self.ssh_key.sign(canonical_request(method, path, stamp, nonce, body))
-            signature = base64.b64encode(ed25519_signature_blob(signed)).decode()
-            return f'{SCHEME} key="{key}", ts="{stamp}", nonce="{nonce}", sig="{signature}"'
+            message = canonical_request(
+                audience, method, path, timestamp=stamp, nonce=nonce, body=body
+            )
+            signature = base64.b64encode(ed25519_signature_blob(self.ssh_key.sign(message)))
+            return (
+                f'{SCHEME} key="{key}", aud="{audience}", ts="{stamp}", nonce="{nonce}", '
+                f'sig="{signature.decode()}"'
+            )
 
         return Client(self.base, sign)
 
@@ -265,6 +272,7 @@ def local_stack(
                 ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={ports.take()}",
                  f"--local-backend-dir={work / 'instances'}", *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
+                 f"--ssh-audience=http://127.0.0.1:{port}",
                  f"--workers={api_workers}", "--worker-connections=2000", *api_args],
             ):  # fmt: skip
                 processes.append(

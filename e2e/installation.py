@@ -158,6 +158,7 @@ def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
                     sys.executable, "-m", "lessor.apiserver", f"--config={config}",
                     f"--kubeconfig={kubeconfigs['lessor-apiserver']}",
                     f"--bind=127.0.0.1:{port}", "--reuse-port", "--workers=1",
+                    f"--ssh-audience={installation.endpoint}",
                 ],
                 work / f"apiserver-{n}.log",
             ).start()

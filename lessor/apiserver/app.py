@@ -70,7 +70,7 @@ class Services:
 
     @cached_property
     def auth(self) -> Authenticator:
-        return Authenticator(self.policies, self.kube)
+        return Authenticator(self.policies, self.kube, self.settings.ssh_audiences)
 
     @cached_property
     def leases(self) -> LeaseService:

@@ -60,9 +60,12 @@ class Principal:
 
 
 class Authenticator:
-    def __init__(self, policies: PolicyStore, kube: Kube) -> None:
+    def __init__(
+        self, policies: PolicyStore, kube: Kube, ssh_audiences: frozenset[str] = frozenset()
+    ) -> None:
         self.policies = policies
         self.kube = kube
+        self.ssh_audiences = ssh_audiences
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
         self.nonces = ClusterNonces(kube)
@@ -79,7 +82,7 @@ class Authenticator:
             found.append("oidc")
         if any(p.spec.auth.static_tokens for p in snapshot):
             found.append("token")
-        if any(p.spec.auth.ssh_keys for p in snapshot):
+        if self.ssh_audiences and any(p.spec.auth.ssh_keys for p in snapshot):
             found.append("ssh")
         return found
 
@@ -186,5 +189,6 @@ class Authenticator:
             body=body,
             authorized_keys=dict.fromkeys(owners, ""),
             nonces=self.nonces,
+            audiences=self.ssh_audiences,
         )
         return owners[request.key_blob]

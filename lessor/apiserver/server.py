@@ -7,6 +7,7 @@ loaded in each worker after the fork, so nothing with sockets or threads crosses
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tempfile
 from typing import Any
@@ -18,6 +19,7 @@ from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 from lessor.apiserver.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.apiserver.settings import Settings
 from lessor.config_file import apply_defaults
+from lessor.protocol.ssh_signature import audience_of
 
 
 class Server(BaseApplication):  # type: ignore[misc]
@@ -84,6 +86,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=Settings.sandbox_stream_max_per_identity,
         help="attach and port-forward sessions one identity may hold open on this server",
     )
+    parser.add_argument(
+        "--ssh-audience",
+        dest="ssh_audiences",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a URL clients reach this deployment by (repeatable); SSH request signatures must "
+        "name one of them, and none is accepted without any",
+    )
     apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
@@ -102,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.sandbox_stream_max_per_identity < 1:
         raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
+    try:
+        ssh_audiences = frozenset(audience_of(url) for url in args.ssh_audiences)
+    except ValueError as error:
+        raise SystemExit(f"--ssh-audience: {error}") from None
+    if not ssh_audiences:
+        logging.getLogger(__name__).warning(
+            "no --ssh-audience (apiserver.sshAudiences): SSH request signatures are refused"
+        )
     options = {
         "bind": args.bind,
         "workers": args.workers,
@@ -126,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_stream_idle_timeout=args.sandbox_stream_idle_timeout,
         sandbox_stream_max_duration=args.sandbox_stream_max_duration,
         sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
+        ssh_audiences=ssh_audiences,
     )
     Server(settings, options).run()
     return 0

@@ -22,3 +22,6 @@ class Settings:
     sandbox_stream_max_duration: float = 4 * 3600
     # Open sessions per identity and replica (lessor.apiserver.session_slots).
     sandbox_stream_max_per_identity: int = DEFAULT_PER_IDENTITY
+    # The URLs clients reach this deployment by, normalized (lessor.protocol.ssh_signature):
+    # the only audiences an SSH request signature may name. None: SSH signatures are refused.
+    ssh_audiences: frozenset[str] = frozenset()

@@ -23,6 +23,7 @@ from lessor.cli import sessions
 from lessor.cli.config import Target
 from lessor.cli.errors import AUTH, SERVER, ApiError, CliError, UnreachableError
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
+from lessor.protocol.ssh_signature import audience_of
 
 TIMEOUT_SECONDS = 30
 T = TypeVar("T")
@@ -48,12 +49,16 @@ class Bearer:
 
 @dataclass(frozen=True)
 class SshSignature:
+    """A signature by the agent's key over each request, naming the endpoint it is sent to:
+    a signature is never offered that another deployment could accept."""
+
     agent: SshAgent
     key: bytes
+    audience: str
 
     def header(self, method: str, target: str, body: bytes) -> str | None:
         try:
-            return self.agent.authorization(self.key, method, target, body)
+            return self.agent.authorization(self.key, self.audience, method, target, body)
         except AgentError as error:
             raise CliError(str(error), AUTH) from None
 
@@ -93,7 +98,7 @@ def own_credential(target: Target) -> Credential | None:
         return Bearer(token)
     if target.auth == "ssh":
         agent, keys = agent_keys(target)
-        return SshSignature(agent, keys[0])
+        return SshSignature(agent, keys[0], audience_of(target.endpoint))
     if target.auth == "none":
         return Anonymous()
     return None

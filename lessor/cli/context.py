@@ -1,7 +1,9 @@
 """Which service a command talks to: `--endpoint`, else `--target`, `LESSOR_TARGET`, or the
 config's current target. `--endpoint` (or `LESSOR_ENDPOINT`) overrides the address of the chosen
 target for one run; with no target at all it stands alone, authenticated by `LESSOR_TOKEN` when
-that is set, which is all a CI job needs."""
+that is set, which is all a CI job needs. A target's stored token goes only to the target's own
+endpoint: sent elsewhere with `--endpoint`, the run uses `LESSOR_TOKEN` or nothing (sessions
+are kept per endpoint, and SSH signatures name the endpoint, so neither can leak either)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pydantic import ValidationError
 from lessor.cli import config
 from lessor.cli.client import Client
 from lessor.cli.errors import USAGE, CliError
+from lessor.protocol.ssh_signature import audience_of
 
 
 def target(args: argparse.Namespace) -> tuple[str | None, config.Target]:
@@ -26,9 +29,14 @@ def target(args: argparse.Namespace) -> tuple[str | None, config.Target]:
                 auth = "token" if os.environ.get("LESSOR_TOKEN") else "none"
                 chosen = config.Target(endpoint=endpoint, auth=auth)
             else:
-                chosen = config.Target.model_validate({**chosen.model_dump(), "endpoint": endpoint})
+                moved: dict[str, str | None] = {"endpoint": endpoint}
+                if audience_of(endpoint) != audience_of(chosen.endpoint):
+                    moved["token"] = None
+                chosen = config.Target.model_validate({**chosen.model_dump(), **moved})
         except ValidationError as error:
             raise CliError(f"--endpoint: {config.describe(error)}", USAGE) from None
+        except ValueError as error:
+            raise CliError(f"--endpoint: {error}", USAGE) from None
     if chosen is None:
         raise CliError(
             "no target: add one with `lessor config set NAME --endpoint URL --auth MODE` "

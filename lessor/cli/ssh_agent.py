@@ -75,15 +75,29 @@ class SshAgent:
         return signature
 
     def authorization(
-        self, key_blob: bytes, method: str, target: str, body: bytes, now: float | None = None
+        self,
+        key_blob: bytes,
+        audience: str,
+        method: str,
+        target: str,
+        body: bytes,
+        *,
+        now: float | None = None,
     ) -> str:
-        """The Authorization header value for one request."""
+        """The Authorization header value for one request to the deployment `audience` (the
+        endpoint the request goes to, lessor.protocol.ssh_signature.audience_of)."""
         timestamp = int(time.time() if now is None else now)
         nonce = secrets.token_urlsafe(24)
-        signature = self.sign(key_blob, canonical_request(method, target, timestamp, nonce, body))
+        message = canonical_request(
+            audience, method, target, timestamp=timestamp, nonce=nonce, body=body
+        )
+        signature = self.sign(key_blob, message)
         key = base64.b64encode(key_blob).decode()
         sig = base64.b64encode(signature).decode()
-        return f'{SCHEME} key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+        return (
+            f'{SCHEME} key="{key}", aud="{audience}", ts="{timestamp}", nonce="{nonce}", '
+            f'sig="{sig}"'
+        )
 
 
 def _receive(connection: socket.socket, size: int) -> bytes:

@@ -37,6 +37,7 @@ from tests.integration.operator_harness import Operator, destroy_local_clusters,
 pytestmark = pytest.mark.integration
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
+SHARED = "https://lessor.stack.test"  # the name the stack's two replicas both answer to
 
 
 @dataclass
@@ -101,8 +102,12 @@ def start_api(
     log: Path,
     extra: tuple[str, ...] = (),
     kubeconfig: Path | None = None,
+    ssh_audiences: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], Api]:
+    """An API server of its own on a reserved port; SSH signatures naming its own URL, or one of
+    `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted."""
     port, reservation = reserved_port()
+    audiences = (f"http://127.0.0.1:{port}", *ssh_audiences)
     with log.open("ab") as output:
         process = subprocess.Popen(
             [
@@ -113,6 +118,7 @@ def start_api(
                 "--workers=2",
                 f"--namespace={namespace}",
                 f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
+                *(f"--ssh-audience={audience}" for audience in audiences),
                 *extra,
             ],
             stdout=output,
@@ -211,8 +217,10 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
         control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log"
     ).start()
     processes, apis = [], []
-    for n in range(2):
-        process, api = start_api(control_plane, namespace, directory / f"api-{n}.log")
+    for n in range(2):  # two replicas of one deployment, reached also by a name they share
+        process, api = start_api(
+            control_plane, namespace, directory / f"api-{n}.log", ssh_audiences=(SHARED,)
+        )
         processes.append(process)
         apis.append(api)
     try:
@@ -349,15 +357,29 @@ def test_oidc_tokens_from_the_clusters_issuer_authenticate(stack: Stack) -> None
     }, "no hint of why"
 
 
-def ssh_header(stack: Stack, method: str, target: str, body: bytes, timestamp: int) -> str:
-    nonce = secrets.token_urlsafe(24)
-    signature = stack.ssh_key.sign(canonical_request(method, target, timestamp, nonce, body))
+def ssh_header(
+    stack: Stack,
+    method: str,
+    target: str,
+    body: bytes,
+    timestamp: int,
+    audience: str = SHARED,
+    nonce: str | None = None,
+) -> str:
+    """A request signature as the CLI makes it (lessor.protocol.ssh_signature), for `audience`:
+    by default the name both replicas of the stack answer to."""
+    nonce = nonce or secrets.token_urlsafe(24)
+    signed = canonical_request(
+        audience, method, target, timestamp=timestamp, nonce=nonce, body=body
+    )
     raw_public = stack.ssh_key.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
     key = base64.b64encode(ed25519_key_blob(raw_public)).decode()
-    sig = base64.b64encode(ed25519_signature_blob(signature)).decode()
-    return f'Lessor-SSH key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+    sig = base64.b64encode(ed25519_signature_blob(stack.ssh_key.sign(signed))).decode()
+    return (
+        f'Lessor-SSH key="{key}", aud="{audience}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+    )
 
 
 def test_stale_or_altered_ssh_requests_are_refused(stack: Stack) -> None:
@@ -371,14 +393,7 @@ def test_stale_or_altered_ssh_requests_are_refused(stack: Stack) -> None:
 
 
 def test_ssh_signed_requests_authenticate_once(stack: Stack) -> None:
-    timestamp, nonce = int(time.time()), secrets.token_urlsafe(24)
-    signature = stack.ssh_key.sign(canonical_request("GET", "/v1/pools", timestamp, nonce, b""))
-    raw_public = stack.ssh_key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-    key = base64.b64encode(ed25519_key_blob(raw_public)).decode()
-    sig = base64.b64encode(ed25519_signature_blob(signature)).decode()
-    header = f'Lessor-SSH key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+    header = ssh_header(stack, "GET", "/v1/pools", b"", int(time.time()))
     assert stack.apis[0].call("GET", "/v1/pools", headers={"Authorization": header}).status == 200
     # The replay goes to every worker of both API servers: none of them accepts it.
     for attempt in range(6):

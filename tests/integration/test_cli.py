@@ -13,10 +13,12 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +431,68 @@ def test_oidc_device_login_for_headless_hosts(user: User, provider: Provider) ->
     stdout, stderr = login.communicate(timeout=60)
     assert login.returncode == 0, stderr
     assert "as dana (oidc)" in stdout and provider.exchanged[-1] == "device_code"
+
+
+class Recorder:
+    """An endpoint that is not the configured one (a typo, a phishing link, a tunnel), which
+    answers 401 to everything and keeps every Authorization header it is sent."""
+
+    def __init__(self) -> None:
+        self.headers: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _refuse(self) -> None:
+                recorder.headers.append(self.headers.get("Authorization") or "")
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = b'{"error": "unauthorized", "detail": "no", "reason": "unauthenticated"}'
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _refuse  # noqa: N815
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    found = Recorder()
+    yield found
+    found.server.shutdown()
+
+
+def test_a_signature_offered_to_another_endpoint_cannot_be_replayed(
+    user: User, recorder: Recorder
+) -> None:
+    """Issue 18, item 1: `lessor login --endpoint` of an ssh target at an endpoint it was not
+    configured for offers that endpoint a signature; replayed at once to the real deployment
+    (fresh timestamp, unused nonce), it is refused: it names the endpoint it was offered to."""
+    user.target("ssh")
+    offered = user.run("login", "--endpoint", recorder.url)
+    assert offered.returncode == 3, offered.stderr
+    assert recorder.headers and all(h.startswith("Lessor-SSH ") for h in recorder.headers)
+    for header in recorder.headers:
+        replayed = user.stack.api.call("POST", "/v1/login", headers={"Authorization": header})
+        assert replayed.status == 401, replayed.body
+    assert user.run("login").returncode == 0, "the configured endpoint still takes the key"
+
+
+def test_a_stored_token_is_never_sent_to_another_endpoint(user: User, recorder: Recorder) -> None:
+    """Issue 18 (low): `--endpoint` overrides the address of a token target for one run; the
+    target's stored token stays with the target's own endpoint."""
+    user.target("token")
+    moved = user.run("release", "lease-x", "--endpoint", recorder.url)
+    assert moved.returncode in (2, 3), moved.stderr
+    assert ALICE not in " ".join(recorder.headers), "the stored token went elsewhere"
+    explicit = user.run(
+        "release", "lease-x", "--endpoint", recorder.url, LESSOR_TOKEN="for-this-run"
+    )
+    assert "Bearer for-this-run" in recorder.headers, explicit.stderr

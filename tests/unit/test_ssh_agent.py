@@ -32,7 +32,7 @@ def test_agent_signature_verifies_on_the_server(agent: tuple[SshAgent, str]) -> 
     [(blob, comment)] = client.ed25519_keys()
     assert comment == "alice@ci"
     authorized = {key_blob_from_openssh(public_line): "alice"}
-    header = client.authorization(blob, "GET", "/v1/leases", b"")
+    header = client.authorization(blob, "https://lessor.example.com", "GET", "/v1/leases", b"")
     identity = verify_request(
         parse_authorization(header),
         method="GET",
@@ -40,6 +40,7 @@ def test_agent_signature_verifies_on_the_server(agent: tuple[SshAgent, str]) -> 
         body=b"",
         authorized_keys=authorized,
         nonces=NonceCache(),
+        audiences={"https://lessor.example.com"},
     )
     assert identity == "alice"
     with pytest.raises(AuthenticationError):
@@ -50,6 +51,7 @@ def test_agent_signature_verifies_on_the_server(agent: tuple[SshAgent, str]) -> 
             body=b"",
             authorized_keys=authorized,
             nonces=NonceCache(),
+            audiences={"https://lessor.example.com"},
         )
 
 

@@ -19,7 +19,9 @@ from lessor.apiserver.auth.ssh import (
     parse_authorization,
     verify_request,
 )
-from lessor.protocol.ssh_signature import canonical_request
+from lessor.protocol.ssh_signature import audience_of, canonical_request
+
+HERE = "https://lessor.example.com"  # the deployment under test
 
 
 def raw_public(key: Ed25519PrivateKey) -> bytes:
@@ -34,13 +36,18 @@ def header(
     *,
     timestamp: int | None = None,
     nonce: str | None = None,
+    audience: str = HERE,
 ) -> str:
     ts = int(time.time()) if timestamp is None else timestamp
     nonce = nonce or secrets.token_urlsafe(24)
-    signature = key.sign(canonical_request(method, target, ts, nonce, body))
+    signature = key.sign(
+        canonical_request(audience, method, target, timestamp=ts, nonce=nonce, body=body)
+    )
     key_b64 = base64.b64encode(ed25519_key_blob(raw_public(key))).decode()
     sig_b64 = base64.b64encode(ed25519_signature_blob(signature)).decode()
-    return f'Lessor-SSH key="{key_b64}", ts="{ts}", nonce="{nonce}", sig="{sig_b64}"'
+    return (
+        f'Lessor-SSH key="{key_b64}", aud="{audience}", ts="{ts}", nonce="{nonce}", sig="{sig_b64}"'
+    )
 
 
 @pytest.fixture
@@ -59,6 +66,7 @@ def authorized(key: Ed25519PrivateKey) -> dict[bytes, str]:
 def check(value: str, authorized: dict[bytes, str], nonces: NonceCache, **request: object) -> str:
     params: dict[str, object] = {"method": "POST", "target": "/v1/leases?x=1", "body": b"{}"}
     params.update(request)
+    params.setdefault("audiences", {HERE})
     return verify_request(
         parse_authorization(value), authorized_keys=authorized, nonces=nonces, **params
     )  # type: ignore[arg-type]
@@ -108,6 +116,43 @@ def test_changing_anything_signed_breaks_the_signature(
         check(value, authorized, NonceCache(), **changed)
 
 
+def test_a_signature_is_good_only_at_the_deployment_it_names(
+    key: Ed25519PrivateKey, authorized: dict[bytes, str]
+) -> None:
+    elsewhere = header(key, "POST", "/v1/leases?x=1", b"{}", audience="https://staging.example")
+    with pytest.raises(AuthenticationError, match="another deployment"):
+        check(elsewhere, authorized, NonceCache())
+    with pytest.raises(AuthenticationError, match="another deployment"):
+        check(header(key, "POST", "/v1/leases?x=1", b"{}"), authorized, NonceCache(), audiences=())
+    # The audience is signed: naming this deployment in a header signed for another breaks it.
+    forged = elsewhere.replace('aud="https://staging.example"', f'aud="{HERE}"')
+    with pytest.raises(AuthenticationError, match="bad signature"):
+        check(forged, authorized, NonceCache())
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "audience"),
+    [
+        ("https://Lessor.Example.com/", "https://lessor.example.com"),
+        ("https://lessor.example.com:443", "https://lessor.example.com"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:80/", "http://127.0.0.1"),
+        ("https://example.com/lessor/", "https://example.com/lessor"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
+def test_an_endpoint_has_one_audience(endpoint: str, audience: str) -> None:
+    assert audience_of(endpoint) == audience
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["ftp://x", "lessor.example.com", "https://", "http://h:99999"]
+)
+def test_an_audience_is_an_http_url(endpoint: str) -> None:
+    with pytest.raises(ValueError):
+        audience_of(endpoint)
+
+
 def test_an_unlisted_key_is_refused(authorized: dict[bytes, str]) -> None:
     stranger = Ed25519PrivateKey.generate()
     with pytest.raises(AuthenticationError, match="not authorized"):
@@ -133,6 +178,7 @@ def test_a_forged_signature_does_not_burn_the_nonce(
         'Lessor-SSH key="!!", ts="1", nonce="n", sig="x"',
         'Lessor-SSH ts="1"',
         'Lessor-SSH key="AAAA", ts="soon", nonce="nnnnnnnnnnnnnnnn", sig="AAAA"',
+        'Lessor-SSH key="AAAA", ts="1", nonce="nnnnnnnnnnnnnnnn", sig="AAAA"',  # no audience
     ],
 )
 def test_malformed_headers_are_refused(value: str) -> None:

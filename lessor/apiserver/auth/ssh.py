@@ -1,8 +1,9 @@
 """SSH request signatures: verifying a request signed by an Ed25519 key held in an ssh-agent.
 
-The wire format is in `lessor.protocol.ssh_signature`. The timestamp bounds how long a captured
-request stays usable, and the nonce, remembered for that window, makes it usable once. Changing
-the method, path, query or body breaks the signature.
+The wire format is in `lessor.protocol.ssh_signature`. The audience names the deployment the
+signature is for, so a header captured anywhere else is refused here; the timestamp bounds how
+long a captured request stays usable, and the nonce, remembered for that window, makes it usable
+once. Changing the method, path, query or body breaks the signature.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import binascii
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import cachetools
@@ -36,6 +37,7 @@ _PARAM = re.compile(r'(\w+)="([^"]*)"')
 @dataclass(frozen=True)
 class SignedRequest:
     key_blob: bytes
+    audience: str
     timestamp: int
     nonce: str
     signature_blob: bytes
@@ -79,6 +81,7 @@ def parse_authorization(header: str) -> SignedRequest:
     try:
         return SignedRequest(
             key_blob=base64.b64decode(params["key"], validate=True),
+            audience=params["aud"],
             timestamp=int(params["ts"]),
             nonce=params["nonce"],
             signature_blob=base64.b64decode(params["sig"], validate=True),
@@ -114,9 +117,14 @@ def verify_request(
     body: bytes,
     authorized_keys: Mapping[bytes, str],
     nonces: NonceCache,
+    audiences: Collection[str],
     clock: Callable[[], float] = time.time,
 ) -> str:
-    """Return the identity the key is authorized as, or raise AuthenticationError."""
+    """Return the identity the key is authorized as, or raise AuthenticationError. `audiences`
+    are this deployment's (normalized, lessor.protocol.ssh_signature.audience_of): none
+    configured, no signature is accepted."""
+    if request.audience not in audiences:
+        raise AuthenticationError(f"signed for another deployment ({request.audience[:200]!r})")
     identity = authorized_keys.get(request.key_blob)
     if identity is None:
         raise AuthenticationError("key not authorized")
@@ -128,7 +136,14 @@ def verify_request(
     signature_parts = _read_strings(request.signature_blob)
     if len(signature_parts) != 2 or signature_parts[0] != KEY_TYPE:
         raise AuthenticationError("not an Ed25519 signature")
-    message = canonical_request(method, target, request.timestamp, request.nonce, body)
+    message = canonical_request(
+        request.audience,
+        method,
+        target,
+        timestamp=request.timestamp,
+        nonce=request.nonce,
+        body=body,
+    )
     try:
         Ed25519PublicKey.from_public_bytes(key_parts[1]).verify(signature_parts[1], message)
     except (InvalidSignature, ValueError) as error:

@@ -10,6 +10,7 @@ import ssl
 from lessor.cli import context, oidc, output, sessions
 from lessor.cli.client import Bearer, Client, Credential, SshSignature, agent_keys, own_credential
 from lessor.cli.errors import USAGE, ApiError, CliError
+from lessor.protocol.ssh_signature import audience_of
 
 
 def _credentials(client: Client, device: bool) -> list[Credential]:
@@ -18,7 +19,7 @@ def _credentials(client: Client, device: bool) -> list[Credential]:
     target = client.target
     if target.auth == "ssh":
         agent, keys = agent_keys(target)
-        return [SshSignature(agent, key) for key in keys]
+        return [SshSignature(agent, key, audience_of(target.endpoint)) for key in keys]
     if target.auth == "oidc":
         if target.oidc is None:
             raise CliError("this oidc target has no issuer: `lessor config set` it again", USAGE)
