@@ -19,10 +19,9 @@ import uuid
 from typing import Any
 
 from bench.stack import local_stack, percentiles, progress
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.runner_client import call_runner
 from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_sandbox
 from lessor.runner import runner
+from lessor.runner_client import Runner, call_runner, configuration
 
 EXTERNAL = ("--agent-sandbox-mode=external",)
 
@@ -57,12 +56,11 @@ def run(samples: int) -> dict[str, Any]:
                 local.append(time.perf_counter() - started)
             lease_object = json.loads(stack.cluster.kubectl(
                 "get", "sandboxlease", lease, "-n", "bench", "-o", "json").stdout)  # fmt: skip
-            kube = Kube(str(stack.cluster.kubeconfig), "bench")
-            pod = lease_object["status"]["pod"]["name"]
+            settings = configuration(str(stack.cluster.kubeconfig))
+            target = Runner("bench", lease_object["status"]["pod"]["name"], None, str(script))
             for _ in range(samples):
                 started = time.perf_counter()
-                call_runner(kube, pod, None, str(stack.work / "lessor-runner"),
-                            {"op": "status", "id": "none"})  # fmt: skip
+                call_runner(settings, target, {"op": "status", "id": "none"})
                 floor.append(time.perf_counter() - started)
     api_p = percentiles(api, 1000, 1)
     local_p = percentiles(local, 1000, 2)

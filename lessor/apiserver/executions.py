@@ -12,7 +12,6 @@ runner directly where it must answer at once (wait mode, logs windows, cancel).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime
 import hashlib
@@ -32,11 +31,12 @@ from lessor.apiserver.errors import (
 from lessor.apiserver.fencing import fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.runner_client import RunnerError, call_runner
 from lessor.apiserver.sandbox_leases import SandboxLeaseService
 from lessor.resources.durations import format_duration, parse_duration
 from lessor.resources.lease_time import utcnow
 from lessor.resources.sandbox import SandboxPool
+from lessor.runner.runner import CAP
+from lessor.runner_client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
 Json = dict[str, Any]
 PLURAL = "sandboxexecutions"
@@ -46,6 +46,7 @@ MAX_TIMEOUT = datetime.timedelta(hours=1)
 TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 WAIT_MARGIN = 15.0  # seconds past the timeout a wait-mode request waits for the outcome
 RUNNER_WAIT = 10.0  # seconds the runner holds one status call open while the command runs
+RUNNER_CALL = 15.0  # seconds a runner call may take besides that wait
 
 
 def execution_name(lease_uid: str, key: str) -> str:
@@ -64,23 +65,19 @@ def _view(obj: Json) -> Json:
     return body
 
 
-def _merge(body: Json, answer: Json) -> Json:
+def _merge(body: Json, answer: RunnerAnswer) -> Json:
     """The runner's newer word on an execution over what its status last recorded."""
-    if answer.get("state"):
-        body["state"] = answer["state"]
-        for field in ("exitCode", "startedAt", "finishedAt", "message"):
-            if answer.get(field) is not None:
-                body[field] = answer[field]
-        body["truncated"] = bool(answer.get("truncated"))
+    if answer.state:
+        body.update(answer.status_fields())
     return body
 
 
-def _window(raw: Json, truncated: bool) -> Json:
-    data = base64.b64decode(raw.get("data") or "")
+def _window(window: Window | None, truncated: bool) -> Json:
+    window = window or Window()
     return {
-        "data": data.decode("utf-8", errors="replace"),
-        "nextOffset": int(raw.get("nextOffset") or 0),
-        "more": bool(raw.get("more")),
+        "data": window.raw.decode("utf-8", errors="replace"),
+        "nextOffset": window.next_offset,
+        "more": window.more,
         "truncated": truncated,
     }
 
@@ -235,13 +232,14 @@ class ExecutionService:
 
     # -- talking to the runner -------------------------------------------------------------
 
-    def _runner(self, execution: Json, request: Json) -> Json:
-        spec = execution["spec"]
-        runner = spec.get("runner") or {}
-        container = spec.get("container") or runner.get("container")
+    def _runner(self, execution: Json, request: Json) -> RunnerAnswer:
+        """The runner's validated answer: a runner that cannot be reached, or answers out of
+        bounds (it runs as the tenant, among the tenant's files), is a 503, never a 500."""
+        settings = self.kube.api_client.configuration
+        request = {"id": execution["metadata"]["name"], **request}
+        timeout = RUNNER_CALL + float(request.get("wait") or 0)
         try:
-            return call_runner(self.kube, spec["pod"]["name"], container, runner["path"],
-                               {"id": execution["metadata"]["name"], **request})  # fmt: skip
+            return call_runner(settings, Runner.of(execution), request, timeout=timeout)
         except RunnerError as error:
             raise UnavailableError(f"the sandbox's runner cannot be reached: {error}") from error
 
@@ -258,7 +256,12 @@ class ExecutionService:
 
     def _wait(self, execution: Json) -> tuple[int, Json]:
         """200 with the output once the command has ended; 202 (poll the execution) if the
-        outcome is still not known well past the timeout."""
+        outcome is still not known well past the timeout.
+
+        Bounded whatever the runner says, since the tenant can make it say anything: one
+        deadline for every state (reading the output of an ended command included), and at
+        most CAP bytes of each stream, the runner's own retention; a runner that would go on
+        past either gets its output cut there, marked truncated."""
         body = self._started(execution)
         deadline = time.monotonic() + parse_duration(execution["spec"]["timeout"]).total_seconds()
         deadline += WAIT_MARGIN
@@ -266,25 +269,30 @@ class ExecutionService:
         offsets = {"stdoutOffset": 0, "stderrOffset": 0}
         stdout, stderr = bytearray(), bytearray()
         while True:
-            wait = 0.0
-            if body["state"] not in TERMINAL:
-                wait = min(RUNNER_WAIT, max(0.0, deadline - time.monotonic()))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if body["state"] not in TERMINAL:
+                    return 202, body
+                body["truncated"] = True  # ended, but its output would not
+                break
+            wait = 0.0 if body["state"] in TERMINAL else min(RUNNER_WAIT, left)
             answer = self._runner(execution, {"op": "logs", "wait": wait, **offsets})
-            if not answer.get("state"):
+            if not answer.state:
                 raise UnavailableError("the runner has no record of this execution")
             body = _merge(body, answer)
-            if body["state"] not in TERMINAL:
-                if time.monotonic() >= deadline:
-                    return 202, body
+            if body["state"] not in TERMINAL or answer.stdout is None or answer.stderr is None:
                 continue
-            stdout += base64.b64decode(answer["stdout"]["data"])
-            stderr += base64.b64decode(answer["stderr"]["data"])
-            offsets = {"stdoutOffset": answer["stdout"]["nextOffset"],
-                       "stderrOffset": answer["stderr"]["nextOffset"]}  # fmt: skip
-            if not (answer["stdout"]["more"] or answer["stderr"]["more"]):
+            stdout += answer.stdout.raw
+            stderr += answer.stderr.raw
+            offsets = {"stdoutOffset": answer.stdout.next_offset,
+                       "stderrOffset": answer.stderr.next_offset}  # fmt: skip
+            if not (answer.stdout.more or answer.stderr.more):
                 break
-        body["stdout"] = stdout.decode("utf-8", errors="replace")
-        body["stderr"] = stderr.decode("utf-8", errors="replace")
+            if len(stdout) >= CAP or len(stderr) >= CAP:
+                body["truncated"] = True  # an honest runner keeps no more than CAP
+                break
+        body["stdout"] = stdout[:CAP].decode("utf-8", errors="replace")
+        body["stderr"] = stderr[:CAP].decode("utf-8", errors="replace")
         return 200, body
 
     # -- read, logs, cancel ----------------------------------------------------------------
@@ -311,14 +319,13 @@ class ExecutionService:
     ) -> Json:
         found = self.owned(principal, lease_name, execution)
         answer = self._runner(found, {"op": "logs", "stdoutOffset": stdout, "stderrOffset": stderr})
-        if not answer.get("state"):
+        if not answer.state:
             raise UnavailableError("the runner has no record of this execution")
-        truncated = bool(answer.get("truncated"))
-        body: Json = {"id": execution, "state": answer["state"]}
-        if answer.get("exitCode") is not None:  # so a follower needs no other call at the end
-            body["exitCode"] = answer["exitCode"]
-        body["stdout"] = _window(answer["stdout"], truncated)
-        body["stderr"] = _window(answer["stderr"], truncated)
+        body: Json = {"id": execution, "state": answer.state}
+        if answer.exit_code is not None:  # so a follower needs no other call at the end
+            body["exitCode"] = answer.exit_code
+        body["stdout"] = _window(answer.stdout, answer.truncated)
+        body["stderr"] = _window(answer.stderr, answer.truncated)
         return body
 
     def cancel(self, principal: Principal, lease_name: str, execution: str) -> Json:

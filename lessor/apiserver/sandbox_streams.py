@@ -12,8 +12,8 @@ withdraws a grant ends its open sessions too, within a recheck, not only new req
 credential itself is checked once, when the session opens, as kube-apiserver does for
 `kubectl exec`: a token that expires or is removed later does not end an open session.
 
-As in runner_client, every stream gets an ApiClient of its own: the kubernetes client's stream
-helpers swap the transport of the ApiClient they are given while they connect.
+Every stream gets an ApiClient of its own: the kubernetes client's stream helpers swap the
+transport of the ApiClient they are given while they connect.
 """
 
 from __future__ import annotations

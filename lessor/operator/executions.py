@@ -10,10 +10,12 @@ recorded as finished becomes Unknown: it may have run, and must not be rerun bli
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 
-from lessor.operator.runner_exec import RunnerUnavailableError, call_runner
+from kubernetes import client as kubernetes
+
 from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.informer import Informer
@@ -22,6 +24,7 @@ from lessor.operator.writes import write_status
 from lessor.resources.base import GROUP, VERSION
 from lessor.resources.durations import parse_duration
 from lessor.resources.lease_time import utcnow
+from lessor.runner_client import Runner, RunnerAnswer, RunnerError, call_runner
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,6 @@ TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 POLL_SECONDS, MAX_POLL_SECONDS = 0.25, 5.0
 RETRY_SECONDS = 2.0
 START_WINDOW = datetime.timedelta(seconds=60)
-FIELDS = ("state", "exitCode", "startedAt", "finishedAt", "truncated", "message")
 
 
 def _poll_interval(started_at: str | None) -> float:
@@ -56,9 +58,18 @@ def _start_overdue(obj: JSON, status: JSON) -> str | None:
 
 
 class ExecutionReconciler:
-    def __init__(self, client: KubeClient, *, executions: Informer) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        executions: Informer,
+        exec_settings: kubernetes.Configuration,
+    ) -> None:
         self.client = client
         self.executions = executions
+        # The runner is called with the client the API server uses too (lessor.runner_client:
+        # bounded, validated), in a thread, with the kubernetes client's configuration.
+        self.exec_settings = exec_settings
 
     async def reconcile(self, key: str) -> Result:
         obj = self.executions.store.get(key)
@@ -78,30 +89,21 @@ class ExecutionReconciler:
             request = {"op": "status"}
         try:
             answer = await self._call(obj, request)
-        except RunnerUnavailableError as error:
+        except RunnerError as error:
             return await self._unreachable(obj, status, str(error))
-        if not answer.get("state"):
-            if request["op"] == "cancel":
-                answer = {"state": "Cancelled", "message": "cancelled before it started"}
-            else:
-                return await self._unreachable(obj, status, str(answer.get("error")))
-        status.update({field: answer[field] for field in FIELDS if field in answer})
+        if not answer.state:
+            if request["op"] != "cancel":
+                return await self._unreachable(obj, status, str(answer.error))
+            answer = RunnerAnswer(state="Cancelled", message="cancelled before it started")
+        status.update(answer.status_fields())
         await write_status(self.client, EXECUTIONS, obj, status)
         if status["state"] in TERMINAL:
             return Result()
         return Result(requeue_after=_poll_interval(status.get("startedAt")))
 
-    async def _call(self, obj: JSON, request: JSON) -> JSON:
-        spec = obj["spec"]
-        runner = spec.get("runner") or {}
-        return await call_runner(
-            self.client,
-            obj["metadata"]["namespace"],
-            spec["pod"]["name"],
-            spec.get("container") or runner.get("container"),
-            path=runner["path"],
-            request={"id": obj["metadata"]["name"], **request},
-        )
+    async def _call(self, obj: JSON, request: JSON) -> RunnerAnswer:
+        request = {"id": obj["metadata"]["name"], **request}
+        return await asyncio.to_thread(call_runner, self.exec_settings, Runner.of(obj), request)
 
     async def _unreachable(self, obj: JSON, status: JSON, why: str) -> Result:
         """Retry while the lease is Ready (a passing fault), except for an execution that has

@@ -46,6 +46,7 @@ from lessor.operator.sandboxpools import (
     SandboxPoolReconciler,
     index_by_sandbox_pool,
 )
+from lessor.runner_client import configuration as runner_configuration
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -226,7 +227,9 @@ def add_sandbox_controllers(
     executions = manager.add_informer(Informer(client, EXECUTIONS, namespace=namespace))
     execution_controller = Controller(
         "sandboxexecution",
-        ExecutionReconciler(client, executions=executions).reconcile,
+        ExecutionReconciler(
+            client, executions=executions, exec_settings=runner_configuration(args.kubeconfig)
+        ).reconcile,
         [executions],
         workers=args.workers,
     )

@@ -180,20 +180,23 @@ def _detach(directory: Path) -> None:
 # -- the operations ------------------------------------------------------------------------
 
 
+ANSWERED = ("state", "exitCode", "signal", "startedAt", "finishedAt", "message", "truncated")
+
+
 def status(directory: Path) -> Json:
+    """The execution's state as an answer: the known fields of state.json only (it records
+    more, such as process ids, and its directory is writable by the command itself)."""
     if not directory.is_dir():
         return {"state": None, "error": "no such execution"}
     state = read_json(directory / "state.json")
     if state is None:
         return {"state": "Queued"}
-    if state["state"] == "Running" and not alive(int(state["supervisor"])):
+    if state.get("state") == "Running" and not alive(int(state.get("supervisor") or 0)):
         # Re-read: the supervisor may have finished between the two reads.
         state = read_json(directory / "state.json") or state
-        if state["state"] == "Running":
+        if state.get("state") == "Running":
             state.update(state="Unknown", message="the supervisor ended without an outcome")
-    state.pop("supervisor", None)
-    state.pop("pgid", None)
-    return state
+    return {field: state[field] for field in ANSWERED if field in state}
 
 
 def wait(directory: Path, seconds: float) -> Json:

@@ -333,3 +333,100 @@ def test_the_cli_runs_execs_and_propagates_exit_codes(
     until_state(env, lease, long, "Running")
     cancel = lessor(env, tmp_path, "cancel", "-o", "json", lease, long)
     assert json.loads(cancel.stdout)["state"] == "Cancelled"
+
+
+# -- issue 18, item 3: the runner's answer is the tenant's, so it is bounded and validated ----
+
+EVIL_RUNNER = r"""
+import base64, json, pathlib, sys
+request = json.loads(sys.stdin.readline())
+mode = pathlib.Path(sys.argv[1]).read_text().strip()
+done = {"state": "Succeeded", "exitCode": 0, "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": "2026-01-01T00:00:01Z"}
+if mode == "endless":  # output that never ends, whatever offset is asked for
+    offset = int(request.get("stdoutOffset") or 0)
+    window = {"data": base64.b64encode(b"A" * 65536).decode(), "nextOffset": offset + 65536,
+              "more": True}
+    quiet = {"data": "", "nextOffset": 0, "more": False}
+    logs = {**done, "stdout": window, "stderr": quiet}
+    print(json.dumps(logs if request["op"] == "logs" else done))
+elif mode == "flood":  # an answer of 64 MiB
+    chunk = "x" * 65535 + "\n"
+    for _ in range(1024):
+        sys.stdout.write(chunk)
+    print(json.dumps(done))
+elif mode == "bogus":  # values no runner gives, and fields no runner has
+    print(json.dumps({"state": "Pwned", "exitCode": 0, "message": "m" * 100000,
+                      "supervisor": 1, "secret": "from-the-sandbox"}))
+"""
+
+
+@pytest.fixture(scope="module")
+def evil(env: Env) -> Iterator[tuple[str, Path]]:  # noqa: F811
+    """A lease whose runner the tenant controls (as a tenant controls the files of its sandbox,
+    the runner's state among them), and the file that says how it misbehaves."""
+    script, mode = env.directory / "evil-runner", env.directory / "evil-mode"
+    (env.directory / "evil-runner.py").write_text(EVIL_RUNNER)
+    script.write_text(
+        f"#!/bin/sh\nexec {sys.executable} {env.directory / 'evil-runner.py'} {mode}\n"
+    )
+    script.chmod(0o755)
+    mode.write_text("endless")
+    env.objects.apply(sandbox_pool("sb-evil", 1, runner={"path": str(script)}))
+    wait_for(
+        "sb-evil to be Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-evil").get("phase") == "Healthy",
+    )
+    lease = env.create(ALICE, pool="sb-evil", ttl="30m").body["id"]
+    env.until(ALICE, lease, "Ready")
+    yield lease, mode
+    env.release(ALICE, lease)
+
+
+def test_output_that_never_ends_is_cut_at_the_retention_cap(
+    env: Env,  # noqa: F811
+    evil: tuple[str, Path],
+) -> None:
+    """A runner that reports more output forever: wait mode answers once it holds CAP bytes
+    (the runner's own retention), truncated, instead of reading for ever (it used to loop until
+    gunicorn killed the worker)."""
+    lease, mode = evil
+    mode.write_text("endless")
+    answer = post(env, lease, command=["true"], timeout="5s")
+    assert answer.status == 200, answer.body
+    assert answer.body["truncated"] is True and len(answer.body["stdout"]) == CAP
+
+
+def test_an_oversized_answer_is_refused_unread(env: Env, evil: tuple[str, Path]) -> None:  # noqa: F811
+    """A runner that answers with 64 MiB: the API stops reading at its bound and answers 503
+    (it used to read all of it, and so would the operator, with a quadratic copy)."""
+    lease, mode = evil
+    mode.write_text("flood")
+    answer = post(env, lease, command=["true"], detach=True)
+    assert answer.status == 202 and answer.body["state"] == "Queued", answer.body
+    read = env.api.call(
+        "GET", f"/v1/sandbox-leases/{lease}/executions/{answer.body['id']}/logs", token=ALICE
+    )
+    assert (read.status, read.body["reason"]) == (503, "backend_error"), read.body
+    assert "over" in read.body["detail"]
+
+
+def test_an_answer_out_of_bounds_is_refused_and_never_echoed(
+    env: Env,  # noqa: F811
+    evil: tuple[str, Path],
+) -> None:
+    """A runner answering a state no runner has, a 100 kB message and fields of its own: the
+    API refuses the answer (503) and echoes none of it, and the operator records none of it:
+    the execution ends Unknown, saying why."""
+    lease, mode = evil
+    mode.write_text("bogus")
+    answer = post(env, lease, command=["true"], detach=True, timeout="3s")
+    assert answer.status == 202, answer.body
+    path = f"/v1/sandbox-leases/{lease}/executions/{answer.body['id']}"
+    read = env.api.call("GET", f"{path}/logs", token=ALICE)
+    assert (read.status, read.body["reason"]) == (503, "backend_error"), read.body
+    assert "out of bounds" in read.body["detail"]
+    ended = until_state(env, lease, answer.body["id"], "Unknown")
+    seen = json.dumps([answer.body, read.body, ended])
+    assert "Pwned" not in seen and "from-the-sandbox" not in seen and "m" * 1000 not in seen
+    assert "out of bounds" in ended["message"]
