@@ -148,7 +148,7 @@ class LeaseResource(Base):
 
 class DiagnosticsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        self.services.leases.owned(self.principal(req), lease_id)
+        self.services.leases.usable(self.principal(req), lease_id)
         # No backend captures bundles yet, so none exists (spec 4.2: 404 when no bundle exists).
         raise NotFoundError("no diagnostics bundle was captured for this lease")
 

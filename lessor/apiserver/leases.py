@@ -57,8 +57,23 @@ class LeaseService:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def usable(self, principal: Principal, lease_id: str) -> Json:
+        """The caller's lease while its policy still grants the lease's pool: one that no
+        longer does is not served (404, as a Sandbox lease out of the caller's scope), so an
+        administrator narrowing a policy cuts off kubeconfigs and extensions at once."""
+        lease = self.owned(principal, lease_id)
+        if not self.granted(principal, lease):
+            raise NotFoundError(f"no lease {lease_id}")
+        return lease
+
+    @staticmethod
+    def granted(principal: Principal, lease: Json) -> bool:
+        pool = lease.get("spec", {}).get("pool", "")
+        return grant_for(principal.policy.spec, principal.claims, pool) is not None
+
     def owned(self, principal: Principal, lease_id: str) -> Json:
-        """The caller's lease; another identity's lease is indistinguishable from none (404)."""
+        """The caller's lease; another identity's lease is indistinguishable from none (404).
+        Release takes it even out of the policy's grant (ending a lease never hurts)."""
         if not OBJECT_NAME.match(lease_id):
             raise NotFoundError(f"no lease {lease_id[:80]}")
         try:
@@ -165,7 +180,9 @@ class LeaseService:
         return [
             self.summary(lease)
             for lease in self.kube.list_objects("clusterleases", selector)
-            if lease["spec"].get("requester") == principal.owner and _phase(lease) in ACTIVE
+            if lease["spec"].get("requester") == principal.owner
+            and _phase(lease) in ACTIVE
+            and self.granted(principal, lease)
         ]
 
     def summary(self, lease: Json) -> Json:
@@ -182,7 +199,7 @@ class LeaseService:
         return body
 
     def read(self, principal: Principal, lease_id: str) -> Json:
-        lease = self.owned(principal, lease_id)
+        lease = self.usable(principal, lease_id)
         body = self.summary(lease)
         status = lease.get("status", {})
         if "metadata" in lease["spec"]:
@@ -227,7 +244,7 @@ class LeaseService:
 
     def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
         for _ in range(3):
-            raw = self.owned(principal, lease_id)
+            raw = self.usable(principal, lease_id)
             lease = ClusterLease.model_validate(raw)
             status = lease.status
             if status is None or status.phase != "Bound" or status.bound_at is None:

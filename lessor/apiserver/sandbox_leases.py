@@ -50,6 +50,7 @@ from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
 from lessor.apiserver.reservations import Reservation, Reservations
+from lessor.lease_ids import SANDBOX_LEASE_ID
 from lessor.resources.access_policy import SandboxGrant
 from lessor.resources.durations import parse_duration
 from lessor.resources.lease_time import (
@@ -58,7 +59,6 @@ from lessor.resources.lease_time import (
     utcnow,
 )
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
-from lessor.sandbox_lease_id import SANDBOX_LEASE_ID
 
 Json = dict[str, Any]
 PLURAL = "sandboxleases"

@@ -348,3 +348,34 @@ def test_a_signature_that_names_no_deployment_is_refused(stack: Stack) -> None: 
     sig = base64.b64encode(ed25519_signature_blob(stack.ssh_key.sign(v1.encode()))).decode()
     header = f'Lessor-SSH key="{key}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
     assert stack.api.call("GET", "/v1/pools", headers={"Authorization": header}).status == 401
+
+
+# -- item 11: a cluster lease is usable only while the caller's policy grants its pool -------
+
+
+def test_a_lease_whose_pool_is_no_longer_granted_is_not_served(stack: Stack) -> None:  # noqa: F811
+    """An administrator narrows a policy so it no longer grants the pool of a lease someone
+    holds: the holder can no longer fetch its kubeconfig, extend it or see it listed (as with
+    Sandbox leases out of scope), but may still release it."""
+    ops = f"ops-{secrets.token_hex(8)}"
+    stack.cluster.kubectl(
+        "create", "secret", "generic", "ops-token", "-n", stack.namespace, f"--from-literal=t={ops}"
+    )  # fmt: skip
+    spec = {
+        "auth": {"staticTokens": [{"secretRef": {"name": "ops-token", "key": "t"},
+                                   "claims": {"sub": "olga"}}]},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    }  # fmt: skip
+    _policy(stack, "ops", spec)
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=ops).status == 200)
+    lease = stack.api.call("POST", "/v1/leases", token=ops, body={"profile": "api-warm"}).body
+    bound = lease_until(stack, ops, lease["id"], "Bound")
+    assert bound["kubeconfig"]
+    _policy(stack, "ops", {**spec, "rules": [{"pools": ["elsewhere-*"]}]})
+    path = f"/v1/leases/{lease['id']}"
+    wait_for("the narrowing", lambda: stack.api.call("GET", path, token=ops).status == 404)
+    assert stack.api.call("PATCH", path, token=ops, body={"extend_ttl": "1m"}).status == 404
+    assert stack.api.call("GET", "/v1/leases", token=ops).body == []
+    assert stack.api.call("DELETE", path, token=ops).status == 204, "releasing is always allowed"
+    wait_for("released", lambda: _phase(stack, lease["id"]) in ("Recycling", "Released"))

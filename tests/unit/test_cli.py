@@ -9,6 +9,8 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,51 @@ def test_man_pages_are_installed_with_the_package() -> None:
             check=False,
         )
         assert found.stdout.strip() == str(installed / "lessor-lease.1")
+
+
+class HostileServer:
+    """An endpoint that answers like lessor but names its lease `../../.bashrc`: a malicious or
+    intercepted server, which the real one cannot be made into, so this one plays it."""
+
+    def __init__(self, lease_id: str) -> None:
+        pool = {"name": "p", "resourceKind": "Cluster", "capabilities": ["lease", "kubeconfig"]}
+        lease = {"id": lease_id, "phase": "Bound", "profile": "p", "kubeconfig": "echo pwned\n"}
+        answers = {("GET", "/v1/pools/p"): (200, pool), ("POST", "/v1/leases"): (202, lease)}
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, body = answers.get((self.command, self.path), (200, lease))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _answer  # noqa: N815
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("lease_id", ["x/../../.bashrc", "../.bashrc", "a" * 300, "L1"])
+def test_a_lease_id_from_the_server_never_leaves_the_kubeconfig_directory(
+    tmp_path: Path, lease_id: str
+) -> None:
+    """Issue 18, item 6: the kubeconfig file's name comes from the server's lease id, so an id
+    that is no lease id is refused before anything is written."""
+    server = HostileServer(lease_id)
+    bashrc = tmp_path / ".bashrc"
+    bashrc.write_text("# mine\n")
+    try:
+        leased = lessor(tmp_path, "lease", "p", "--endpoint", server.url, env={"LESSOR_TOKEN": "t"})
+    finally:
+        server.server.shutdown()
+    assert bashrc.read_text() == "# mine\n"
+    assert leased.returncode == 1 and "malformed lease id" in one_line_error(leased)
+    assert not (tmp_path / ".kube").exists() or not any((tmp_path / ".kube").iterdir())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lessor.cli import context, output
-from lessor.cli.client import Client
+from lessor.cli.client import Client, server_id
 from lessor.cli.commands.sandbox import wait_ready
 from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.files import write_private
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if pool.get("resourceKind") == "Sandbox":
         return _sandbox(client, args, pool, metadata, timeout)
     lease, reused = _create(client, args, metadata)
-    lease_id = lease["id"]
+    lease_id = server_id(lease)
     result: dict[str, Any] = {
         "id": lease_id,
         "profile": lease["profile"],
@@ -194,7 +194,7 @@ def _sandbox(
     if args.name:
         body["alias"] = args.name
     lease = client.create("/v1/sandbox-leases", body)  # the key: one lease, even if retried
-    lease_id = lease["id"]
+    lease_id = server_id(lease)
     result: dict[str, Any] = {
         "id": lease_id,
         "profile": args.pool,

@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from lessor.cli import context, output
-from lessor.cli.client import Client
+from lessor.cli.client import Client, server_id
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
 from lessor.resources.durations import parse_duration
@@ -88,7 +88,7 @@ def start(client: Client, lease_id: str, argv: list[str], args: argparse.Namespa
         if getattr(args, field, None):
             body[field] = getattr(args, field)
     path = f"/v1/sandbox-leases/{lease_id}/executions"
-    return str(client.create(path, body)["id"])  # the key: it cannot run twice
+    return server_id(client.create(path, body), "execution")  # the key: it cannot run twice
 
 
 def follow(
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}
     if args.ttl:
         body["ttl"] = args.ttl
-    lease_id = client.call("POST", "/v1/sandbox-leases", body)["id"]
+    lease_id = server_id(client.call("POST", "/v1/sandbox-leases", body))
     progress = Progress()
     try:
         wait_ready(client, lease_id, progress)
