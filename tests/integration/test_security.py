@@ -156,9 +156,13 @@ def test_the_operator_binds_and_releases_a_lease_at_every_bound(stack: Stack) ->
 
 
 class PartnerIdP:
-    """Another company's identity provider, over HTTPS with a CA of its own: RS256 tokens."""
+    """Another company's identity provider, over HTTPS with a CA of its own: RS256 tokens.
+    `failing` makes its JWKS endpoint answer 500; `hits` counts the requests it had."""
 
     def __init__(self) -> None:
+        self.failing = False
+        self.hits = 0
+        idp = self
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         ca = CertificateAuthority("partner-ca")
         serving = ca.issue("partner-idp", server_names=("127.0.0.1",))
@@ -168,6 +172,12 @@ class PartnerIdP:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                idp.hits += 1
+                if idp.failing:
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(document)))
@@ -188,10 +198,10 @@ class PartnerIdP:
         self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, **claims: Any) -> str:
+    def token(self, kid: str = "p", **claims: Any) -> str:
         now = int(datetime.datetime.now(datetime.UTC).timestamp())
         payload = {"iss": self.url, "aud": "lessor", "exp": now + 600, **claims}
-        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": "p"})
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": kid})
 
 
 def _policy(stack: Stack, name: str, spec: dict[str, Any]) -> None:  # noqa: F811
@@ -379,3 +389,34 @@ def test_a_lease_whose_pool_is_no_longer_granted_is_not_served(stack: Stack) -> 
     assert stack.api.call("GET", "/v1/leases", token=ops).body == []
     assert stack.api.call("DELETE", path, token=ops).status == 204, "releasing is always allowed"
     wait_for("released", lambda: _phase(stack, lease["id"]) in ("Recycling", "Released"))
+
+
+# -- item 7: an unreachable IdP is asked once per interval, and stalls nobody else -----------
+
+
+def test_an_unreachable_identity_provider_is_not_hammered(stack: Stack) -> None:  # noqa: F811
+    """While an IdP's JWKS endpoint fails, 40 tokens naming it (each with a key id never seen)
+    cost at most one fetch per API worker and refetch interval (two servers, two workers
+    each), not one fetch per token; and the callers hear 503, the IdP is unavailable."""
+    idp = PartnerIdP()
+    idp.failing = True
+    try:
+        _policy(stack, "down", {
+            "auth": {"oidc": {"issuer": idp.url, "audience": ["lessor"],
+                              "jwksUrl": f"{idp.url}/jwks", "caBundle": idp.ca_pem}},
+            "identity": "{sub}",
+            "rules": [{"pools": ["api-*"]}],
+        })  # fmt: skip
+        wait_for(
+            "the policy to apply",
+            lambda: stack.api.call("GET", "/v1/pools", token=idp.token(sub="x")).status == 503,
+        )
+        before = idp.hits
+        statuses = [
+            stack.apis[n % 2].call("GET", "/v1/pools", token=idp.token(f"k{n}", sub="x")).status
+            for n in range(40)
+        ]
+        assert set(statuses) == {503}, statuses
+        assert idp.hits - before <= 4, f"{idp.hits - before} fetches for 40 tokens"
+    finally:
+        idp.server.shutdown()

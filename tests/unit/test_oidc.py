@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -219,3 +220,62 @@ def test_an_unreachable_issuer_is_unavailable_not_unauthenticated(issuer: Issuer
     issuer.available = False
     with pytest.raises(IssuerUnavailableError):
         verify_token(issuer.token(), settings(issuer), cache())
+
+
+def test_an_issuer_that_fails_is_not_asked_again_within_the_interval() -> None:
+    """A failed fetch counts as a fetch: within the refetch interval every token of that issuer
+    is answered at once (unavailable), without another request to it."""
+    calls: list[str] = []
+
+    def failing(url: str) -> bytes:
+        calls.append(url)
+        raise OSError("connection refused")
+
+    now = [1000.0]
+    keys = JwksCache(failing, refetch_interval=30, clock=lambda: now[0])
+    for kid in ("a", "b", "c"):
+        with pytest.raises(IssuerUnavailableError):
+            keys.key("https://down.example/jwks", kid)
+    assert calls == ["https://down.example/jwks"]
+    now[0] += 31
+    with pytest.raises(IssuerUnavailableError):
+        keys.key("https://down.example/jwks", "d")
+    assert len(calls) == 2
+
+
+def test_a_slow_issuer_stalls_no_other_issuer() -> None:
+    """One issuer's fetch, held open by this test, does not keep another issuer's keys from
+    being read meanwhile (each JWKS URL has a lock of its own)."""
+    release = threading.Event()
+    documents = {"https://fast.example/jwks": json.dumps({"keys": [_jwk("f")]}).encode()}
+
+    def fetch(url: str) -> bytes:
+        if url == "https://slow.example/jwks":
+            release.wait(120)
+            raise OSError("gave up")
+        return documents[url]
+
+    keys = JwksCache(fetch)
+    slow = threading.Thread(target=lambda: _ignore(keys.key, "https://slow.example/jwks", "s"))
+    slow.start()
+    try:
+        fast: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: fast.append(keys.key("https://fast.example/jwks", "f"))
+        )
+        reader.start()
+        reader.join(60)  # a hang guard: the fast issuer must not wait for the slow one
+        assert fast and not reader.is_alive(), "the fast issuer waited for the slow one"
+    finally:
+        release.set()
+        slow.join(60)
+
+
+def _jwk(kid: str) -> dict[str, Any]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key())), "kid": kid}
+
+
+def _ignore(function: Any, *args: Any) -> None:
+    with contextlib.suppress(IssuerUnavailableError, AuthenticationError):
+        function(*args)
