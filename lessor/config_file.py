@@ -10,7 +10,8 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
-                sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences}
+                sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
+                defaultMaxConcurrentLeases}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
 """
@@ -47,6 +48,7 @@ class ApiServer(_Section):
     sandbox_stream_max_duration: float | None = Field(default=None, gt=0)
     sandbox_stream_max_per_identity: int | None = Field(default=None, ge=1)
     ssh_audiences: list[str] | None = None
+    default_max_concurrent_leases: int | None = Field(default=None, ge=1)
 
 
 class Operator(_Section):

@@ -74,7 +74,7 @@ class Services:
 
     @cached_property
     def leases(self) -> LeaseService:
-        return LeaseService(self.kube)
+        return LeaseService(self.kube, self.settings.default_max_concurrent_leases)
 
     @cached_property
     def pools(self) -> PoolService:
@@ -91,7 +91,7 @@ class Services:
         limiter = AdmissionLimiter(
             self.settings.sandbox_admission_rate, self.settings.sandbox_admission_burst
         )
-        return SandboxLeaseService(self.kube, limiter)
+        return SandboxLeaseService(self.kube, limiter, self.settings.default_max_concurrent_leases)
 
     @cached_property
     def executions(self) -> ExecutionService:

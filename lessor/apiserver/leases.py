@@ -51,9 +51,11 @@ def _phase(obj: Json) -> str | None:
 
 
 class LeaseService:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, default_ceiling: int) -> None:
         self.kube = kube
         self.reservations = Reservations(kube)
+        # Active leases an owner may hold where its rule sets no maxConcurrentLeases.
+        self.default_ceiling = default_ceiling
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -108,17 +110,19 @@ class LeaseService:
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
+        ceiling = grant.max_concurrent_leases
+        if ceiling is None:
+            ceiling = self.default_ceiling
         taken = []
         try:
-            if grant.max_concurrent_leases is not None:
-                slot = self.reservations.slot(principal.owner, grant.max_concurrent_leases, name)
-                if slot is None:
-                    raise TooManyRequestsError(
-                        f"{principal.identity} holds {grant.max_concurrent_leases} active leases,"
-                        " the most its policy allows",
-                        reason="concurrency_limit",
-                    )
-                taken.append(slot)
+            slot = self.reservations.slot(principal.owner, ceiling, name)
+            if slot is None:
+                raise TooManyRequestsError(
+                    f"{principal.identity} holds {ceiling} active leases, the most its policy "
+                    "allows",
+                    reason="concurrency_limit",
+                )
+            taken.append(slot)
             if request.alias:
                 alias = self.reservations.alias(principal.owner, request.alias, name)
                 if alias is None:
@@ -139,7 +143,7 @@ class LeaseService:
                 spec["alias"] = request.alias
             if request.metadata is not None:
                 spec["metadata"] = request.metadata
-            self.kube.create(
+            created = self.kube.create(
                 "clusterleases",
                 {
                     "apiVersion": "lessor.dev/v1alpha1",
@@ -158,6 +162,7 @@ class LeaseService:
             for reservation in taken:
                 self.reservations.release(reservation)
             raise
+        self.reservations.own(taken, created)
         response: Json = {
             "id": name,
             "phase": "Pending",

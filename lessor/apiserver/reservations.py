@@ -4,7 +4,8 @@ A caller's concurrent leases are slots `0 .. maxConcurrentLeases-1`; an alias is
 is a ConfigMap whose name is derived from the identity (and slot or alias), so two replicas
 taking the same slot race on one create and exactly one wins. A reservation names its lease; it
 is reclaimed when that lease has ended, or when the lease was never created (a replica died
-between the two creates) and the reservation is older than a grace period.
+between the two creates) and the reservation is older than a grace period. Once the lease
+exists it owns its reservations, and the garbage collector removes them with it.
 
 Taking a slot costs one list and, usually, one create: the list shows which slots are held, a
 free one is picked at random (so a burst of creates by one identity rarely races for the same
@@ -19,6 +20,7 @@ import datetime
 import hashlib
 import itertools
 import json
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,6 +29,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.kube import TIMEOUT, Kube
+
+log = logging.getLogger(__name__)
 
 ENDED = frozenset({"Released", "Expired", "Quarantined"})
 ORPHAN_GRACE = datetime.timedelta(seconds=30)
@@ -95,6 +99,25 @@ class Reservations:
         name = f"lessor-{self.family}alias-{_digest(identity, alias)}"
         taken = self._take(name, "alias", identity, lease, reclaim=True)
         return Reservation(name) if taken else None
+
+    def own(self, reservations: list[Reservation], lease: dict[str, Any]) -> None:
+        """Make the lease just created the owner of its reservations, so that the garbage
+        collector removes them with it (they would otherwise stay, one per alias ever used).
+        Best effort: a reservation left without an owner (a crash, a failed patch) is still
+        reclaimed by the next take of its slot or alias once its lease has ended."""
+        metadata = lease["metadata"]
+        owner = {"apiVersion": lease["apiVersion"], "kind": lease["kind"],
+                 "name": metadata["name"], "uid": metadata["uid"]}  # fmt: skip
+        for reservation in reservations:
+            try:
+                self.kube.core.patch_namespaced_config_map(
+                    reservation.name,
+                    self.kube.namespace,
+                    {"metadata": {"ownerReferences": [owner]}},
+                    _request_timeout=TIMEOUT,
+                )
+            except ApiException as error:
+                log.warning("reservation %s keeps no owner: %s", reservation.name, error.reason)
 
     def release(self, reservation: Reservation) -> None:
         try:

@@ -48,7 +48,7 @@ from lessor.apiserver.errors import (
 from lessor.apiserver.fencing import append_operation, fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
+from lessor.apiserver.policy import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
 from lessor.apiserver.reservations import Reservation, Reservations
 from lessor.lease_ids import SANDBOX_LEASE_ID
 from lessor.resources.access_policy import SandboxGrant
@@ -99,10 +99,12 @@ def placed_pod(lease: Json) -> Json:
 
 
 class SandboxLeaseService:
-    def __init__(self, kube: Kube, limiter: AdmissionLimiter) -> None:
+    def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
         self.kube = kube
         self.limiter = limiter
         self.reservations = Reservations(kube, PLURAL, family="sandbox-")
+        # Active Sandbox leases an owner may hold where its grant sets no ceiling.
+        self.default_ceiling = default_ceiling
 
     # -- create ----------------------------------------------------------------------------
 
@@ -181,6 +183,7 @@ class SandboxLeaseService:
         except BaseException:
             self._release_all(taken)
             raise
+        self.reservations.own(taken, created)
         return self.view(created, full=False)
 
     def _lease_body(
@@ -223,15 +226,16 @@ class SandboxLeaseService:
     ) -> list[Reservation]:
         taken: list[Reservation] = []
         try:
-            if grant.max_concurrent_sandboxes is not None:
-                slot = self.reservations.slot(principal.owner, grant.max_concurrent_sandboxes, name)
-                if slot is None:
-                    raise TooManyRequestsError(
-                        f"you hold {grant.max_concurrent_sandboxes} active Sandbox leases,"
-                        " the most your grant allows",
-                        reason="concurrency_limit",
-                    )
-                taken.append(slot)
+            ceiling = grant.max_concurrent_sandboxes
+            if ceiling is None:
+                ceiling = self.default_ceiling
+            slot = self.reservations.slot(principal.owner, ceiling, name)
+            if slot is None:
+                raise TooManyRequestsError(
+                    f"you hold {ceiling} active Sandbox leases, the most your grant allows",
+                    reason="concurrency_limit",
+                )
+            taken.append(slot)
             if request.alias:
                 alias = self.reservations.alias(principal.owner, request.alias, name)
                 if alias is None:
@@ -344,7 +348,7 @@ class SandboxLeaseService:
         if not OBJECT_NAME.match(lease_name):
             raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
         found = self.kube.find(PLURAL, lease_name)
-        if found is None and SANDBOX_LEASE_ID.match(lease_name):
+        if found is None and SANDBOX_LEASE_ID.match(lease_name) and self._may_arbitrate(principal):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
         if found is None or spec.get("cancelled") or spec.get("requester") != principal.owner:
@@ -357,6 +361,25 @@ class SandboxLeaseService:
                 reason="forbidden",
             )
         return found
+
+    def _may_arbitrate(self, principal: Principal) -> bool:
+        """Only a caller who could have created a Sandbox lease has one in doubt, so only such
+        a caller's miss is arbitrated (a tombstone is a write), and each arbitration spends a
+        token of the caller's admission bucket, as a create does: reads cannot be turned into
+        a stream of writes. Without a token the answer is 429, not 404, which would claim a
+        cancellation that did not happen."""
+        grants = principal.policy.spec.sandbox
+        if not any("lease" in g.verbs and matches(g.match, principal.claims) for g in grants):
+            return False
+        decision = self.limiter.take(principal.owner)
+        if not decision.allowed:
+            metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
+            raise TooManyRequestsError(
+                f"too many Sandbox lease requests; retry in {decision.retry_after}s",
+                reason="rate_limited",
+                headers={"Retry-After": str(decision.retry_after)},
+            )
+        return True
 
     def _arbitrate(self, principal: Principal, name: str) -> Json | None:
         tombstone = {

@@ -87,6 +87,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="attach and port-forward sessions one identity may hold open on this server",
     )
     parser.add_argument(
+        "--default-max-concurrent-leases",
+        type=int,
+        default=Settings.default_max_concurrent_leases,
+        help="active leases of each kind an owner may hold where its rule sets no ceiling",
+    )
+    parser.add_argument(
         "--ssh-audience",
         dest="ssh_audiences",
         action="append",
@@ -113,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.sandbox_stream_max_per_identity < 1:
         raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
+    if args.default_max_concurrent_leases < 1:
+        raise SystemExit("--default-max-concurrent-leases must be at least 1")
     try:
         ssh_audiences = frozenset(audience_of(url) for url in args.ssh_audiences)
     except ValueError as error:
@@ -146,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_stream_max_duration=args.sandbox_stream_max_duration,
         sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
         ssh_audiences=ssh_audiences,
+        default_max_concurrent_leases=args.default_max_concurrent_leases,
     )
     Server(settings, options).run()
     return 0

@@ -25,3 +25,5 @@ class Settings:
     # The URLs clients reach this deployment by, normalized (lessor.protocol.ssh_signature):
     # the only audiences an SSH request signature may name. None: SSH signatures are refused.
     ssh_audiences: frozenset[str] = frozenset()
+    # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.
+    default_max_concurrent_leases: int = 20

@@ -713,3 +713,18 @@ def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None
         refused = env.cluster.kubectl("create", "-f", "-", input=json.dumps(late), check=False)
         assert refused.returncode != 0 and "AlreadyExists" in refused.stderr
         assert env.get(ALICE, handoff["id"]).status == 404
+
+
+# -- issue 18, item 9: reads write nothing for callers without a grant -----------------------
+
+
+def test_reading_unknown_ids_without_a_grant_writes_nothing(env: Env) -> None:
+    """dave has no Sandbox grant: his reads of well-formed ids that do not exist are 404 and
+    leave no tombstone behind (the arbiter used to write one per read, before any grant was
+    looked at)."""
+    before = len(env.objects.list("sandboxlease"))
+    for _ in range(5):
+        lease = "s" + secrets.token_hex(12)
+        assert env.get(DAVE, lease).status == 404
+        assert env.release(DAVE, lease).status == 404
+    assert len(env.objects.list("sandboxlease")) == before

@@ -420,3 +420,59 @@ def test_an_unreachable_identity_provider_is_not_hammered(stack: Stack) -> None:
         assert idp.hits - before <= 4, f"{idp.hits - before} fetches for 40 tokens"
     finally:
         idp.server.shutdown()
+
+
+# -- item 9: a ceiling for every owner; reservations are collected with their lease ----------
+
+
+def test_a_rule_without_a_ceiling_still_has_one(stack: Stack) -> None:  # noqa: F811
+    """A rule that sets no maxConcurrentLeases: the deployment's default ceiling (20) holds."""
+    token = f"open-{secrets.token_hex(8)}"
+    stack.cluster.kubectl(
+        "create", "secret", "generic", "open-token", "-n", stack.namespace,
+        f"--from-literal=t={token}",
+    )  # fmt: skip
+    _policy(stack, "uncapped", {
+        "auth": {"staticTokens": [{"secretRef": {"name": "open-token", "key": "t"},
+                                   "claims": {"sub": "uma"}}]},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    })  # fmt: skip
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=token).status == 200)
+    made = []
+    try:
+        for _ in range(20):
+            created = stack.api.call(
+                "POST", "/v1/leases", token=token, body={"profile": "api-cold"}
+            )
+            assert created.status == 202, created.body
+            made.append(created.body["id"])
+        refused = stack.api.call("POST", "/v1/leases", token=token, body={"profile": "api-cold"})
+        assert (refused.status, refused.body["reason"]) == (429, "concurrency_limit")
+    finally:
+        for lease in made:
+            stack.api.call("DELETE", f"/v1/leases/{lease}", token=token)
+
+
+def test_a_leases_reservations_go_with_it(stack: Stack) -> None:  # noqa: F811
+    """The ConfigMaps that hold a lease's concurrency slot and alias are owned by the lease, so
+    the garbage collector removes them with it (they used to stay forever, one per alias)."""
+    lease = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-cold", "alias": "kept-gone"}
+    ).body["id"]
+
+    def reservations() -> list[dict[str, Any]]:
+        listed = stack.cluster.kubectl(
+            "get", "configmaps", "-n", stack.namespace, "-l", "lessor.dev/reservation", "-o", "json"
+        )  # fmt: skip
+        items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+        return [item for item in items if item.get("data", {}).get("lease") == lease]
+
+    held = reservations()
+    assert len(held) == 2, held  # a slot and the alias
+    uid = _lease(stack, lease)["metadata"]["uid"]
+    assert all(r["metadata"]["ownerReferences"][0]["uid"] == uid for r in held)
+    assert stack.api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
+    wait_for("Released", lambda: _phase(stack, lease) == "Released")
+    stack.cluster.kubectl("delete", "clusterlease", lease, "-n", stack.namespace)
+    wait_for("the reservations collected", lambda: reservations() == [], timeout=180)
