@@ -21,6 +21,7 @@ from typing import Any
 from bench.stack import NAMESPACE, ROOT, progress
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.ports import reserved_port
 
 BATCH = 500
@@ -75,7 +76,7 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
         operator = None
         try:
             cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
+            wait_established(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             progress(f"creating {pools} pools and {leases} leases")
             started = time.monotonic()

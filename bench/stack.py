@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.ports import PortReservation
 from lessor.protocol.ssh_signature import SCHEME, audience_of, canonical_request
 
@@ -297,7 +298,7 @@ def local_stack(
 
 def _configure(cluster: LocalControlPlane, key: Ed25519PrivateKey) -> None:
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
+    wait_established(cluster)
     cluster.kubectl("create", "namespace", NAMESPACE)
     cluster.kubectl("create", "serviceaccount", "bench", "-n", NAMESPACE)
     cluster.kubectl(

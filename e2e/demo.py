@@ -24,6 +24,7 @@ from typing import Any
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def run_demo(
 ) -> None:
     step("installing lessor's CRDs (generated from lessor/resources)")
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(cluster)
     step("applying the example AccessPolicy (static token) and a local ClusterPool (warmTarget 2)")
     for name in ("namespace", "accesspolicy-static-token", "clusterpool-local"):
         cluster.kubectl("apply", "-f", str(EXAMPLES / f"{name}.yaml"))

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import run_kubectl
+from lessor.controlplane.kubectl import run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def _service_account_kubeconfig(kubectl: Kubectl, cluster: LocalControlPlane, na
 def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
     kubectl: Kubectl = cluster.kubectl
     kubectl("apply", "-k", str(OVERLAY))
-    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(cluster)
     configmap = yaml.safe_load(
         kubectl("get", "configmap", "lessor-config", "-n", NAMESPACE, "-o", "yaml").stdout
     )

@@ -28,7 +28,7 @@ from lessor.controlplane.binaries import (
     wrapper_module,
 )
 from lessor.controlplane.errors import ControlPlaneError
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 
 MODULE = "sigs.k8s.io/agent-sandbox"
 CONTROLLER = "agent-sandbox-controller"
@@ -98,7 +98,7 @@ def install_agent_sandbox(cluster: Cluster, progress: Progress = print) -> None:
     """Its CRDs, server-side (too big for the last-applied annotation), Established."""
     for path in agent_sandbox_crds(progress):
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    cluster.kubectl("wait", "--for=condition=Established", *[f"crd/{n}" for n in FINGERPRINTS])
+    wait_established(cluster, *FINGERPRINTS)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,6 +39,31 @@ def run_kubectl(
     if check and result.returncode != 0:
         raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
     return result
+
+
+_ESTABLISHED = (
+    '{range .items[*]}{.metadata.name}{"="}'
+    '{.status.conditions[?(@.type=="Established")].status}{"\\n"}{end}'
+)
+
+
+def wait_established(cluster: Cluster, *names: str, timeout: float = 120.0) -> None:
+    """Return once the named CRDs (every CRD when none is named) are Established.
+
+    Not `kubectl wait --for=condition=Established`: on a CRD created a moment ago, whose
+    status the API server has not written yet, it fails at once (`.status.conditions accessor
+    error`) instead of waiting, and a busy machine makes that moment longer."""
+    deadline = time.monotonic() + timeout
+    pending: list[str] = list(names)
+    while time.monotonic() < deadline:
+        listed = cluster.kubectl("get", "crd", "-o", f"jsonpath={_ESTABLISHED}", check=False)
+        if listed.returncode == 0:
+            state = dict(line.split("=", 1) for line in listed.stdout.splitlines() if "=" in line)
+            pending = [n for n in names or state if state.get(n) != "True"]
+            if not pending:
+                return
+        time.sleep(0.2)
+    raise ControlPlaneError(f"CRDs not Established within {timeout:g}s: {', '.join(pending)}")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.ports import reserved_port
 from lessor.protocol.ssh_signature import canonical_request
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
@@ -184,7 +184,7 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     directory = tmp_path_factory.mktemp("api")
     namespace = f"api-{uuid.uuid4().hex[:8]}"
     control_plane.kubectl("apply", "-f", str(CRDS))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(control_plane)
     control_plane.kubectl("create", "namespace", namespace)
     control_plane.kubectl(
         "create",

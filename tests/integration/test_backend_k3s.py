@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.k3s import K3sBackend
@@ -45,7 +45,7 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
     # The objects are owned by their ClusterInstance; it must exist, or the garbage collector
     # rightly deletes them as orphans.
     control_plane.kubectl("apply", "-f", str(CRDS))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(control_plane)
     owner = {
         "apiVersion": "lessor.dev/v1alpha1",
         "kind": "ClusterInstance",

@@ -26,7 +26,7 @@ import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 from tests.integration.identity_provider import CLIENT_ID, Provider
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
 from tests.integration.test_apiserver import Api, start_api
@@ -66,7 +66,7 @@ def stack(
     namespace = f"cli-{uuid.uuid4().hex[:8]}"
     kubectl = control_plane.kubectl
     kubectl("apply", "-f", str(CRDS))
-    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(control_plane)
     kubectl("create", "namespace", namespace)
     kubectl(
         "create", "secret", "generic", "tokens", "-n", namespace, f"--from-literal=alice={ALICE}"

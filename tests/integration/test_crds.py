@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.resources.crdgen import render_all
 
 pytestmark = pytest.mark.integration
@@ -69,8 +69,7 @@ def test_every_crd_becomes_established(cluster: Cluster) -> None:
         if file.endswith(".yaml")
     ]
     assert len(names) == 7
-    crds = [f"crd/{name}" for name in names]
-    cluster.kubectl("wait", "--for=condition=Established", *crds, "--timeout=60s")
+    wait_established(cluster, *names)
     listed = cluster.kubectl("api-resources", "--api-group=lessor.dev", "-o", "name").stdout
     assert sorted(listed.split()) == sorted(f"{n.split('.')[0]}.lessor.dev" for n in names)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.operator.pools import count_instances
 from tests.integration.operator_harness import (
     CrashPoint,
@@ -36,7 +36,7 @@ CRDS = Path(__file__).resolve().parents[2] / "crds"
 @pytest.fixture(scope="module")
 def cluster(control_plane: Cluster) -> Cluster:
     control_plane.kubectl("apply", "-f", str(CRDS))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    wait_established(control_plane)
     return control_plane
 
 

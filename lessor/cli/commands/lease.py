@@ -144,6 +144,32 @@ def run(args: argparse.Namespace) -> int:
         return _sandbox(client, args, pool, metadata, timeout)
     lease, reused = _create(client, args, metadata)
     lease_id = server_id(lease)
+    progress = Progress()
+    # From the moment the lease exists, an interrupt releases it (unless it was reused): the
+    # guard starts here, before anything is shown, so no Ctrl-C can fall between the two.
+    try:
+        return _finish(client, args, pool, lease, reused=reused, timeout=timeout, progress=progress)
+    except KeyboardInterrupt:
+        progress.clear()
+        raise _give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
+    except TimeoutError:
+        progress.clear()
+        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+        raise _give_up(client, lease_id, reused, why, TIMEOUT) from None
+
+
+def _finish(
+    client: Client,
+    args: argparse.Namespace,
+    pool: dict[str, Any],
+    lease: dict[str, Any],
+    *,
+    reused: bool,
+    timeout: float | None,
+    progress: Progress,
+) -> int:
+    """Wait for the lease (unless --no-wait), write its kubeconfig and report."""
+    lease_id = lease["id"]
     result: dict[str, Any] = {
         "id": lease_id,
         "profile": lease["profile"],
@@ -156,17 +182,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_wait:
         result.update(phase=lease["phase"], queue_position=lease.get("queue_position"))
         return _report(args, result)
-    progress = Progress()
     progress.update(f"lease {lease_id}: {lease['phase']}")
-    try:
-        bound = _wait(client, lease_id, timeout, progress)
-    except KeyboardInterrupt:
-        progress.clear()
-        raise _give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
-    except TimeoutError:
-        progress.clear()
-        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
-        raise _give_up(client, lease_id, reused, why, TIMEOUT) from None
+    bound = _wait(client, lease_id, timeout, progress)
     progress.clear()
     path = Path(args.kubeconfig or Path.home() / ".kube" / f"lessor-{lease_id}").expanduser()
     write_private(path, bound["kubeconfig"])
@@ -195,8 +212,29 @@ def _sandbox(
         body["alias"] = args.name
     lease = client.create("/v1/sandbox-leases", body)  # the key: one lease, even if retried
     lease_id = server_id(lease)
+    progress = Progress()
+    try:  # from the moment the lease exists, as for a cluster lease
+        return _finish_sandbox(client, args, pool, lease, timeout=timeout, progress=progress)
+    except KeyboardInterrupt:
+        progress.clear()
+        raise _give_up_sandbox(client, lease_id, "interrupted", INTERRUPTED) from None
+    except TimeoutError:
+        progress.clear()
+        why = f"sandbox lease {lease_id} was not Ready within {args.wait_timeout}"
+        raise _give_up_sandbox(client, lease_id, why, TIMEOUT) from None
+
+
+def _finish_sandbox(
+    client: Client,
+    args: argparse.Namespace,
+    pool: dict[str, Any],
+    lease: dict[str, Any],
+    *,
+    timeout: float | None,
+    progress: Progress,
+) -> int:
     result: dict[str, Any] = {
-        "id": lease_id,
+        "id": lease["id"],
         "profile": args.pool,
         "kind": "Sandbox",
         "capabilities": pool.get("capabilities", []),
@@ -207,16 +245,8 @@ def _sandbox(
     if args.no_wait:
         result["phase"] = lease["phase"]
         return _report(args, result)
-    progress = Progress()
-    try:
-        ready = wait_ready(client, lease_id, progress, timeout)
-    except KeyboardInterrupt:
-        raise _give_up_sandbox(client, lease_id, "interrupted", INTERRUPTED) from None
-    except TimeoutError:
-        why = f"sandbox lease {lease_id} was not Ready within {args.wait_timeout}"
-        raise _give_up_sandbox(client, lease_id, why, TIMEOUT) from None
-    finally:
-        progress.clear()
+    ready = wait_ready(client, lease["id"], progress, timeout)
+    progress.clear()
     result.update(phase=ready["phase"], expires_at=ready.get("expires_at"))
     return _report(args, result)
 
