@@ -179,8 +179,15 @@ class LoginResource(Base):
             raise BadRequestError("log in with a credential, not with a session token")
         request = parse(Login, req.context.body, req.content_type) if req.context.body else Login()
         ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
+        if principal.method == "oidc":  # never longer than the token it was exchanged for
+            ttl = min(ttl, int(principal.claims["exp"]) - int(time.time()))
         token, expires = self.services.auth.sessions.issue(
-            principal.identity, principal.policy.name, dict(principal.claims), principal.method, ttl
+            principal.identity,
+            principal.policy.name,
+            dict(principal.claims),
+            method=principal.method,
+            credential=principal.credential,
+            ttl=ttl,
         )
         resp.media = {
             "session_token": token,

@@ -8,6 +8,8 @@ reached is a 503 with a retryable reason, because the caller did nothing wrong.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import hmac
 import logging
 from collections.abc import Mapping
@@ -48,6 +50,10 @@ class Principal:
     claims: Mapping[str, Any]
     policy: NamedPolicy
     session: Session | None = None
+    # Which of the policy's credentials it authenticated with (the OIDC issuer, a static
+    # token's Secret key and value digest, an SSH key's digest): a session made from it lasts
+    # only as long as the policy still has that credential.
+    credential: str = ""
 
     @property
     def owner(self) -> str:
@@ -92,7 +98,7 @@ class Authenticator:
         kind = "ssh" if header.startswith(SCHEME + " ") else "bearer"
         try:
             if kind == "ssh":
-                policy, claims = self._ssh(method, target, header, body)
+                policy, claims, credential = self._ssh(method, target, header, body)
                 via = "ssh"
             else:
                 scheme, _, token = header.partition(" ")
@@ -101,10 +107,10 @@ class Authenticator:
                 if token.startswith(SESSION_PREFIX):
                     return self._session(token)
                 if token.count(".") == 2:
-                    policy, claims = self._oidc(token)
+                    policy, claims, credential = self._oidc(token)
                     via = "oidc"
                 else:
-                    policy, claims = self._static(token)
+                    policy, claims, credential = self._static(token)
                     via = "token"
         except AuthenticationError as error:
             AUTH_FAILURES.labels(kind).inc()
@@ -117,22 +123,50 @@ class Authenticator:
             identity = render_identity(policy.spec.identity, claims)
         except IdentityError as error:
             raise ForbiddenError(str(error), reason="identity_unresolvable") from error
-        return Principal(identity=identity, method=via, claims=claims, policy=policy)
+        return Principal(identity, via, claims, policy, credential=credential)
 
     def _session(self, token: str) -> Principal:
+        """A session is as good as the credential it came from, checked on every use against
+        the policy as it is now: the policy must still hold that credential (the OIDC issuer,
+        the static token with the same value, the SSH key), and render the same identity from
+        the claims (for a token or a key, the claims the policy gives it now)."""
         session = self.sessions.verify(token)
         policy = self.policies.named(session.policy)
         if policy is None:
             raise AuthenticationError("the session's policy no longer exists")
+        claims = self._current_claims(policy, session)
+        try:
+            same = render_identity(policy.spec.identity, claims) == session.identity
+        except IdentityError:
+            same = False
+        if not same:
+            raise AuthenticationError("the session's policy no longer names it so")
         return Principal(
-            identity=session.identity,
-            method="session",
-            claims=session.claims,
-            policy=policy,
-            session=session,
+            session.identity, "session", claims, policy, session, credential=session.credential
         )
 
-    def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
+    def _current_claims(self, policy: NamedPolicy, session: Session) -> Mapping[str, Any]:
+        kind, _, which = session.credential.partition(":")
+        auth = policy.spec.auth
+        if kind == "oidc" and auth.oidc is not None and auth.oidc.issuer == which:
+            return session.claims  # the token's; the session ends when the token would
+        if kind == "token":
+            for entry in auth.static_tokens:
+                value = self._secret(entry.secret_ref.name, entry.secret_ref.key)
+                if (
+                    value
+                    and _token_credential(entry.secret_ref.name, entry.secret_ref.key, value)
+                    == session.credential
+                ):
+                    return entry.claims
+        if kind == "ssh":
+            for key in auth.ssh_keys:
+                with contextlib.suppress(ValueError):
+                    if _key_credential(key_blob_from_openssh(key.public_key)) == session.credential:
+                        return key.claims
+        raise AuthenticationError(f"the session's credential ({kind}) is no longer accepted")
+
+    def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
         by_issuer: dict[str, tuple[NamedPolicy, OidcIssuer]] = {}
         for policy in self.policies.snapshot:
             oidc = policy.spec.auth.oidc
@@ -150,16 +184,21 @@ class Authenticator:
             if oidc.ca_bundle:
                 self._ca_by_jwks[issuer.jwks_endpoint] = oidc.ca_bundle
         issuer, claims = verify_token(token, {k: v[1] for k, v in by_issuer.items()}, self.jwks)
-        return by_issuer[issuer.issuer][0], claims
+        return by_issuer[issuer.issuer][0], claims, f"oidc:{issuer.issuer}"
 
-    def _static(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any]]:
-        found: tuple[NamedPolicy, Mapping[str, Any]] | None = None
+    def _static(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
+        found: tuple[NamedPolicy, Mapping[str, Any], str] | None = None
         for policy in self.policies.snapshot:
             for entry in policy.spec.auth.static_tokens:
-                expected = self._secret(entry.secret_ref.name, entry.secret_ref.key)
+                ref = entry.secret_ref
+                expected = self._secret(ref.name, ref.key)
                 # Constant-time, and every configured token is compared, match or not.
                 if expected and hmac.compare_digest(token.encode(), expected.encode()):
-                    found = found or (policy, entry.claims)
+                    found = found or (
+                        policy,
+                        entry.claims,
+                        _token_credential(ref.name, ref.key, token),
+                    )
         if found is None:
             raise AuthenticationError("unknown static token")
         return found
@@ -172,7 +211,7 @@ class Authenticator:
 
     def _ssh(
         self, method: str, target: str, header: str, body: bytes
-    ) -> tuple[NamedPolicy, Mapping[str, Any]]:
+    ) -> tuple[NamedPolicy, Mapping[str, Any], str]:
         owners: dict[bytes, tuple[NamedPolicy, Mapping[str, Any]]] = {}
         for policy in self.policies.snapshot:
             for entry in policy.spec.auth.ssh_keys:
@@ -191,4 +230,16 @@ class Authenticator:
             nonces=self.nonces,
             audiences=self.ssh_audiences,
         )
-        return owners[request.key_blob]
+        policy, claims = owners[request.key_blob]
+        return policy, claims, _key_credential(request.key_blob)
+
+
+def _token_credential(secret: str, key: str, value: str) -> str:
+    """A static token as a session remembers it: where it is kept and a digest of its value
+    (never the value), so that a new value in the Secret ends the sessions of the old one."""
+    digest = hashlib.sha256(value.encode()).hexdigest()[:32]
+    return f"token:{secret}/{key}/{digest}"
+
+
+def _key_credential(blob: bytes) -> str:
+    return f"ssh:{hashlib.sha256(blob).hexdigest()[:32]}"

@@ -1,11 +1,21 @@
-"""Session tokens: what `lessor login` exchanges a credential for, valid on every replica.
+"""Session tokens: what `lessor login` exchanges a credential for, valid on every replica, and
+never longer than the credential behind it.
 
 A session token is `lsess.<payload>.<mac>`: the payload (base64url JSON: session id, identity,
-policy, claims, method, issue and expiry times) authenticated with HMAC-SHA256 under a key kept
-in the Secret `lessor-session-key`. The first replica that needs the key creates it (an atomic
-create; the others read the winner's), so every replica verifies every session. Logout records
-the session id as revoked (a ConfigMap, also an atomic create) until the session would have
-expired anyway; replicas check that record, caching a negative answer for two seconds at most.
+policy, claims, method, the credential it came from, issue and expiry times) authenticated with
+HMAC-SHA256 under a key kept in the Secret `lessor-session-key`. The first replica that needs
+the key creates it (an atomic create; the others read the winner's), and every replica reads it
+again at least once a minute, so deleting the Secret rotates the key: every session ends.
+
+A session also has a record, the ConfigMap `lessor-session-<id>` (label `lessor.dev/session`,
+annotated with the identity, policy, method and expiry), created at login, and a session is
+valid only while its record exists. `kubectl get configmaps -l lessor.dev/session` lists the
+sessions, deleting a record ends that session on every replica (each trusts a record it has seen
+for two seconds at most), and logout deletes it. Records carry the ten minutes their expiry falls
+in as a label, and each process deletes the expired ones at most once a minute, as for nonces.
+
+Whether the credential is still good is the authenticator's question (lessor.apiserver.authn),
+asked on every use of the session.
 """
 
 from __future__ import annotations
@@ -29,9 +39,16 @@ from lessor.apiserver.kube import TIMEOUT, Kube
 
 PREFIX = "lsess."
 KEY_SECRET = "lessor-session-key"  # noqa: S105 - the name of a Secret, not a secret
-REVOKED_LABEL = "lessor.dev/revoked-session"
+RECORD_PREFIX = "lessor-session-"
+LABEL = "lessor.dev/session"
+BUCKET = "lessor.dev/expiry-bucket"
+BUCKET_SECONDS = 600
+SWEPT_BUCKETS = 144 * 2  # two days: longer sessions than that do not exist
 DEFAULT_TTL = 12 * 3600
 MAX_TTL = 24 * 3600
+KEY_TTL = 60.0  # seconds a replica uses the signing key it read before reading it again
+KEY_RECHECK = 5.0  # at most this often, a token that fails the MAC makes it read the key again
+RECORD_TTL = 2.0  # seconds a replica trusts a session record it has seen
 
 
 def _b64(data: bytes) -> str:
@@ -49,6 +66,7 @@ class Session:
     policy: str
     claims: dict[str, Any]
     method: str
+    credential: str  # which credential of the policy it came from (authn.credential_of)
     expires: int
 
 
@@ -56,18 +74,28 @@ class Sessions:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._key: bytes | None = None
+        self._key_read = 0.0
         self._lock = threading.Lock()
-        self._not_revoked: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
-            maxsize=10_000, ttl=2
+        self._recorded: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
+            maxsize=10_000, ttl=RECORD_TTL
         )
+        self._next_sweep = 0.0
 
-    def _signing_key(self) -> bytes:
+    # -- the signing key ---------------------------------------------------------------------
+
+    def _signing_key(self, *, fresh: bool = False) -> bytes:
+        """The key, read again after KEY_TTL, or (`fresh`) after KEY_RECHECK."""
         with self._lock:
-            if self._key is None:
+            age = time.monotonic() - self._key_read
+            if self._key is None or age >= KEY_TTL or (fresh and age >= KEY_RECHECK):
                 self._key = self._load_or_create_key()
+                self._key_read = time.monotonic()
             return self._key
 
     def _load_or_create_key(self) -> bytes:
+        stored = self.kube.secret_value_bytes(self.kube.namespace, KEY_SECRET, "key")
+        if stored is not None:
+            return stored
         fresh = secrets.token_bytes(32)
         body = client.V1Secret(
             metadata=client.V1ObjectMeta(name=KEY_SECRET),
@@ -87,74 +115,127 @@ class Sessions:
             raise AuthenticationError("session key unreadable")
         return stored
 
+    def _mac(self, encoded: str, *, fresh: bool = False) -> bytes:
+        key = self._signing_key(fresh=fresh)
+        return hmac.new(key, encoded.encode(), hashlib.sha256).digest()
+
+    # -- issue, verify, revoke ----------------------------------------------------------------
+
     def issue(
-        self, identity: str, policy: str, claims: dict[str, Any], method: str, ttl: int
+        self,
+        identity: str,
+        policy: str,
+        claims: dict[str, Any],
+        *,
+        method: str,
+        credential: str,
+        ttl: int,
     ) -> tuple[str, int]:
+        """A new session and its record; `ttl` is already bounded by the caller's credential."""
         now = int(time.time())
         expires = now + max(1, min(ttl, MAX_TTL))
+        session_id = secrets.token_hex(16)
+        self._record(session_id, identity, policy, method, expires)
         payload = {
-            "sid": secrets.token_hex(16),
+            "sid": session_id,
             "sub": identity,
             "pol": policy,
             "clm": claims,
             "via": method,
+            "crd": credential,
             "iat": now,
             "exp": expires,
         }
         encoded = _b64(json.dumps(payload, separators=(",", ":")).encode())
-        mac = hmac.new(self._signing_key(), encoded.encode(), hashlib.sha256).digest()
-        return f"{PREFIX}{encoded}.{_b64(mac)}", expires
+        self._sweep_now_and_then()
+        return f"{PREFIX}{encoded}.{_b64(self._mac(encoded))}", expires
 
     def verify(self, token: str) -> Session:
         try:
             encoded, mac = token.removeprefix(PREFIX).split(".")
-            expected = hmac.new(self._signing_key(), encoded.encode(), hashlib.sha256).digest()
-            if not hmac.compare_digest(expected, _unb64(mac)):
+            if not hmac.compare_digest(self._mac(encoded), _unb64(mac)) and not (
+                hmac.compare_digest(self._mac(encoded, fresh=True), _unb64(mac))
+            ):
                 raise AuthenticationError("bad session signature")
             payload = json.loads(_unb64(encoded))
-        except (ValueError, TypeError) as error:
+            session = Session(
+                session_id=str(payload["sid"]),
+                identity=str(payload["sub"]),
+                policy=str(payload["pol"]),
+                claims=dict(payload["clm"]),
+                method=str(payload["via"]),
+                credential=str(payload.get("crd", "")),
+                expires=int(payload["exp"]),
+            )
+        except (ValueError, TypeError, KeyError) as error:
             raise AuthenticationError("malformed session token") from error
-        if int(payload["exp"]) < time.time():
+        if session.expires < time.time():
             raise AuthenticationError("session expired")
-        session = Session(
-            session_id=str(payload["sid"]),
-            identity=str(payload["sub"]),
-            policy=str(payload["pol"]),
-            claims=dict(payload["clm"]),
-            method=str(payload["via"]),
-            expires=int(payload["exp"]),
-        )
-        if self._revoked(session.session_id):
+        if not self._exists(session.session_id):
             raise AuthenticationError("session revoked")
         return session
 
-    def _revoked(self, session_id: str) -> bool:
-        if session_id in self._not_revoked:
-            return False
+    def revoke(self, session: Session) -> None:
+        """End the session on every replica: its record goes."""
+        self._recorded.pop(session.session_id, None)
+        try:
+            self.kube.core.delete_namespaced_config_map(
+                RECORD_PREFIX + session.session_id, self.kube.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status != 404:  # already gone: logging out twice is fine
+                raise
+
+    # -- records --------------------------------------------------------------------------------
+
+    def _record(
+        self, session_id: str, identity: str, policy: str, method: str, expires: int
+    ) -> None:
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name=RECORD_PREFIX + session_id,
+                labels={LABEL: "true", BUCKET: str(expires // BUCKET_SECONDS + 1)},
+                annotations={
+                    "lessor.dev/identity": identity[:1024],
+                    "lessor.dev/policy": policy,
+                    "lessor.dev/method": method,
+                    "lessor.dev/expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
+                },
+            )
+        )
+        self.kube.core.create_namespaced_config_map(
+            self.kube.namespace, body, _request_timeout=TIMEOUT
+        )
+        self._recorded[session_id] = True
+
+    def _exists(self, session_id: str) -> bool:
+        if session_id in self._recorded:
+            return True
         try:
             self.kube.core.read_namespaced_config_map(
-                f"lessor-revoked-{session_id}", self.kube.namespace, _request_timeout=TIMEOUT
+                RECORD_PREFIX + session_id, self.kube.namespace, _request_timeout=TIMEOUT
             )
         except ApiException as error:
             if error.status == 404:
-                self._not_revoked[session_id] = True
                 return False
             raise
+        self._recorded[session_id] = True
         return True
 
-    def revoke(self, session: Session) -> None:
-        body = client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(
-                name=f"lessor-revoked-{session.session_id}",
-                labels={REVOKED_LABEL: "true"},
-                annotations={"lessor.dev/expires": str(session.expires)},
-            )
+    def _sweep_now_and_then(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_sweep:
+                return
+            self._next_sweep = now + 60.0
+        self.sweep()
+
+    def sweep(self) -> None:
+        """Delete the records of sessions that have expired (their bucket is past)."""
+        current = int(time.time()) // BUCKET_SECONDS
+        past = ",".join(str(b) for b in range(current - SWEPT_BUCKETS, current + 1))
+        self.kube.core.delete_collection_namespaced_config_map(
+            self.kube.namespace,
+            label_selector=f"{LABEL}=true,{BUCKET} in ({past})",
+            _request_timeout=TIMEOUT,
         )
-        try:
-            self.kube.core.create_namespaced_config_map(
-                self.kube.namespace, body, _request_timeout=TIMEOUT
-            )
-        except ApiException as error:
-            if error.status != 409:  # already revoked: logging out twice is fine
-                raise
-        self._not_revoked.pop(session.session_id, None)

@@ -573,3 +573,28 @@ def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
     assert "configmap/lessor-nonce-stale" not in left
     assert len(left) >= 1, "the fresh nonce stays until its bucket passes"
     assert not nonces.first_use(b"key", "fresh-nonce-0123456789"), "still remembered"
+
+
+def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: Stack) -> None:
+    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
+    from lessor.apiserver.sessions import BUCKET, BUCKET_SECONDS, LABEL, Sessions  # noqa: PLC0415
+
+    sessions = Sessions(kube(str(stack.cluster.kubeconfig), stack.namespace))
+    token, _ = sessions.issue("sweep-me", "tests", {}, method="token", credential="x", ttl=3600)
+    current = int(time.time()) // BUCKET_SECONDS
+    expired = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "lessor-session-expired",
+            "namespace": stack.namespace,
+            "labels": {LABEL: "true", BUCKET: str(current - 2)},
+        },
+    }
+    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(expired))
+    sessions.sweep()
+    left = stack.cluster.kubectl(
+        "get", "configmaps", "-n", stack.namespace, "-l", f"{LABEL}=true", "-o", "name"
+    ).stdout.split()
+    assert "configmap/lessor-session-expired" not in left
+    assert sessions.verify(token).identity == "sweep-me", "a live session keeps its record"

@@ -22,9 +22,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.pki import CertificateAuthority
+from lessor.protocol.ssh_signature import canonical_request
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_apiserver import (  # noqa: F401 - the fixture
     ALICE,
@@ -476,3 +478,122 @@ def test_a_leases_reservations_go_with_it(stack: Stack) -> None:  # noqa: F811
     wait_for("Released", lambda: _phase(stack, lease) == "Released")
     stack.cluster.kubectl("delete", "clusterlease", lease, "-n", stack.namespace)
     wait_for("the reservations collected", lambda: reservations() == [], timeout=180)
+
+
+# -- item 5: a session lasts no longer than its credential, and can be revoked by anyone who
+#    manages the deployment --------------------------------------------------------------------
+
+
+def _sessions(stack: Stack) -> list[dict[str, Any]]:  # noqa: F811
+    listed = stack.cluster.kubectl(
+        "get", "configmaps", "-n", stack.namespace, "-l", "lessor.dev/session", "-o", "json"
+    )  # fmt: skip
+    items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+    return items
+
+
+def _refused_everywhere(stack: Stack, token: str) -> bool:  # noqa: F811
+    return all(api.call("GET", "/v1/pools", token=token).status == 401 for api in stack.apis)
+
+
+def test_a_session_ends_when_its_oidc_token_does(stack: Stack) -> None:  # noqa: F811
+    """A CI job's token valid for ten minutes is exchanged for a session that ends with it,
+    not a day later."""
+    kubectl = stack.cluster.kubectl
+    kubectl("create", "serviceaccount", "ci-short", "-n", stack.namespace)
+    token = kubectl(
+        "create", "token", "ci-short", "-n", stack.namespace, "--audience", "lessor",
+        "--duration", "10m",
+    ).stdout.strip()  # fmt: skip
+    expiry = jwt.decode(token, options={"verify_signature": False})["exp"]
+    login = stack.api.call("POST", "/v1/login", token=token, body={"ttl": "24h"})
+    assert login.status == 200, login.body
+    assert _moment(login.body["expires_at"]).timestamp() <= expiry
+
+
+def test_an_administrator_lists_and_revokes_sessions(stack: Stack) -> None:  # noqa: F811
+    """Every session has a record an administrator can list with kubectl (who, how, until
+    when) and delete to end it on every replica; logout deletes it too, so nothing of a
+    session remains once it is over."""
+    first = stack.api.call("POST", "/v1/login", token=ALICE).body["session_token"]
+    second = stack.api.call("POST", "/v1/login", token=ALICE).body["session_token"]
+    mine = [
+        s
+        for s in _sessions(stack)
+        if s["metadata"]["annotations"]["lessor.dev/identity"] == "alice"
+    ]
+    assert len(mine) >= 2 and {s["metadata"]["annotations"]["lessor.dev/method"] for s in mine} == {
+        "token"
+    }
+    payload = first.split(".")[1]
+    sid = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["sid"]
+    victim = next(s for s in mine if s["metadata"]["name"] == f"lessor-session-{sid}")
+    stack.cluster.kubectl("delete", "configmap", victim["metadata"]["name"], "-n", stack.namespace)
+    wait_for("the revocation on every replica", lambda: _refused_everywhere(stack, first))
+    assert stack.api.call("GET", "/v1/pools", token=second).status == 200
+    assert stack.api.call("DELETE", "/v1/login", token=second).status == 204
+    wait_for("the logout", lambda: _refused_everywhere(stack, second))
+    names = {s["metadata"]["name"] for s in _sessions(stack)}
+    assert not any(s["metadata"]["name"] in names for s in mine), "nothing left of either"
+
+
+def test_a_session_ends_with_the_key_or_token_it_came_from(stack: Stack) -> None:  # noqa: F811
+    """A session made with a static token stops working when the token's Secret gets another
+    value, and one made with an SSH key when the key is taken out of the policy."""
+    token = f"rotating-{secrets.token_hex(8)}"
+    stack.cluster.kubectl(
+        "create", "secret", "generic", "rotating", "-n", stack.namespace,
+        f"--from-literal=t={token}",
+    )  # fmt: skip
+    key = Ed25519PrivateKey.generate()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
+    rita = {"secretRef": {"name": "rotating", "key": "t"}, "claims": {"sub": "rita"}}
+    sam = {"publicKey": public, "claims": {"sub": "sam"}}
+    spec = {
+        "auth": {"staticTokens": [rita], "sshKeys": [sam]},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    }  # fmt: skip
+    _policy(stack, "rotating", spec)
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=token).status == 200)
+    from_token = stack.api.call("POST", "/v1/login", token=token).body["session_token"]
+    signed = _sign(key, stack.apis[0].base, "POST", "/v1/login")
+    from_key = stack.apis[0].call("POST", "/v1/login", headers={"Authorization": signed})
+    assert from_key.status == 200, from_key.body
+    from_key_token = from_key.body["session_token"]
+    rotated = stack.cluster.kubectl(
+        "create", "secret", "generic", "rotating", "-n", stack.namespace,
+        f"--from-literal=t=rotated-{secrets.token_hex(8)}", "--dry-run=client", "-o", "json",
+    ).stdout  # fmt: skip
+    stack.cluster.kubectl("apply", "-f", "-", input=rotated)
+    wait_for("the token's session to end", lambda: _refused_everywhere(stack, from_token))
+    assert stack.api.call("GET", "/v1/pools", token=from_key_token).status == 200
+    _policy(stack, "rotating", {**spec, "auth": {"staticTokens": [rita]}})
+    wait_for("the key's session to end", lambda: _refused_everywhere(stack, from_key_token))
+
+
+def test_deleting_the_session_key_ends_every_session(stack: Stack) -> None:  # noqa: F811
+    """The signing key is read again every minute, so deleting its Secret rotates it: every
+    session made with the old key ends on every replica (it was cached for the life of each
+    process)."""
+    session = stack.api.call("POST", "/v1/login", token=BOB).body["session_token"]
+    assert stack.api.call("GET", "/v1/pools", token=session).status == 200
+    stack.cluster.kubectl("delete", "secret", "lessor-session-key", "-n", stack.namespace)
+    wait_for("the rotation", lambda: _refused_everywhere(stack, session), timeout=180)
+    fresh = stack.api.call("POST", "/v1/login", token=BOB).body["session_token"]
+    assert all(api.call("GET", "/v1/pools", token=fresh).status == 200 for api in stack.apis)
+
+
+def _sign(key: Ed25519PrivateKey, audience: str, method: str, target: str) -> str:
+    timestamp, nonce = int(time.time()), secrets.token_urlsafe(24)
+    signed = canonical_request(audience, method, target, timestamp=timestamp, nonce=nonce, body=b"")
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    blob = base64.b64encode(ed25519_key_blob(raw)).decode()
+    sig = base64.b64encode(ed25519_signature_blob(key.sign(signed))).decode()
+    return (
+        f'Lessor-SSH key="{blob}", aud="{audience}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
+    )
