@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 import falcon
+import gevent
 from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
@@ -32,6 +33,8 @@ from lessor.apiserver.errors import (
     BadRequestError,
     HttpError,
     NotFoundError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
     UnavailableError,
     UpgradeRequiredError,
 )
@@ -345,22 +348,55 @@ class MetricsResource:
         resp.content_type = content_type
 
 
+BODY_LIMIT = 1 << 20  # bytes
+BODY_TIMEOUT = 10.0  # seconds for the whole body, however it trickles in
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class Observe:
     """Reads the body once (SSH signatures cover it), and counts and times every request."""
 
     def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
         req.context.started = time.perf_counter()
-        req.context.body = req.bounded_stream.read(1 << 20) if req.content_length else b""
+        req.context.body = _read_body(req)
 
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, _resource: object, _ok: bool
     ) -> None:
+        # Bounded labels only: any word can be a method, and every label value is a series.
         route = req.uri_template or "unmatched"
-        status = str(resp.status_code)
-        metrics.REQUESTS.labels(route, req.method, status).inc()
+        method = req.method if req.method in METHODS else "other"
+        metrics.REQUESTS.labels(route, method, str(resp.status_code)).inc()
         started = getattr(req.context, "started", None)
         if started is not None:
-            metrics.LATENCY.labels(route, req.method).observe(time.perf_counter() - started)
+            metrics.LATENCY.labels(route, method).observe(time.perf_counter() - started)
+
+
+class _BodyTimeoutError(Exception):
+    pass
+
+
+def _read_body(req: falcon.Request) -> bytes:
+    """The request's body, read before anyone is authenticated (an SSH signature covers it), so
+    bounded for anyone: at most BODY_LIMIT bytes (413 beyond, unread), within BODY_TIMEOUT for
+    the whole of it (408, and the connection closed). A body announced and never sent used to
+    hold its connection for ever, and enough of them every connection of the workers."""
+    length = req.content_length
+    if not length:
+        return b""
+    if length > BODY_LIMIT:
+        raise PayloadTooLargeError(
+            f"a request body is at most {BODY_LIMIT} bytes", headers={"Connection": "close"}
+        )
+    try:
+        with gevent.Timeout(BODY_TIMEOUT, _BodyTimeoutError):
+            body: bytes = req.bounded_stream.read(length)
+    except _BodyTimeoutError:
+        raise RequestTimeoutError(
+            f"the request body did not arrive within {BODY_TIMEOUT:g}s",
+            headers={"Connection": "close"},
+        ) from None
+    return body
 
 
 def _send(resp: falcon.Response, error: HttpError) -> None:

@@ -59,6 +59,14 @@ class ConflictError(HttpError):
     status, error = 409, "conflict"
 
 
+class RequestTimeoutError(HttpError):
+    status, error = 408, "request timeout"
+
+
+class PayloadTooLargeError(HttpError):
+    status, error = 413, "payload too large"
+
+
 class UpgradeRequiredError(HttpError):
     status, error = 426, "upgrade required"
 

@@ -9,8 +9,11 @@ SandboxPool of the same name are both listed; GET /v1/pools/:name answers with t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
+
+import cachetools
 
 from lessor.apiserver.authn import Principal
 from lessor.apiserver.errors import NotFoundError
@@ -25,6 +28,7 @@ Json = dict[str, Any]
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
 SANDBOX_CAPABILITIES = ["lease", "extend", "release", "logs", "attach"]
 REDACTED = "redacted"
+ANONYMOUS_TTL = 2.0  # seconds
 
 
 def pool_record(pool: ClusterPool) -> Json:
@@ -83,6 +87,12 @@ class PoolService:
         self.kube = kube
         self.sandbox_served = sandbox_served
         self.own_sandbox_leases = own_sandbox_leases  # SandboxLeaseService.list_mine
+        # What anyone may read without credentials, computed at most once per ANONYMOUS_TTL:
+        # unauthenticated callers cannot turn their requests into LISTs on kube-apiserver.
+        self._anonymous: cachetools.TTLCache[str, list[Json]] = cachetools.TTLCache(
+            maxsize=1, ttl=ANONYMOUS_TTL
+        )
+        self._anonymous_lock = threading.Lock()
 
     def _cluster_pools(self) -> list[ClusterPool]:
         pools = self.kube.list_objects("clusterpools", cached=True)
@@ -160,6 +170,14 @@ class PoolService:
         return rows
 
     def status_rows(self, principal: Principal | None) -> list[Json]:
+        if principal is None:
+            with self._anonymous_lock:
+                if "rows" not in self._anonymous:
+                    self._anonymous["rows"] = self._status_rows(None)
+                return self._anonymous["rows"]
+        return self._status_rows(principal)
+
+    def _status_rows(self, principal: Principal | None) -> list[Json]:
         rows = []
         for record in self.records(principal):
             row = {key: record[key] for key in ("name", "ready", "leased", "creating")}

@@ -105,3 +105,14 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert can(installed_rbac, OPERATOR, "patch", "clusterleases.lessor.dev", "status")
     assert can(installed_rbac, OPERATOR, "update", "leases.coordination.k8s.io")
     assert not can(installed_rbac, OPERATOR, "create", "clusterroles.rbac.authorization.k8s.io")
+
+
+def test_the_ingress_exposes_the_api_and_not_the_metrics(control_plane: Cluster) -> None:
+    """Issue 18, item 8: what the production-like overlay puts behind its public Ingress is
+    /v1/... and the probes' /healthz, never /metrics (which anyone could then read, and make
+    series of)."""
+    [ingress] = [d for d in render(control_plane, "production-like") if d["kind"] == "Ingress"]
+    paths = [p for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]  # type: ignore[index]
+    exposed = {(p["path"], p["pathType"]) for p in paths}
+    assert ("/", "Prefix") not in exposed and all(path != "/metrics" for path, _ in exposed)
+    assert ("/v1", "Prefix") in exposed

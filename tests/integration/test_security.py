@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import json
 import secrets
+import socket
 import ssl
 import tempfile
 import threading
@@ -597,3 +598,53 @@ def _sign(key: Ed25519PrivateKey, audience: str, method: str, target: str) -> st
     return (
         f'Lessor-SSH key="{blob}", aud="{audience}", ts="{timestamp}", nonce="{nonce}", sig="{sig}"'
     )
+
+
+# -- item 8: what an unauthenticated caller can make the server spend -------------------------
+
+
+def test_made_up_methods_make_no_metric_series(stack: Stack) -> None:  # noqa: F811
+    """Every request is counted by method, and any word can be a method: made-up ones are
+    counted as `other`, so a stranger cannot create series at will."""
+    host, port = stack.api.base.removeprefix("http://").split(":")
+    for n in range(30):
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(f"M{n}X /v1/status HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            connection.recv(4096)
+    metrics = stack.api.call("GET", "/metrics").body
+    assert "M0X" not in metrics and "M29X" not in metrics
+    assert 'method="other"' in metrics
+
+
+def test_a_body_that_never_arrives_is_given_up(stack: Stack) -> None:  # noqa: F811
+    """A client that announces a body and never sends it is answered 408 within the body
+    deadline (10 s) and its connection closed, instead of holding it for ever: enough of them
+    used to fill every worker's connections until even /healthz went unanswered."""
+    host, port = stack.api.base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=120) as connection:
+        connection.sendall(
+            b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        answer = connection.recv(4096)  # a hang guard: the socket's own 120 s timeout
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+
+
+def test_anonymous_status_does_not_list_on_every_call(stack: Stack) -> None:  # noqa: F811
+    """/v1/status needs no credentials; a hundred anonymous calls must not cost a hundred
+    LISTs of pools on kube-apiserver (counted by kube-apiserver's own metrics)."""
+
+    def lists() -> float:
+        text = stack.cluster.kubectl("get", "--raw", "/metrics").stdout
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("apiserver_request_total{")
+            and 'verb="LIST"' in line
+            and 'resource="clusterpools"' in line
+        )
+
+    before = lists()
+    for _ in range(100):
+        assert stack.api.call("GET", "/v1/status").status == 200
+    assert lists() - before <= 20
