@@ -322,7 +322,8 @@ def _int_param(req: falcon.Request, name: str, default: int, low: int, high: int
     raw = req.get_param(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    # ASCII digits only: str.isdigit also takes "²", which int() then refuses.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 16) or not low <= int(raw) <= high:
         raise BadRequestError(f"{name} must be an integer from {low} to {high}")
     return int(raw)
 

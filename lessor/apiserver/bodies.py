@@ -90,11 +90,13 @@ def parse(model: type[ModelT], raw: bytes, content_type: str | None) -> ModelT:
         raise BadRequestError("the body must be JSON, sent with Content-Type: application/json")
     try:
         document = json.loads(raw or b"null")
+        if not isinstance(document, dict):
+            raise BadRequestError("the body must be a JSON object")
+        return _validated(model, document, "body")
     except (ValueError, UnicodeDecodeError) as error:
         raise BadRequestError(f"the body is not valid JSON: {error}") from error
-    if not isinstance(document, dict):
-        raise BadRequestError("the body must be a JSON object")
-    return _validated(model, document, "body")
+    except RecursionError:  # the parser's or a validator's: no body of this API nests so deep
+        raise BadRequestError("the body nests too deeply") from None
 
 
 def parse_query(model: type[ModelT], query_string: str) -> ModelT:

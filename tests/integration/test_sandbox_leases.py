@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -728,3 +729,17 @@ def test_reading_unknown_ids_without_a_grant_writes_nothing(env: Env) -> None:
         assert env.get(DAVE, lease).status == 404
         assert env.release(DAVE, lease).status == 404
     assert len(env.objects.list("sandboxlease")) == before
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "+5", " 5", "5_0"])
+def test_numbers_in_a_query_are_ascii_digits_only(env: Env, value: str) -> None:
+    """Issue 18 (low): `²` passed str.isdigit and then failed int(), a 500."""
+    lease = env.create(ALICE, pool="sb-stuck").body["id"]
+    try:
+        answer = env.api.call(
+            "GET", f"/v1/sandbox-leases/{lease}/logs?tailLines={urllib.parse.quote(value)}",
+            token=ALICE,
+        )  # fmt: skip
+        assert answer.status == 400, answer.body
+    finally:
+        env.release(ALICE, lease)

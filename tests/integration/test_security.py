@@ -648,3 +648,15 @@ def test_anonymous_status_does_not_list_on_every_call(stack: Stack) -> None:  # 
     for _ in range(100):
         assert stack.api.call("GET", "/v1/status").status == 200
     assert lists() - before <= 20
+
+
+# -- low: inputs that used to crash a request --------------------------------------------------
+
+
+NESTED = b'{"profile": "api-cold", "metadata": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000 + b"]" * 100_000, NESTED])
+def test_deeply_nested_json_is_a_400(stack: Stack, raw: bytes) -> None:  # noqa: F811
+    refused = stack.api.call("POST", "/v1/leases", token=ALICE, raw=raw)
+    assert refused.status == 400, refused.body

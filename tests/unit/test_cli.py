@@ -154,6 +154,8 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     assert attach.returncode == 1 and f"cannot reach {endpoint}" in one_line_error(attach)
     forward = lessor(tmp_path, "port-forward", "lease-1", "80:/x", "--endpoint", endpoint)
     assert forward.returncode == 2 and "REMOTE is a port number" in one_line_error(forward)
+    superscript = lessor(tmp_path, "port-forward", "lease-1", "²:web", "--endpoint", endpoint)
+    assert superscript.returncode == 2 and "LOCAL is a port number" in one_line_error(superscript)
     no_command = lessor(tmp_path, "exec", "lease-1", "--endpoint", endpoint)
     assert no_command.returncode == 2 and "end the options with --" in one_line_error(no_command)
     late = lessor(tmp_path, "exec", "lease-1", "--timeout", "0s", "--", "true")

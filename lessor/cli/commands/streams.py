@@ -42,6 +42,7 @@ from lessor.stream_frames import (
 )
 
 ESCAPE = b"\x1d"  # Ctrl-]
+PORT_NUMBER = re.compile(r"^[0-9]{1,5}$")  # ASCII digits: str.isdigit also takes "²"
 REMOTE_PORT = re.compile(r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$")
 LEASE_GONE = ("expired", "not_found", "not_ready")
 
@@ -184,8 +185,8 @@ def _ports(spec: str) -> tuple[int, str]:
     if not REMOTE_PORT.match(remote):
         raise CliError(f"{spec}: REMOTE is a port number or a declared port's name", USAGE)
     if not local_text:
-        local_text = remote if remote.isdigit() and ":" not in spec else "0"
-    if not local_text.isdigit() or int(local_text) > 65535:
+        local_text = remote if PORT_NUMBER.match(remote) and ":" not in spec else "0"
+    if not PORT_NUMBER.match(local_text) or int(local_text) > 65535:
         raise CliError(f"{spec}: LOCAL is a port number from 0 to 65535", USAGE)
     return int(local_text), remote
 
