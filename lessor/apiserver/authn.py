@@ -167,10 +167,12 @@ class Authenticator:
         raise AuthenticationError(f"the session's credential ({kind}) is no longer accepted")
 
     def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
-        by_issuer: dict[str, tuple[NamedPolicy, OidcIssuer]] = {}
+        """The token against every policy trusting its issuer, in the policies' name order."""
+        by_issuer: dict[str, list[OidcIssuer]] = {}
+        policies = {}
         for policy in self.policies.snapshot:
             oidc = policy.spec.auth.oidc
-            if oidc is None or oidc.issuer in by_issuer:
+            if oidc is None:
                 continue
             issuer = OidcIssuer(
                 issuer=oidc.issuer,
@@ -179,12 +181,14 @@ class Authenticator:
                 jwks_url=oidc.jwks_url,
                 algorithms=tuple(oidc.algorithms),
                 required_claims=tuple(sorted(oidc.required_claims.items())),
+                policy=policy.name,
             )
-            by_issuer[oidc.issuer] = (policy, issuer)
+            by_issuer.setdefault(oidc.issuer, []).append(issuer)
+            policies[policy.name] = policy
             if oidc.ca_bundle:
                 self._ca_by_jwks[issuer.jwks_endpoint] = oidc.ca_bundle
-        issuer, claims = verify_token(token, {k: v[1] for k, v in by_issuer.items()}, self.jwks)
-        return by_issuer[issuer.issuer][0], claims, f"oidc:{issuer.issuer}"
+        issuer, claims = verify_token(token, by_issuer, self.jwks)
+        return policies[issuer.policy], claims, f"oidc:{issuer.issuer}"
 
     def _static(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
         found: tuple[NamedPolicy, Mapping[str, Any], str] | None = None

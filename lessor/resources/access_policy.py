@@ -32,9 +32,17 @@ def _default_algorithms() -> list[Algorithm]:
     return ["RS256"]
 
 
+# https://, or http:// on loopback only: keys fetched over plain HTTP can be swapped by anyone on
+# the path, who could then forge tokens; on loopback nobody is on the path.
+SECURE_URL = r"^(https://|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?(/|$))"
+
+
 class OidcAuth(SpecModel):
     issuer: str = Field(
-        pattern=r"^https?://", description="Token issuer; must equal the tokens' iss claim."
+        pattern=SECURE_URL,
+        max_length=2048,
+        description="Token issuer; must equal the tokens' iss claim. https:// (or http:// on "
+        "loopback).",
     )
     audience: list[str] = Field(
         description="Accepted audiences; empty accepts only tokens without an aud claim."
@@ -44,8 +52,10 @@ class OidcAuth(SpecModel):
     )
     jwks_url: str | None = Field(
         default=None,
-        pattern=r"^https?://",
-        description="JWKS endpoint; default {issuer}/.well-known/jwks.json.",
+        pattern=SECURE_URL,
+        max_length=2048,
+        description="JWKS endpoint; default {issuer}/.well-known/jwks.json. https:// (or "
+        "http:// on loopback).",
     )
     algorithms: list[Algorithm] = Field(
         default_factory=_default_algorithms,

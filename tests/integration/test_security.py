@@ -660,3 +660,46 @@ NESTED = b'{"profile": "api-cold", "metadata": ' + b'{"a": ' * 5000 + b"1" + b"}
 def test_deeply_nested_json_is_a_400(stack: Stack, raw: bytes) -> None:  # noqa: F811
     refused = stack.api.call("POST", "/v1/leases", token=ALICE, raw=raw)
     assert refused.status == 400, refused.body
+
+
+def test_two_policies_may_trust_one_issuer_for_different_audiences(stack: Stack) -> None:  # noqa: F811
+    """A second policy naming the cluster's issuer with another audience: tokens for either
+    audience authenticate, each under its own policy (only the first policy of an issuer was
+    used, the others silently ignored)."""
+    stack.cluster.kubectl("create", "serviceaccount", "two-audiences", "-n", stack.namespace)
+    ca = (stack.cluster.pki / "ca.crt").read_text()  # type: ignore[attr-defined]
+    issuer = stack.cluster.server  # type: ignore[attr-defined]
+    _policy(stack, "a-second-audience", {
+        "auth": {"oidc": {"issuer": issuer, "audience": ["lessor-b"],
+                          "jwksUrl": f"{issuer}/openid/v1/jwks", "caBundle": ca}},
+        "identity": "b@{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    })  # fmt: skip
+
+    def token(audience: str) -> str:
+        return stack.cluster.kubectl(
+            "create", "token", "two-audiences", "-n", stack.namespace, "--audience", audience
+        ).stdout.strip()
+
+    b = token("lessor-b")
+    wait_for("the policy", lambda: stack.api.call("POST", "/v1/login", token=b).status == 200)
+    assert stack.api.call("POST", "/v1/login", token=b).body["identity"].startswith("b@system:")
+    a = stack.api.call("POST", "/v1/login", token=token("lessor")).body
+    assert a["identity"].startswith("system:serviceaccount:"), a
+
+
+@pytest.mark.parametrize("field", ["issuer", "jwksUrl"])
+def test_an_issuer_over_plain_http_is_refused(stack: Stack, field: str) -> None:  # noqa: F811
+    """Keys fetched over plain HTTP can be swapped by anyone on the path, and tokens then
+    forged: the CRD takes https:// only (and http:// on loopback, where nobody is between)."""
+    oidc = {"issuer": "https://idp.example.com", "audience": ["lessor"],
+            "jwksUrl": "https://idp.example.com/jwks"}  # fmt: skip
+    oidc[field] = "http://idp.example.com/x"
+    document = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "plain-http", "namespace": stack.namespace},
+        "spec": {"auth": {"oidc": oidc}, "identity": "{sub}", "rules": []},
+    }
+    written = stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert written.returncode != 0 and f"spec.auth.oidc.{field}" in written.stderr, written.stderr

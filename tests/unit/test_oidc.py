@@ -87,10 +87,10 @@ def issuer() -> Iterator[Issuer]:
     server.shutdown()
 
 
-def settings(issuer: Issuer, **overrides: Any) -> dict[str, OidcIssuer]:
+def settings(issuer: Issuer, **overrides: Any) -> dict[str, list[OidcIssuer]]:
     values: dict[str, Any] = {"issuer": issuer.url, "audiences": ("lessor",)}
     values.update(overrides)
-    return {issuer.url: OidcIssuer(**values)}
+    return {issuer.url: [OidcIssuer(**values)]}
 
 
 def cache(**kwargs: Any) -> JwksCache:

@@ -2,12 +2,14 @@
 
 The issuer is chosen by the token's (unverified) `iss`, and everything else is then checked
 against that issuer's settings only: its keys, its algorithms, its audiences and authorized
-parties. A token can therefore never be accepted under the settings of another policy's issuer.
+parties. A token can therefore never be accepted under the settings of another issuer. Several
+policies may trust one issuer (for different audiences, say): their settings are tried in the
+order given (the policies' names), and the first that accepts the token decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ class OidcIssuer:
     jwks_url: str | None = None
     algorithms: tuple[str, ...] = ("RS256",)
     required_claims: tuple[tuple[str, str], ...] = ()
+    policy: str = ""  # the AccessPolicy these settings are of
 
     @property
     def jwks_endpoint(self) -> str:
@@ -36,17 +39,29 @@ class OidcIssuer:
 
 
 def verify_token(
-    token: str, issuers: Mapping[str, OidcIssuer], jwks: JwksCache
+    token: str, issuers: Mapping[str, Sequence[OidcIssuer]], jwks: JwksCache
 ) -> tuple[OidcIssuer, dict[str, Any]]:
-    """Return the issuer's settings and the verified claims, or raise AuthenticationError."""
+    """The settings that accepted the token and its verified claims, or AuthenticationError."""
     try:
         header = jwt.get_unverified_header(token)
         unverified = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError as error:
         raise AuthenticationError(f"malformed token: {error}") from error
-    issuer = issuers.get(str(unverified.get("iss", "")))
-    if issuer is None:
+    candidates = issuers.get(str(unverified.get("iss", "")))
+    if not candidates:
         raise AuthenticationError("issuer not configured")
+    refusal = AuthenticationError("issuer not configured")
+    for issuer in candidates:
+        try:
+            return issuer, _verify(token, header, issuer, jwks)
+        except AuthenticationError as error:
+            refusal = error
+    raise refusal
+
+
+def _verify(
+    token: str, header: Mapping[str, Any], issuer: OidcIssuer, jwks: JwksCache
+) -> dict[str, Any]:
     algorithm = header.get("alg")
     algorithms = [a for a in issuer.algorithms if a in ALLOWED_ALGORITHMS]
     if algorithm not in algorithms:
@@ -71,4 +86,4 @@ def verify_token(
     for claim, value in issuer.required_claims:
         if claim_text(claims, claim) != value:
             raise AuthenticationError(f"required claim {claim!r} is not {value!r}")
-    return issuer, claims
+    return claims
