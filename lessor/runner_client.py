@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import ssl
 import time
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from websocket import ABNF, WebSocket, WebSocketException
 
 from lessor.runner.runner import WINDOW
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
@@ -130,12 +133,19 @@ def call_runner(
     try:
         connection = _connect(settings, runner, timeout)
     except (OSError, WebSocketException, ssl.SSLError) as error:
-        raise RunnerError(f"exec into {runner.pod} failed: {error}") from error
+        # kube-apiserver's own words name the service account, its namespace and its rights:
+        # they go to the log, and the caller hears the status only.
+        log.warning("exec into %s/%s failed: %s", runner.namespace, runner.pod, error)
+        status = getattr(error, "status_code", None)
+        raise RunnerError(
+            f"exec into {runner.pod} failed" + (f" (HTTP {status})" if status else "")
+        ) from None
     try:
         connection.send_binary(bytes([STDIN]) + json.dumps(request).encode() + b"\n")
         output = _read_stdout(connection, deadline)
     except (OSError, WebSocketException) as error:
-        raise RunnerError(f"the runner in {runner.pod} did not answer: {error}") from error
+        log.warning("the runner in %s/%s did not answer: %s", runner.namespace, runner.pod, error)
+        raise RunnerError(f"the runner in {runner.pod} did not answer") from None
     finally:
         connection.close()
     lines = output.strip().splitlines()

@@ -430,3 +430,30 @@ def test_an_answer_out_of_bounds_is_refused_and_never_echoed(
     seen = json.dumps([answer.body, read.body, ended])
     assert "Pwned" not in seen and "from-the-sandbox" not in seen and "m" * 1000 not in seen
     assert "out of bounds" in ended["message"]
+
+
+def test_an_exec_failure_says_nothing_of_the_cluster(env: Env, lease: str) -> None:  # noqa: F811
+    """When kube-apiserver refuses the exec (here the API server's Role loses pods/exec for a
+    moment), the caller hears that the runner cannot be reached and the HTTP status, not
+    kube-apiserver's text, which names the service account, its namespace and its rights."""
+    role = json.loads(
+        env.cluster.kubectl(
+            "get", "role", "lessor-apiserver", "-n", env.namespace, "-o", "json"
+        ).stdout
+    )
+    narrowed = json.loads(json.dumps(role))
+    for rule in narrowed["rules"]:
+        rule["resources"] = [r for r in rule.get("resources", []) if r != "pods/exec"]
+    env.objects.apply(narrowed)
+    try:
+        answer = wait_for("the refusal", lambda: (
+            answer if (answer := post(env, lease, command=["true"])).status == 503 else None
+        ))  # fmt: skip
+        text = json.dumps(answer.body)
+        for kube_words in ("forbidden", "serviceaccount", env.namespace, "Handshake", "pods/exec"):
+            assert kube_words not in text, text
+        assert "HTTP 403" in text
+    finally:
+        env.objects.apply({k: v for k, v in role.items() if k != "metadata"} | {
+            "metadata": {"name": "lessor-apiserver"}})  # fmt: skip
+    wait_for("exec back", lambda: post(env, lease, command=["true"]).status == 200)
