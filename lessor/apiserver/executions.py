@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import random
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from lessor.apiserver.authn import Principal
 from lessor.apiserver.bodies import CreateExecution
 from lessor.apiserver.errors import (
+    BadRequestError,
     ConflictError,
     NotFoundError,
     NotImplementedYetError,
@@ -40,6 +42,7 @@ from lessor.runner_client import Runner, RunnerAnswer, RunnerError, Window, call
 
 Json = dict[str, Any]
 PLURAL = "sandboxexecutions"
+SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 MAX_TIMEOUT = datetime.timedelta(hours=1)
@@ -97,12 +100,7 @@ class ExecutionService:
         existing = self.kube.find(PLURAL, name)
         if existing is None:
             existing = self._reserve(principal, lease, name, request)
-        elif not self._same_intent(existing, request):
-            raise ConflictError(
-                "this idempotency key was used for an execution with a different command, cwd,"
-                " timeout, container or detach",
-                reason="idempotency_conflict",
-            )
+        self._require_same_intent(existing, request)
         if request.detach:
             return 202, self._started(existing)
         return self._wait(existing)
@@ -121,11 +119,15 @@ class ExecutionService:
             raise NotImplementedYetError(
                 f"SandboxPool {pool.metadata.name} has no runner, so it runs no executions"
             )
+        if request.container is not None and request.container not in pool.spec.containers():
+            raise BadRequestError(f"the sandbox has no container {request.container}")
         pod = status.get("pod")
         if not pod:
             raise ConflictError("the sandbox's pod is not known yet", reason="target_unresolved")
         timeout = self._timeout(request, status)
-        self._spend_one(lease)
+        made_meanwhile = self._spend_one(lease, name)
+        if made_meanwhile is not None:
+            return made_meanwhile
         body: Json = {
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "SandboxExecution",
@@ -163,8 +165,8 @@ class ExecutionService:
         except ApiException as error:
             if error.status != 409:
                 raise
-            found = self.kube.find(PLURAL, name)  # an identical keyed request won the name
-            if found is None or not self._same_intent(found, request):
+            found = self.kube.find(PLURAL, name)  # a request with this key won the name
+            if found is None:
                 raise ConflictError(
                     "the idempotency key is in use", reason="idempotency_conflict"
                 ) from error
@@ -188,9 +190,7 @@ class ExecutionService:
         """The runner's container: the pool's choice, else the sandbox's first container (exec
         needs a name when a pod has several)."""
         assert pool.spec.runner is not None
-        containers = pool.spec.template.get("spec", {}).get("containers") or [{}]
-        name: str | None = pool.spec.runner.container or containers[0].get("name")
-        return name
+        return pool.spec.runner.container or next(iter(pool.spec.containers()), None)
 
     @staticmethod
     def _timeout(request: CreateExecution, lease_status: Json) -> str:
@@ -205,9 +205,12 @@ class ExecutionService:
             timeout = min(timeout, datetime.timedelta(seconds=int(left.total_seconds())))
         return format_duration(timeout)
 
-    def _spend_one(self, lease: Json) -> None:
-        """One unit of the lease's execution budget, by a fenced increment (retried on races)."""
-        for _ in range(5):
+    def _spend_one(self, lease: Json, name: str) -> Json | None:
+        """One unit of the lease's execution budget, by a fenced increment retried on races; or,
+        when a request with the same key made the execution meanwhile, that execution (it paid).
+        Without that check, identical retries sent at once would each pay, and race each other
+        for the increment until one ran out of attempts."""
+        for attempt in range(SPEND_ATTEMPTS):
             spent = int(lease["spec"].get("executionsReserved") or 0)
             if spent >= EXECUTION_BOUND:
                 raise ConflictError(
@@ -217,18 +220,27 @@ class ExecutionService:
             operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
             try:
                 fenced_patch(self.kube, "sandboxleases", lease, [operation])
-                return
+                return None
             except ConflictError:
+                made = self.kube.find(PLURAL, name)
+                if made is not None:
+                    return made
+                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))  # noqa: S311 - jitter
                 lease = self.kube.find("sandboxleases", lease["metadata"]["name"]) or lease
         raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
 
     @staticmethod
-    def _same_intent(found: Json, request: CreateExecution) -> bool:
+    def _require_same_intent(found: Json, request: CreateExecution) -> None:
         spec = found["spec"]
         stored = (spec.get("command"), spec.get("cwd"), spec.get("requestedTimeout"),
                   spec.get("container"), bool(spec.get("detach")))  # fmt: skip
         sent = (request.command, request.cwd, request.timeout, request.container, request.detach)
-        return stored == sent
+        if stored != sent:
+            raise ConflictError(
+                "this idempotency key was used for an execution with a different command, cwd,"
+                " timeout, container or detach",
+                reason="idempotency_conflict",
+            )
 
     # -- talking to the runner -------------------------------------------------------------
 

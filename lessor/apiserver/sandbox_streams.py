@@ -202,7 +202,7 @@ class SandboxStreamService:
         }
         if kind == "attach":
             params = parse_query(AttachQuery, query)
-            container = _container(pod, params.container)
+            container = _container(pod, self._offered(common["pool"]), params.container)
             return StreamTarget(
                 kind,
                 container=container["name"],
@@ -226,6 +226,12 @@ class SandboxStreamService:
         if pod["metadata"]["uid"] != placed["uid"]:
             raise ConflictError("the sandbox is not placed yet", reason="not_ready")
         return pod
+
+    def _offered(self, pool_name: str) -> list[str]:
+        try:
+            return self.leases.pool(pool_name).spec.containers()
+        except HttpError:  # the pool is gone: it offers nothing any more
+            return []
 
     def _declared_port(self, pool_name: str, wanted: str) -> int:
         try:
@@ -308,14 +314,15 @@ class SandboxStreamService:
         )
 
 
-def _container(pod: Json, name: str | None) -> Json:
-    containers: list[Json] = pod["spec"]["containers"]
+def _container(pod: Json, offered: list[str], name: str | None) -> Json:
+    """The container to attach to: one the pool's template offers (see
+    SandboxPoolSpec.containers), by default the pod's default container or the first offered."""
     if name is None:
         default = (
             pod["metadata"].get("annotations", {}).get("kubectl.kubernetes.io/default-container")
         )
-        name = default or containers[0]["name"]
-    for container in containers:
-        if container["name"] == name:
-            return container
-    raise BadRequestError(f"the sandbox has no container {name}")
+        name = default if default in offered else next(iter(offered), "")
+    for container in pod["spec"]["containers"]:
+        if container["name"] == name and name in offered:
+            return dict(container)
+    raise BadRequestError(f"the sandbox has no container {name or '(none offered)'}")

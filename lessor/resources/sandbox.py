@@ -68,6 +68,13 @@ class SandboxPoolSpec(SpecModel):
         description="How long a lease may take, from its creation, to be Ready.",
     )
 
+    def containers(self) -> list[str]:
+        """The template's containers, in order: the only ones exec and attach may use. A pod can
+        hold others (a sidecar a webhook injects, a mesh proxy holding the mesh's credentials)
+        that are not the tenant's to enter."""
+        listed = self.template.get("spec", {}).get("containers") or []
+        return [c["name"] for c in listed if isinstance(c, dict) and isinstance(c.get("name"), str)]
+
 
 class SandboxPoolStatus(StatusModel):
     phase: Literal["Healthy", "Degraded", "Unavailable"] | None = None

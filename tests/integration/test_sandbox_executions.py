@@ -21,6 +21,10 @@ from typing import Any
 
 import pytest
 
+from lessor.cli.client import Client
+from lessor.cli.config import Target
+from lessor.cli.errors import ApiError
+from lessor.cli.stream_client import StreamClient
 from lessor.runner.runner import CAP, WINDOW
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_sandbox_leases import (  # noqa: F401
@@ -457,3 +461,38 @@ def test_an_exec_failure_says_nothing_of_the_cluster(env: Env, lease: str) -> No
         env.objects.apply({k: v for k, v in role.items() if k != "metadata"} | {
             "metadata": {"name": "lessor-apiserver"}})  # fmt: skip
     wait_for("exec back", lambda: post(env, lease, command=["true"]).status == 200)
+
+
+def test_only_the_pools_own_containers_can_be_used(env: Env) -> None:  # noqa: F811
+    """A sandbox's pod may hold containers its pool's template does not offer (a sidecar a
+    webhook injects, a service mesh's proxy with the mesh's credentials; here, one the
+    administrator took out of the template after the pod was made): exec and attach take only
+    the template's containers."""
+    runner = env.objects.get("sandboxpool", "sb-run")["spec"]["runner"]  # type: ignore[index]
+    spec = sandbox_pool("sb-sidecar", 1, runner=runner)
+    main = spec["spec"]["template"]["spec"]["containers"][0]
+    spec["spec"]["template"]["spec"]["containers"] = [main, {**main, "name": "helper"}]
+    env.objects.apply(spec)
+    wait_for(
+        "sb-sidecar Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-sidecar").get("phase") == "Healthy",
+    )
+    lease = env.create(ALICE, pool="sb-sidecar", ttl="10m").body["id"]
+    env.until(ALICE, lease, "Ready")
+    try:
+        spec["spec"]["template"]["spec"]["containers"] = [main]
+        env.objects.apply(spec)
+
+        def refused_helper() -> Response | None:
+            answer = post(env, lease, command=["true"], container="helper")
+            return answer if answer.status == 400 else None
+
+        refused = wait_for("the template to apply", refused_helper)
+        assert "helper" in refused.body["detail"]
+        assert post(env, lease, command=["true"], container="main").status == 200
+        client = Client(Target(endpoint=env.api.api.base, auth="token", token=ALICE))
+        with pytest.raises(ApiError) as attach:
+            StreamClient.open(client, f"/v1/sandbox-leases/{lease}/attach?container=helper")
+        assert attach.value.status == 400 and "helper" in str(attach.value)
+    finally:
+        env.release(ALICE, lease)
