@@ -571,7 +571,7 @@ def document() -> Json:
                     "The caller's Sandbox leases (alpha)",
                     200,
                     {"type": "array", "items": _ref(SandboxLease)},
-                    errors=common,
+                    errors=(*common, 404),  # 404: the Sandbox API is not served (SANDBOX_ONLY)
                 ),
             },
             "/v1/sandbox-leases/{lease_id}": {
