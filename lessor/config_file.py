@@ -8,9 +8,11 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     namespace: lessor-system        # where pools, leases and policies live
     agentSandbox:
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
+      namespace: lessor-sandboxes   # where sandboxes run (default: `namespace`); the operator's
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
+                sshSignedRate, sshSignedBurst,
                 defaultMaxConcurrentLeases}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
@@ -34,6 +36,9 @@ class _Section(BaseModel):
 
 class AgentSandbox(_Section):
     mode: Literal["disabled", "external"] | None = None
+    # Where the agent-sandbox objects and the sandboxes' pods live: a namespace of their own, so
+    # that the API server's exec/attach/port-forward rights reach only tenant pods.
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class ApiServer(_Section):
@@ -48,6 +53,8 @@ class ApiServer(_Section):
     sandbox_stream_max_duration: float | None = Field(default=None, gt=0)
     sandbox_stream_max_per_identity: int | None = Field(default=None, ge=1)
     ssh_audiences: list[str] | None = None
+    ssh_signed_rate: float | None = Field(default=None, gt=0)
+    ssh_signed_burst: int | None = Field(default=None, ge=1)
     default_max_concurrent_leases: int | None = Field(default=None, ge=1)
 
 
@@ -108,4 +115,6 @@ def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, sect
         values["namespace"] = config.namespace
     if config.agent_sandbox.mode:
         values["agent_sandbox_mode"] = config.agent_sandbox.mode
+    if config.agent_sandbox.namespace:
+        values["sandbox_namespace"] = config.agent_sandbox.namespace
     parser.set_defaults(**values)

@@ -118,7 +118,7 @@ class Runner:
         spec = execution["spec"]
         runner = spec.get("runner") or {}
         return cls(
-            namespace=execution["metadata"]["namespace"],
+            namespace=spec["pod"].get("namespace") or execution["metadata"]["namespace"],
             pod=spec["pod"]["name"],
             container=spec.get("container") or runner.get("container"),
             path=runner["path"],

@@ -73,7 +73,8 @@ class Services:
 
     @cached_property
     def auth(self) -> Authenticator:
-        return Authenticator(self.policies, self.kube, self.settings.ssh_audiences)
+        signed = AdmissionLimiter(self.settings.ssh_signed_rate, self.settings.ssh_signed_burst)
+        return Authenticator(self.policies, self.kube, self.settings.ssh_audiences, signed)
 
     @cached_property
     def leases(self) -> LeaseService:

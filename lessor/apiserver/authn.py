@@ -19,6 +19,7 @@ from typing import Any
 import cachetools
 from prometheus_client import Counter
 
+from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
@@ -27,6 +28,7 @@ from lessor.apiserver.auth.ssh import (
     parse_authorization,
     verify_request,
 )
+from lessor.apiserver.auth.static_tokens import MalformedDigestError, stored_digest, token_digest
 from lessor.apiserver.errors import ForbiddenError, UnauthorizedError, UnavailableError
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.nonces import ClusterNonces
@@ -51,7 +53,7 @@ class Principal:
     policy: NamedPolicy
     session: Session | None = None
     # Which of the policy's credentials it authenticated with (the OIDC issuer, a static
-    # token's Secret key and value digest, an SSH key's digest): a session made from it lasts
+    # token's Secret key and token digest, an SSH key's digest): a session made from it lasts
     # only as long as the policy still has that credential.
     credential: str = ""
 
@@ -67,17 +69,21 @@ class Principal:
 
 class Authenticator:
     def __init__(
-        self, policies: PolicyStore, kube: Kube, ssh_audiences: frozenset[str] = frozenset()
+        self,
+        policies: PolicyStore,
+        kube: Kube,
+        ssh_audiences: frozenset[str] = frozenset(),
+        ssh_limiter: AdmissionLimiter | None = None,
     ) -> None:
         self.policies = policies
         self.kube = kube
         self.ssh_audiences = ssh_audiences
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
-        self.nonces = ClusterNonces(kube)
+        self.nonces = ClusterNonces(kube, ssh_limiter)
         self.sessions = Sessions(kube)
-        self._secrets: cachetools.TTLCache[tuple[str, str], str | None] = cachetools.TTLCache(
-            maxsize=1024, ttl=10
+        self._token_digests: cachetools.TTLCache[tuple[str, str], bytes | None] = (
+            cachetools.TTLCache(maxsize=1024, ttl=10)
         )
 
     def methods(self) -> list[str]:
@@ -152,12 +158,9 @@ class Authenticator:
             return session.claims  # the token's; the session ends when the token would
         if kind == "token":
             for entry in auth.static_tokens:
-                value = self._secret(entry.secret_ref.name, entry.secret_ref.key)
-                if (
-                    value
-                    and _token_credential(entry.secret_ref.name, entry.secret_ref.key, value)
-                    == session.credential
-                ):
+                ref = entry.secret_ref
+                stored = self._stored_digest(ref.name, ref.key)
+                if stored and _token_credential(ref.name, ref.key, stored) == session.credential:
                     return entry.claims
         if kind == "ssh":
             for key in auth.ssh_keys:
@@ -191,27 +194,43 @@ class Authenticator:
         return policies[issuer.policy], claims, f"oidc:{issuer.issuer}"
 
     def _static(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
+        presented = token_digest(token)
         found: tuple[NamedPolicy, Mapping[str, Any], str] | None = None
         for policy in self.policies.snapshot:
             for entry in policy.spec.auth.static_tokens:
                 ref = entry.secret_ref
-                expected = self._secret(ref.name, ref.key)
+                stored = self._stored_digest(ref.name, ref.key)
                 # Constant-time, and every configured token is compared, match or not.
-                if expected and hmac.compare_digest(token.encode(), expected.encode()):
+                if stored and hmac.compare_digest(presented, stored):
                     found = found or (
                         policy,
                         entry.claims,
-                        _token_credential(ref.name, ref.key, token),
+                        _token_credential(ref.name, ref.key, stored),
                     )
         if found is None:
             raise AuthenticationError("unknown static token")
         return found
 
-    def _secret(self, name: str, key: str) -> str | None:
+    def _stored_digest(self, name: str, key: str) -> bytes | None:
+        """The digest of the token a Secret's key stands for, None while it stands for none.
+        Read at most every 10 s by each worker; only digests are kept, never a token."""
         cache_key = (name, key)
-        if cache_key not in self._secrets:
-            self._secrets[cache_key] = self.kube.secret_value(self.kube.namespace, name, key)
-        return self._secrets[cache_key]
+        if cache_key not in self._token_digests:
+            self._token_digests[cache_key] = self._read_digest(name, key)
+        return self._token_digests[cache_key]
+
+    def _read_digest(self, name: str, key: str) -> bytes | None:
+        """A missing or empty value is no token; a malformed digest is an administrator's
+        mistake, which disables its entry (never a 500, never a match) and is logged by where it
+        is, never by what it holds."""
+        value = self.kube.secret_value_bytes(self.kube.namespace, name, key)
+        if not value:
+            return None
+        try:
+            return stored_digest(value)
+        except MalformedDigestError as error:
+            log.error("static token in Secret %s, key %s, is ignored: %s", name, key, error)
+            return None
 
     def _ssh(
         self, method: str, target: str, header: str, body: bytes
@@ -238,11 +257,11 @@ class Authenticator:
         return policy, claims, _key_credential(request.key_blob)
 
 
-def _token_credential(secret: str, key: str, value: str) -> str:
-    """A static token as a session remembers it: where it is kept and a digest of its value
-    (never the value), so that a new value in the Secret ends the sessions of the old one."""
-    digest = hashlib.sha256(value.encode()).hexdigest()[:32]
-    return f"token:{secret}/{key}/{digest}"
+def _token_credential(secret: str, key: str, digest: bytes) -> str:
+    """A static token as a session remembers it: where it is kept and part of the token's
+    digest (never the token), so that a new token in the Secret ends the sessions of the old
+    one, while the same token's digest written in place of the token does not."""
+    return f"token:{secret}/{key}/{digest.hex()[:32]}"
 
 
 def _key_credential(blob: bytes) -> str:

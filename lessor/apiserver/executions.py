@@ -1,8 +1,9 @@
 """/v1/sandbox-leases/:id/executions (spec 4.5, 3.3): reserve, start, wait, read, cancel.
 
 A POST first reserves: one more unit of the lease's per-lifetime budget (a fenced increment of
-`spec.executionsReserved`, so replicas cannot overspend it), then a SandboxExecution whose name
-is a digest of the exact lease instance (uid) and the idempotency key, created atomically. Only
+`spec.executionsReserved`, so replicas cannot overspend it), then a Secret holding the argv and
+cwd (never the SandboxExecution: see ExecutionCommand), then a SandboxExecution whose name is a
+digest of the exact lease instance (uid) and the idempotency key, created atomically. Only
 then is the runner asked to start it, and the runner itself reserves again with an atomic mkdir
 of the execution's id, so neither a keyed retry, nor two replicas, nor the operator's replay
 can run a command twice. The operator (lessor.operator.executions) starts any reserved
@@ -19,6 +20,7 @@ import random
 import time
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.authn import Principal
@@ -31,17 +33,19 @@ from lessor.apiserver.errors import (
     UnavailableError,
 )
 from lessor.apiserver.fencing import fenced_patch
-from lessor.apiserver.kube import Kube
+from lessor.apiserver.kube import TIMEOUT, Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.sandbox_leases import SandboxLeaseService
 from lessor.resources.durations import format_duration, parse_duration
 from lessor.resources.lease_time import utcnow
-from lessor.resources.sandbox import SandboxPool
+from lessor.resources.sandbox import ExecutionCommand, SandboxPool, command_secret_name
 from lessor.runner.runner import CAP
 from lessor.runner_client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
 Json = dict[str, Any]
 PLURAL = "sandboxexecutions"
+LEASE_LABEL = "lessor.dev/sandbox-lease"
+EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
@@ -54,6 +58,14 @@ RUNNER_CALL = 15.0  # seconds a runner call may take besides that wait
 
 def execution_name(lease_uid: str, key: str) -> str:
     return "x" + hashlib.sha256(f"{lease_uid}\0{key}".encode()).hexdigest()[:24]
+
+
+def _owned_by(lease: Json) -> list[Json]:
+    """Owner references to the exact lease instance: its executions and their Secrets are
+    garbage-collected with it."""
+    meta = lease["metadata"]
+    return [{"apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxLease",
+             "name": meta["name"], "uid": meta["uid"]}]  # fmt: skip
 
 
 def _view(obj: Json) -> Json:
@@ -97,16 +109,22 @@ class ExecutionService:
     ) -> tuple[int, Json]:
         lease = self.leases.owned(principal, lease_name)
         name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
+        command = ExecutionCommand(command=request.command, cwd=request.cwd)
         existing = self.kube.find(PLURAL, name)
         if existing is None:
-            existing = self._reserve(principal, lease, name, request)
-        self._require_same_intent(existing, request)
+            existing = self._reserve(principal, lease, name, request, command)
+        self._require_same_intent(existing, request, command)
         if request.detach:
-            return 202, self._started(existing)
-        return self._wait(existing)
+            return 202, self._started(existing, command)
+        return self._wait(existing, command)
 
     def _reserve(
-        self, principal: Principal, lease: Json, name: str, request: CreateExecution
+        self,
+        principal: Principal,
+        lease: Json,
+        name: str,
+        request: CreateExecution,
+        command: ExecutionCommand,
     ) -> Json:
         status = lease.get("status", {})
         phase = status.get("phase") or "Pending"
@@ -128,6 +146,7 @@ class ExecutionService:
         made_meanwhile = self._spend_one(lease, name)
         if made_meanwhile is not None:
             return made_meanwhile
+        self._keep_command(lease, name, command)
         body: Json = {
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "SandboxExecution",
@@ -135,30 +154,22 @@ class ExecutionService:
                 "name": name,
                 "labels": {
                     REQUESTER_LABEL: requester_label(principal.owner),
-                    "lessor.dev/sandbox-lease": lease["metadata"]["name"],
+                    LEASE_LABEL: lease["metadata"]["name"],
                 },
-                "ownerReferences": [
-                    {
-                        "apiVersion": "lessor.dev/v1alpha1",
-                        "kind": "SandboxLease",
-                        "name": lease["metadata"]["name"],
-                        "uid": lease["metadata"]["uid"],
-                    }
-                ],
+                "ownerReferences": _owned_by(lease),
             },
             "spec": {
                 "lease": {"name": lease["metadata"]["name"], "uid": lease["metadata"]["uid"]},
-                "pod": {"name": pod["name"], "uid": pod["uid"]},
+                "pod": {k: pod[k] for k in ("name", "uid", "namespace") if k in pod},
                 "runner": {"path": pool.spec.runner.path, "container": self._container(pool)},
-                "command": request.command,
+                "commandDigest": command.digest(),
                 "timeout": timeout,
                 "idempotencyKey": request.idempotency_key,
                 "detach": request.detach,
                 "requester": principal.owner,
             },
         }
-        optional = {"cwd": request.cwd, "container": request.container,
-                    "requestedTimeout": request.timeout}  # fmt: skip
+        optional = {"container": request.container, "requestedTimeout": request.timeout}
         body["spec"].update({k: v for k, v in optional.items() if v is not None})
         try:
             created = self.kube.create(PLURAL, body)
@@ -172,6 +183,42 @@ class ExecutionService:
                 ) from error
             return found
         return created
+
+    def _keep_command(self, lease: Json, name: str, command: ExecutionCommand) -> None:
+        """The argv and cwd, in a Secret of their own (ExecutionCommand says why), made before
+        the execution so that no execution is ever without one, and owned by the lease so that
+        it goes with the lease and its executions (a Secret left by a crash before the execution
+        was made included). Immutable: nothing rewrites it. One that exists already was made by a
+        request with this key, concurrent or interrupted: with the same command this request goes
+        on to meet that request's execution; with another, it is 409."""
+        secret = client.V1Secret.model_validate(
+            {
+                "metadata": {
+                    "name": command_secret_name(name),
+                    "labels": {LEASE_LABEL: lease["metadata"]["name"], EXECUTION_LABEL: name},
+                    "ownerReferences": _owned_by(lease),
+                },
+                "type": "Opaque",
+                "immutable": True,
+                "data": command.secret_data(),
+            }
+        )
+        core, namespace = self.kube.core, self.kube.namespace
+        try:
+            core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT)
+            return
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        found = core.read_namespaced_secret(
+            command_secret_name(name), namespace, _request_timeout=TIMEOUT
+        )
+        try:
+            ExecutionCommand.from_secret(found.data, command.digest())
+        except ValueError:
+            raise ConflictError(
+                "the idempotency key is in use", reason="idempotency_conflict"
+            ) from None
 
     def _pool(self, name: str) -> SandboxPool:
         """The lease's pool, whose runner a new execution uses. A pool deleted under a Ready
@@ -230,11 +277,14 @@ class ExecutionService:
         raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
 
     @staticmethod
-    def _require_same_intent(found: Json, request: CreateExecution) -> None:
+    def _require_same_intent(
+        found: Json, request: CreateExecution, command: ExecutionCommand
+    ) -> None:
+        """The command and cwd are compared by their digest: the execution holds no more."""
         spec = found["spec"]
-        stored = (spec.get("command"), spec.get("cwd"), spec.get("requestedTimeout"),
+        stored = (spec.get("commandDigest"), spec.get("requestedTimeout"),
                   spec.get("container"), bool(spec.get("detach")))  # fmt: skip
-        sent = (request.command, request.cwd, request.timeout, request.container, request.detach)
+        sent = (command.digest(), request.timeout, request.container, request.detach)
         if stored != sent:
             raise ConflictError(
                 "this idempotency key was used for an execution with a different command, cwd,"
@@ -255,18 +305,21 @@ class ExecutionService:
         except RunnerError as error:
             raise UnavailableError(f"the sandbox's runner cannot be reached: {error}") from error
 
-    def _started(self, execution: Json) -> Json:
-        """Ask the runner to start it (a no-op if it already did); the answer is the state."""
-        spec = execution["spec"]
-        start = {"op": "start", "argv": spec["command"], "cwd": spec.get("cwd"),
-                 "timeout": parse_duration(spec["timeout"]).total_seconds()}  # fmt: skip
+    def _started(self, execution: Json, command: ExecutionCommand) -> Json:
+        """Ask the runner to start it (a no-op if it already did); the answer is the state.
+
+        `command` is the request's, which has the execution's commandDigest (it passed
+        `_require_same_intent`), so it is what the execution's Secret holds: no need to read it.
+        """
+        timeout = parse_duration(execution["spec"]["timeout"]).total_seconds()
+        start = {"op": "start", "argv": command.command, "cwd": command.cwd, "timeout": timeout}
         body = _view(execution)
         try:
             return _merge(body, self._runner(execution, start))
         except UnavailableError:
             return body  # reserved: the operator starts it when the runner answers again
 
-    def _wait(self, execution: Json) -> tuple[int, Json]:
+    def _wait(self, execution: Json, command: ExecutionCommand) -> tuple[int, Json]:
         """200 with the output once the command has ended; 202 (poll the execution) if the
         outcome is still not known well past the timeout.
 
@@ -274,7 +327,7 @@ class ExecutionService:
         deadline for every state (reading the output of an ended command included), and at
         most CAP bytes of each stream, the runner's own retention; a runner that would go on
         past either gets its output cut there, marked truncated."""
-        body = self._started(execution)
+        body = self._started(execution, command)
         deadline = time.monotonic() + parse_duration(execution["spec"]["timeout"]).total_seconds()
         deadline += WAIT_MARGIN
         # One runner call waits (up to RUNNER_WAIT) for the end and brings the first windows.

@@ -484,11 +484,14 @@ class SandboxLeaseService:
         )
 
     def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
-        pod = placed_pod(self.owned(principal, lease_name))
+        lease = self.owned(principal, lease_name)
+        pod = placed_pod(lease)
+        if container is not None and container not in self.offered(lease["spec"]["pool"]):
+            raise BadRequestError(f"the sandbox has no container {container}")
         try:
             text = self.kube.core.read_namespaced_pod_log(
                 pod["name"],
-                self.kube.namespace,
+                pod.get("namespace") or self.kube.namespace,
                 container=container,
                 tail_lines=tail,
                 limit_bytes=LOG_BYTES_MAX,
@@ -510,6 +513,14 @@ class SandboxLeaseService:
     @staticmethod
     def _grant(principal: Principal, pool: str, verb: str) -> SandboxGrant | None:
         return sandbox_grant(principal.policy.spec, principal.claims, pool, verb)
+
+    def offered(self, pool_name: str) -> list[str]:
+        """The containers the pool's template offers (SandboxPoolSpec.containers); none once the
+        pool is gone."""
+        try:
+            return self.pool(pool_name).spec.containers()
+        except NotFoundError:
+            return []
 
     def pool(self, name: str) -> SandboxPool:
         try:

@@ -88,6 +88,7 @@ class StreamTarget:
     lease_uid: str
     pool: str
     pod: str
+    namespace: str
     container: str | None = None
     tty: bool = False
     stdin: bool = True
@@ -199,10 +200,11 @@ class SandboxStreamService:
             "lease_uid": lease["metadata"]["uid"],
             "pool": lease["spec"]["pool"],
             "pod": placed["name"],
+            "namespace": pod["metadata"]["namespace"],
         }
         if kind == "attach":
             params = parse_query(AttachQuery, query)
-            container = _container(pod, self._offered(common["pool"]), params.container)
+            container = _container(pod, self.leases.offered(common["pool"]), params.container)
             return StreamTarget(
                 kind,
                 container=container["name"],
@@ -216,7 +218,7 @@ class SandboxStreamService:
     def _pod(self, placed: Json) -> Json:
         try:
             found = self.kube.core.read_namespaced_pod(
-                placed["name"], self.kube.namespace, _request_timeout=10
+                placed["name"], placed.get("namespace") or self.kube.namespace, _request_timeout=10
             )
         except ApiException as error:
             if error.status == 404:
@@ -226,12 +228,6 @@ class SandboxStreamService:
         if pod["metadata"]["uid"] != placed["uid"]:
             raise ConflictError("the sandbox is not placed yet", reason="not_ready")
         return pod
-
-    def _offered(self, pool_name: str) -> list[str]:
-        try:
-            return self.leases.pool(pool_name).spec.containers()
-        except HttpError:  # the pool is gone: it offers nothing any more
-            return []
 
     def _declared_port(self, pool_name: str, wanted: str) -> int:
         try:
@@ -255,7 +251,7 @@ class SandboxStreamService:
                 connection = stream(
                     core.connect_get_namespaced_pod_attach,
                     target.pod,
-                    self.kube.namespace,
+                    target.namespace,
                     container=target.container,
                     stdin=target.stdin,
                     stdout=True,
@@ -269,7 +265,7 @@ class SandboxStreamService:
             forward = portforward(
                 core.connect_get_namespaced_pod_portforward,
                 target.pod,
-                self.kube.namespace,
+                target.namespace,
                 ports=str(target.port),
             )
             return ForwardStream(forward, target.port or 0)

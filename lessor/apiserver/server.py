@@ -101,6 +101,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a URL clients reach this deployment by (repeatable); SSH request signatures must "
         "name one of them, and none is accepted without any",
     )
+    parser.add_argument(
+        "--ssh-signed-rate",
+        type=float,
+        default=Settings.ssh_signed_rate,
+        help="SSH-signed requests a second per key and server (each records a nonce object)",
+    )
+    parser.add_argument(
+        "--ssh-signed-burst",
+        type=int,
+        default=Settings.ssh_signed_burst,
+        help="SSH-signed requests one key may send at once",
+    )
     apply_defaults(parser, argv, "apiserver")
     return parser.parse_args(argv)
 
@@ -119,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.sandbox_stream_max_per_identity < 1:
         raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
+    if args.ssh_signed_rate <= 0 or args.ssh_signed_burst < 1:
+        raise SystemExit("--ssh-signed-rate must be positive and the burst at least 1")
     if args.default_max_concurrent_leases < 1:
         raise SystemExit("--default-max-concurrent-leases must be at least 1")
     try:
@@ -154,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_stream_max_duration=args.sandbox_stream_max_duration,
         sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
         ssh_audiences=ssh_audiences,
+        ssh_signed_rate=args.ssh_signed_rate,
+        ssh_signed_burst=args.ssh_signed_burst,
         default_max_concurrent_leases=args.default_max_concurrent_leases,
     )
     Server(settings, options).run()

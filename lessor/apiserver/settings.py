@@ -25,5 +25,9 @@ class Settings:
     # The URLs clients reach this deployment by, normalized (lessor.protocol.ssh_signature):
     # the only audiences an SSH request signature may name. None: SSH signatures are refused.
     ssh_audiences: frozenset[str] = frozenset()
+    # SSH-signed requests a second per key and replica, and burst: each one's nonce is an object
+    # in the cluster (lessor.apiserver.nonces), so a key's holder must not make them unbounded.
+    ssh_signed_rate: float = 5.0
+    ssh_signed_burst: int = 100
     # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.
     default_max_concurrent_leases: int = 20

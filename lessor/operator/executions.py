@@ -2,7 +2,8 @@
 
 An execution without a terminal state is brought to the runner in its sandbox pod: `start`
 (idempotent in the runner, which reserves the id with an atomic mkdir, so this is safe whether
-or not the API already started it), `cancel` once `spec.cancelRequested` is set, and `status`
+or not the API already started it) with the argv and cwd of the execution's Secret, checked
+against its `spec.commandDigest`, `cancel` once `spec.cancelRequested` is set, and `status`
 while it runs; the runner's answer becomes the status. When the runner can no longer be reached
 because the lease has left Ready (its sandbox is being removed), an execution that was not
 recorded as finished becomes Unknown: it may have run, and must not be rerun blindly.
@@ -16,6 +17,7 @@ import logging
 
 from kubernetes import client as kubernetes
 
+from lessor.operator.kinds import SECRETS
 from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.informer import Informer
@@ -24,6 +26,7 @@ from lessor.operator.writes import write_status
 from lessor.resources.base import GROUP, VERSION
 from lessor.resources.durations import parse_duration
 from lessor.resources.lease_time import utcnow
+from lessor.resources.sandbox import ExecutionCommand, command_secret_name
 from lessor.runner_client import Runner, RunnerAnswer, RunnerError, call_runner
 
 log = logging.getLogger(__name__)
@@ -78,28 +81,50 @@ class ExecutionReconciler:
         status = dict(obj.get("status") or {})
         if status.get("state") in TERMINAL:
             return Result()
-        spec = obj["spec"]
-        request: JSON
-        if spec.get("cancelRequested"):
+        request: JSON = {"op": "status"}
+        refused = None  # why it must not start, if it must not
+        if obj["spec"].get("cancelRequested"):
             request = {"op": "cancel"}  # never started: the runner knows none, and none starts
         elif status.get("state") in (None, "Queued"):
-            request = {"op": "start", "argv": spec["command"], "cwd": spec.get("cwd"),
-                       "timeout": parse_duration(spec["timeout"]).total_seconds()}  # fmt: skip
-        else:
-            request = {"op": "status"}
+            request, refused = await self._start(obj)
         try:
             answer = await self._call(obj, request)
         except RunnerError as error:
             return await self._unreachable(obj, status, str(error))
         if not answer.state:
-            if request["op"] != "cancel":
+            if request["op"] == "cancel":
+                answer = RunnerAnswer(state="Cancelled", message="cancelled before it started")
+            elif refused is not None:
+                answer = RunnerAnswer(state="Failed", message=refused)
+            else:
                 return await self._unreachable(obj, status, str(answer.error))
-            answer = RunnerAnswer(state="Cancelled", message="cancelled before it started")
         status.update(answer.status_fields())
         await write_status(self.client, EXECUTIONS, obj, status)
         if status["state"] in TERMINAL:
             return Result()
         return Result(requeue_after=_poll_interval(status.get("startedAt")))
+
+    async def _start(self, obj: JSON) -> tuple[JSON, str | None]:
+        """`start` with the argv and cwd of the execution's Secret once they have its
+        commandDigest. Without such a Secret (deleted, or changed since) nothing is started:
+        `status` then asks whether the API started it (with the caller's request, checked
+        against the same digest), and the reason is what it fails with if the runner knows none.
+        """
+        name = command_secret_name(obj["metadata"]["name"])
+        try:
+            secret = await self.client.get(SECRETS.path(obj["metadata"]["namespace"], name))
+            command = ExecutionCommand.from_secret(
+                secret.get("data"), obj["spec"].get("commandDigest", "")
+            )
+        except NotFoundError:
+            return {"op": "status"}, f"not started: its command Secret {name} does not exist"
+        except ValueError:
+            return {"op": "status"}, (
+                f"not started: its command Secret {name} does not hold the command it was"
+                " reserved with (spec.commandDigest)"
+            )
+        start = {"op": "start", "argv": command.command, "cwd": command.cwd}
+        return {**start, "timeout": parse_duration(obj["spec"]["timeout"]).total_seconds()}, None
 
     async def _call(self, obj: JSON, request: JSON) -> RunnerAnswer:
         request = {"id": obj["metadata"]["name"], **request}

@@ -55,6 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--namespace", default="lessor-system", help="namespace of pools and leases"
     )
+    parser.add_argument(
+        "--sandbox-namespace",
+        help="namespace of the agent-sandbox objects and sandbox pods (default: --namespace)",
+    )
     parser.add_argument("--http-host", default="0.0.0.0")  # noqa: S104 - probes come from the kubelet
     parser.add_argument("--http-port", type=int, default=8080, help="/healthz, /readyz, /metrics")
     parser.add_argument("--leader-election-id", default="lessor-operator")
@@ -190,6 +194,7 @@ def add_sandbox_controllers(
     """SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
     SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`."""
     namespace = args.namespace
+    sandboxes = args.sandbox_namespace or namespace
     compatibility = CompatibilityCache(client)  # one verdict for both controllers
     pools = manager.add_informer(Informer(client, SANDBOX_POOLS, namespace=namespace))
     leases = manager.add_informer(
@@ -203,7 +208,7 @@ def add_sandbox_controllers(
     pool_controller = Controller(
         "sandboxpool",
         SandboxPoolReconciler(
-            client, pools=pools, leases=leases, compatibility=compatibility
+            client, pools=pools, leases=leases, compatibility=compatibility, sandboxes=sandboxes
         ).reconcile,
         [pools, leases],
         workers=args.workers,
@@ -216,6 +221,7 @@ def add_sandbox_controllers(
             pools=pools,
             events=events,
             compatibility=compatibility,
+            sandboxes=sandboxes,
             teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
             retention=(
                 datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None

@@ -5,7 +5,9 @@ the whole lifecycle of spec 3.2.
 
 - Pending: admitted by the API, no claim yet (the pool is missing or not yet served by a
   compatible agent-sandbox). Provisioning: the claim exists (named after the lease, owned by it,
-  created atomically, so a replayed reconcile finds it instead of making a second). Ready: the
+  created atomically, so a replayed reconcile finds it instead of making a second), in the
+  sandbox namespace (`--sandbox-namespace`, lessor.operator.ownership), which the lease's status
+  records with every reference. Ready: the
   claim's Ready condition is True; the expiry is counted from that moment.
 - Teardown starts for one of three causes, and the first one is written to `releaseCause` in
   the same status write that enters Releasing; nothing later rewrites it, so a release request
@@ -29,6 +31,7 @@ from __future__ import annotations
 import datetime
 import logging
 
+from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import (
     JSON,
     ConflictError,
@@ -40,13 +43,7 @@ from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.sandboxpools import EXTENSIONS, CompatibilityCache, child_name
-from lessor.operator.writes import (
-    add_finalizer,
-    delete_fenced,
-    owner_reference,
-    remove_finalizer,
-    write_status,
-)
+from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
 from lessor.resources.base import GROUP, VERSION
 from lessor.resources.lease_time import (
     provisioning_deadline,
@@ -77,7 +74,8 @@ def _ready(claim: JSON) -> bool:
 
 
 def _ref(obj: JSON) -> dict[str, str]:
-    return {"name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
+    metadata = obj["metadata"]
+    return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
 
 
 class SandboxLeaseReconciler:
@@ -89,6 +87,7 @@ class SandboxLeaseReconciler:
         pools: Informer,
         events: EventRecorder,
         compatibility: CompatibilityCache,
+        sandboxes: str,
         teardown_grace: datetime.timedelta,
         retention: datetime.timedelta | None,
     ) -> None:
@@ -99,6 +98,7 @@ class SandboxLeaseReconciler:
         self.teardown_grace = teardown_grace
         self.retention = retention
         self.compatibility = compatibility
+        self.sandboxes = sandboxes
 
     async def reconcile(self, key: str) -> Result:
         obj = self.leases.store.get(key)
@@ -179,14 +179,14 @@ class SandboxLeaseReconciler:
         now: datetime.datetime,
         deadline: datetime.datetime,
     ) -> Result:
-        namespace = obj["metadata"]["namespace"]
+        namespace = self.sandboxes
         name = obj["metadata"]["name"]
         until_deadline = max(0.0, (deadline - now).total_seconds())
         claim = await self._get(CLAIMS.path(namespace, name))
-        if claim is not None and not self._ours(claim, obj):
+        if claim is not None and not owned_by(claim, obj):
             claim = None  # a stranger's claim of the same name: never adopted
         if claim is None:
-            waiting = await self._why_not_placeable(namespace, lease.spec.pool)
+            waiting = await self._why_not_placeable(obj["metadata"]["namespace"], lease.spec.pool)
             if waiting is not None:
                 status.update(phase="Pending", message=waiting)
                 await write_status(self.client, SANDBOX_LEASES, obj, status)
@@ -241,7 +241,7 @@ class SandboxLeaseReconciler:
         return None
 
     async def _create_claim(self, obj: JSON, lease: SandboxLease) -> JSON:
-        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        namespace, name = self.sandboxes, obj["metadata"]["name"]
         body = {
             "apiVersion": CLAIMS.api_version,
             "kind": CLAIMS.kind,
@@ -249,7 +249,7 @@ class SandboxLeaseReconciler:
                 "name": name,
                 "namespace": namespace,
                 "labels": {LEASE_LABEL: name},
-                "ownerReferences": [owner_reference(obj)],
+                **owned_metadata(obj, namespace),
             },
             "spec": {"warmPoolRef": {"name": child_name(lease.spec.pool)}},
         }
@@ -257,14 +257,9 @@ class SandboxLeaseReconciler:
             return await self.client.create(CLAIMS.path(namespace), body)
         except ConflictError:
             existing = await self._get(CLAIMS.path(namespace, name))
-            if existing is None or not self._ours(existing, obj):
+            if existing is None or not owned_by(existing, obj):
                 raise
             return existing  # created by an interrupted earlier pass
-
-    @staticmethod
-    def _ours(claim: JSON, lease: JSON) -> bool:
-        owners = claim["metadata"].get("ownerReferences") or []
-        return any(o.get("uid") == lease["metadata"]["uid"] for o in owners)
 
     # -- Ready -------------------------------------------------------------------------
 
@@ -301,7 +296,8 @@ class SandboxLeaseReconciler:
         return await self._releasing(obj, SandboxLease.model_validate(obj), dict(obj["status"]))
 
     async def _releasing(self, obj: JSON, lease: SandboxLease, status: JSON) -> Result:
-        namespace = obj["metadata"]["namespace"]
+        recorded = lease.status.claim if lease.status else None
+        namespace = (recorded.namespace if recorded else None) or self.sandboxes
         left = await self._left_behind(namespace, obj, lease)
         # Everything left is deleted directly, claim first, each with its uid as precondition,
         # rather than left to the garbage collector's cascade: that is only as quick as its view
@@ -342,11 +338,11 @@ class SandboxLeaseReconciler:
         successor of the same name is never mistaken for what was left."""
         left: list[tuple[ResourceType, JSON]] = []
         claim = await self._get(CLAIMS.path(namespace, obj["metadata"]["name"]))
-        if claim is not None and self._ours(claim, obj):
+        if claim is not None and owned_by(claim, obj):
             left.append((CLAIMS, claim))
         status = lease.status
         sandbox_ref = status.sandbox if status else None
-        if sandbox_ref is None and claim is not None and self._ours(claim, obj):
+        if sandbox_ref is None and claim is not None and owned_by(claim, obj):
             # Released before Ready: the claim may already have a sandbox.
             sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")
             sandbox = (

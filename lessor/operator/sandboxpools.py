@@ -1,7 +1,8 @@
 """The SandboxPool reconciler: each SandboxPool becomes an agent-sandbox SandboxTemplate (the
-administrator's pod template) and a SandboxWarmPool of `warm` sandboxes made from it, both
-owned by the pool so that deleting the pool deletes them; the pool's status reports the warm
-pool's ready count and references both objects by uid.
+administrator's pod template) and a SandboxWarmPool of `warm` sandboxes made from it, in the
+sandbox namespace; the pool's status reports the warm pool's ready count and references both
+objects by uid. The pool's finalizer removes both when the pool is deleted (an owner reference
+cannot cross namespaces; lessor.operator.ownership), each fenced by its uid.
 
 Nothing is written to agent-sandbox's APIs until the read-only compatibility check passes (the
 same check the API server runs; lessor.agentsandbox.compat). While it fails, the pool is
@@ -19,10 +20,11 @@ import time
 from typing import Any
 
 from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
+from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import owner_reference, write_status
+from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
 from lessor.resources.base import GROUP, VERSION
 from lessor.resources.lease_time import timestamp, utcnow
 from lessor.resources.sandbox import SandboxPool
@@ -34,6 +36,7 @@ EXTENSIONS = "extensions.agents.x-k8s.io"
 TEMPLATES = ResourceType(EXTENSIONS, "v1beta1", "sandboxtemplates", "SandboxTemplate")
 WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWarmPool")
 POOL_LABEL = "lessor.dev/sandbox-pool"
+FINALIZER = "lessor.dev/sandbox-pool-cleanup"
 RECHECK_SECONDS = 60.0
 RECHECK_FAILING_SECONDS = 10.0  # a fix (installing agent-sandbox) is noticed soon
 REFRESH_SECONDS = 10.0
@@ -106,11 +109,13 @@ class SandboxPoolReconciler:
         pools: Informer,
         leases: Informer,
         compatibility: CompatibilityCache,
+        sandboxes: str,
     ) -> None:
         self.client = client
         self.pools = pools
         self.leases = leases
         self.compatibility = compatibility
+        self.sandboxes = sandboxes
 
     def _counts(self, key: str) -> dict[str, int]:
         """Sandboxes held by leases, and those whose cleanup is uncertain (withheld)."""
@@ -126,8 +131,11 @@ class SandboxPoolReconciler:
 
     async def reconcile(self, key: str) -> Result:
         obj = self.pools.store.get(key)
-        if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return Result()  # the owner references let the garbage collector remove the children
+        if obj is None:
+            return Result()
+        if obj["metadata"].get("deletionTimestamp"):
+            return await self._remove_children(obj)
+        obj = await add_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
         pool = SandboxPool.model_validate(obj)
         status = dict(obj.get("status") or {})
         status["observedGeneration"] = obj["metadata"].get("generation")
@@ -157,8 +165,22 @@ class SandboxPoolReconciler:
         await write_status(self.client, SANDBOX_POOLS, obj, status)
         return Result(requeue_after=REFRESH_SECONDS)
 
+    async def _remove_children(self, obj: JSON) -> Result:
+        """Delete the pool's template and warm pool (agent-sandbox removes the warm sandboxes),
+        then let the pool go. Only children this pool made are deleted, by uid."""
+        name = child_name(obj["metadata"]["name"])
+        for kind in (WARM_POOLS, TEMPLATES):
+            try:
+                child = await self.client.get(kind.path(self.sandboxes, name))
+            except NotFoundError:
+                continue
+            if owned_by(child, obj) and not child["metadata"].get("deletionTimestamp"):
+                await delete_fenced(self.client, kind, child)
+        await remove_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
+        return Result()
+
     async def _apply(self, kind: ResourceType, owner: JSON, spec: JSON) -> JSON:
-        namespace, pool = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        namespace, pool = self.sandboxes, owner["metadata"]["name"]
         name = child_name(pool)
         body = {
             "apiVersion": kind.api_version,
@@ -167,7 +189,7 @@ class SandboxPoolReconciler:
                 "name": name,
                 "namespace": namespace,
                 "labels": {POOL_LABEL: pool},
-                "ownerReferences": [owner_reference(owner)],
+                **owned_metadata(owner, namespace),
             },
             "spec": spec,
         }

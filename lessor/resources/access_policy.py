@@ -79,7 +79,10 @@ class OidcAuth(SpecModel):
 class StaticToken(SpecModel):
     """A bearer token kept in a Secret (never in the policy itself), and the claims it carries."""
 
-    secret_ref: SecretKeyRef = Field(description="Secret and key holding the token.")
+    secret_ref: SecretKeyRef = Field(
+        description="Secret and key holding the token's SHA-256 as sha256:<64 lowercase hex "
+        "digits> (recommended: reading the Secret then gives no credential), or the token itself."
+    )
     claims: Claims = Field(
         min_length=1, description="Claims of the caller, used by identity and rules."
     )

@@ -7,7 +7,11 @@ never send a workload, so nothing here can carry a pod spec except the administr
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
@@ -187,12 +191,61 @@ class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
     )
 
 
+def command_secret_name(execution: str) -> str:
+    """The Secret that holds an execution's ExecutionCommand."""
+    return f"{execution}-command"
+
+
+class ExecutionCommand(SpecModel):
+    """What an execution runs: its argv and working directory. They are kept out of the
+    SandboxExecution, since argv often carries credentials (`curl -H "Authorization: ..."`) and a
+    custom object is shown whole (`kubectl get -o yaml`, audit logs at RequestResponse level,
+    every reader of the kind), in a Secret of their own, which audit policies conventionally log
+    at Metadata level and RBAC guards apart. The execution keeps the digest: a keyed retry is
+    compared with it, and the Secret is checked against it before anything runs."""
+
+    command: list[Annotated[str, Field(pattern=r"^[^\x00]*$")]] = Field(
+        min_length=1, max_length=1024, description="argv; no shell, no NUL."
+    )
+    cwd: str | None = Field(default=None, max_length=4096, pattern=r"^/[^\x00]*$")
+
+    def digest(self) -> str:
+        """sha256 (hex) of the canonical JSON of {command, cwd}."""
+        canonical = json.dumps(
+            {"command": self.command, "cwd": self.cwd}, sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def secret_data(self) -> dict[str, str]:
+        """The Secret's `data`: the argv joined by NUL, which no argument holds, and the cwd if
+        any. Not JSON, which spells a control character in six bytes: this way the value is no
+        larger than the argv (at most 256 KiB), well within a Secret's 1 MiB."""
+        plain = {"argv": "\0".join(self.command)} | ({} if self.cwd is None else {"cwd": self.cwd})
+        return {key: base64.b64encode(value.encode()).decode() for key, value in plain.items()}
+
+    @classmethod
+    def from_secret(cls, data: Mapping[str, str | bytes] | None, digest: str) -> ExecutionCommand:
+        """The command of a Secret's `data`, provided it has `digest`, the one its execution was
+        reserved with; ValueError otherwise, so a missing or changed value never runs."""
+        plain = {
+            key: base64.b64decode(value, validate=True).decode()
+            for key, value in (data or {}).items()
+        }
+        command = cls(command=plain.get("argv", "").split("\0"), cwd=plain.get("cwd"))
+        if command.digest() != digest:
+            raise ValueError("the command does not have the execution's commandDigest")
+        return command
+
+
 class SandboxExecutionSpec(SpecModel):
     lease: ObjectRef = Field(description="The exact lease instance (name and uid).")
     pod: ObjectRef | None = Field(default=None, description="The sandbox pod it runs in.")
     runner: Runner | None = Field(default=None, description="The pool's runner, at creation.")
-    command: list[str] = Field(min_length=1, max_length=1024, description="argv; no shell.")
-    cwd: str | None = Field(default=None, max_length=4096)
+    command_digest: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the canonical JSON of {command, cwd}, which are kept in the Secret"
+        " <execution>-command, out of this object (argv can carry credentials).",
+    )
     timeout: PositiveDuration = Field(default="60s", description="At most 1h; never past expiry.")
     requested_timeout: PositiveDuration | None = Field(
         default=None, description="As the caller asked: what a keyed retry is compared with."

@@ -11,18 +11,24 @@ import yaml
 
 from lessor.controlplane.cluster import LocalControlPlane
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
-def install_rbac(cluster: LocalControlPlane, namespace: str, work: Path) -> dict[str, Path]:
-    """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}."""
-    rendered = cluster.kubectl("kustomize", str(MANIFESTS)).stdout
-    for document in yaml.safe_load_all(rendered):
-        if not document or document["kind"] not in RBAC_KINDS:
-            continue
-        text = json.dumps(document).replace('"lessor-system"', json.dumps(namespace))
-        cluster.kubectl("apply", "-f", "-", input=text)
+def install_rbac(
+    cluster: LocalControlPlane, namespace: str, work: Path, sandboxes: str | None = None
+) -> dict[str, Path]:
+    """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}; with `sandboxes` (an
+    existing namespace standing for lessor-sandboxes), also the rights there."""
+    directories = [MANIFESTS / "base", *([MANIFESTS / "sandboxes"] if sandboxes else [])]
+    for directory in directories:
+        rendered = cluster.kubectl("kustomize", str(directory)).stdout
+        for document in yaml.safe_load_all(rendered):
+            if not document or document["kind"] not in RBAC_KINDS:
+                continue
+            text = json.dumps(document).replace('"lessor-sandboxes"', json.dumps(sandboxes))
+            text = text.replace('"lessor-system"', json.dumps(namespace))
+            cluster.kubectl("apply", "-f", "-", input=text)
     ca = (cluster.pki / "ca.crt").resolve()
     kubeconfigs = {}
     for account in ("lessor-operator", "lessor-apiserver"):

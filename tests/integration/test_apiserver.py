@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,7 @@ class Stack:
     namespace: str
     apis: list[Api]
     ssh_key: Ed25519PrivateKey
+    logs: list[Path] = field(default_factory=list)  # the API servers' output, one per replica
 
     @property
     def api(self) -> Api:
@@ -217,14 +218,13 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
         control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log"
     ).start()
     processes, apis = [], []
-    for n in range(2):  # two replicas of one deployment, reached also by a name they share
-        process, api = start_api(
-            control_plane, namespace, directory / f"api-{n}.log", ssh_audiences=(SHARED,)
-        )
+    logs = [directory / f"api-{n}.log" for n in range(2)]
+    for log in logs:  # two replicas of one deployment, reached also by a name they share
+        process, api = start_api(control_plane, namespace, log, ssh_audiences=(SHARED,))
         processes.append(process)
         apis.append(api)
     try:
-        yield Stack(control_plane, namespace, apis, key)
+        yield Stack(control_plane, namespace, apis, key, logs)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -399,6 +399,41 @@ def test_ssh_signed_requests_authenticate_once(stack: Stack) -> None:
     for attempt in range(6):
         api = stack.apis[attempt % 2]
         assert api.call("GET", "/v1/pools", headers={"Authorization": header}).status == 401
+
+
+def test_a_keys_signed_requests_are_bounded_before_they_leave_objects(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Issue 18, item 9: every SSH-signed request records its nonce as a ConfigMap for ten
+    minutes, so a key's holder sending requests in a loop would fill etcd. Past the key's burst
+    the server answers 429 with Retry-After and records nothing more."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--ssh-signed-rate=0.01", "--ssh-signed-burst=3"), ssh_audiences=(SHARED,),
+    )  # fmt: skip
+    try:
+
+        def nonces() -> int:
+            found = stack.cluster.kubectl(
+                "get", "configmaps", "-n", stack.namespace, "-l", "lessor.dev/ssh-nonce",
+                "-o", "name",
+            ).stdout  # fmt: skip
+            return len(found.split())
+
+        before = nonces()
+        answers = []
+        for _ in range(6):
+            header = ssh_header(stack, "GET", "/v1/pools", b"", int(time.time()))
+            answers.append(api.call("GET", "/v1/pools", headers={"Authorization": header}))
+        assert [a.status for a in answers] == [200, 200, 200, 429, 429, 429]
+        assert int(answers[-1].headers["Retry-After"]) >= 1
+        assert "lessor login" in answers[-1].body["detail"]
+        assert nonces() - before == 3, "refused requests leave no nonce"
+        # Bearer credentials are not counted against the key.
+        assert api.call("GET", "/v1/pools", token=ALICE).status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ Every response is scanned for secrets, as in test_sandbox_leases (same fixtures)
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -436,31 +437,40 @@ def test_an_answer_out_of_bounds_is_refused_and_never_echoed(
     assert "out of bounds" in ended["message"]
 
 
-def test_an_exec_failure_says_nothing_of_the_cluster(env: Env, lease: str) -> None:  # noqa: F811
-    """When kube-apiserver refuses the exec (here the API server's Role loses pods/exec for a
-    moment), the caller hears that the runner cannot be reached and the HTTP status, not
-    kube-apiserver's text, which names the service account, its namespace and its rights."""
+@contextlib.contextmanager
+def api_without_exec(env: Env, lease: str) -> Iterator[Response]:  # noqa: F811
+    """The API server's Role without pods/exec while the block runs: kube-apiserver refuses the
+    API's calls to the runner, never the operator's. Yields the first refused wait-mode answer
+    (a 503), seen once the narrowed Role is in force; the Role is whole again on exit."""
     role = json.loads(
         env.cluster.kubectl(
-            "get", "role", "lessor-apiserver", "-n", env.namespace, "-o", "json"
+            "get", "role", "lessor-apiserver", "-n", env.placed.namespace, "-o", "json"
         ).stdout
     )
     narrowed = json.loads(json.dumps(role))
     for rule in narrowed["rules"]:
         rule["resources"] = [r for r in rule.get("resources", []) if r != "pods/exec"]
-    env.objects.apply(narrowed)
+    env.placed.apply(narrowed)
     try:
-        answer = wait_for("the refusal", lambda: (
+        yield wait_for("the refusal", lambda: (
             answer if (answer := post(env, lease, command=["true"])).status == 503 else None
         ))  # fmt: skip
+    finally:
+        env.placed.apply({k: v for k, v in role.items() if k != "metadata"} | {
+            "metadata": {"name": "lessor-apiserver"}})  # fmt: skip
+        wait_for("exec back", lambda: post(env, lease, command=["true"]).status == 200)
+
+
+def test_an_exec_failure_says_nothing_of_the_cluster(env: Env, lease: str) -> None:  # noqa: F811
+    """When kube-apiserver refuses the exec (here the API server's Role loses pods/exec for a
+    moment), the caller hears that the runner cannot be reached and the HTTP status, not
+    kube-apiserver's text, which names the service account, its namespace and its rights."""
+    with api_without_exec(env, lease) as answer:
         text = json.dumps(answer.body)
-        for kube_words in ("forbidden", "serviceaccount", env.namespace, "Handshake", "pods/exec"):
+        for kube_words in ("forbidden", "serviceaccount", env.placed.namespace, "Handshake",
+                           "pods/exec"):  # fmt: skip
             assert kube_words not in text, text
         assert "HTTP 403" in text
-    finally:
-        env.objects.apply({k: v for k, v in role.items() if k != "metadata"} | {
-            "metadata": {"name": "lessor-apiserver"}})  # fmt: skip
-    wait_for("exec back", lambda: post(env, lease, command=["true"]).status == 200)
 
 
 def test_only_the_pools_own_containers_can_be_used(env: Env) -> None:  # noqa: F811
@@ -496,3 +506,71 @@ def test_only_the_pools_own_containers_can_be_used(env: Env) -> None:  # noqa: F
         assert attach.value.status == 400 and "helper" in str(attach.value)
     finally:
         env.release(ALICE, lease)
+
+
+# -- issue 18, low: an execution's argv and cwd are kept out of its SandboxExecution ----------
+
+
+def test_the_command_and_cwd_appear_in_no_execution_object(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    """argv often carries credentials (`curl -H "Authorization: ..."`), and a custom object is
+    shown whole: by `kubectl get -o yaml`, in audit logs at RequestResponse level, to anyone who
+    may read SandboxExecutions. Executions run right, whether the API runs them (wait mode,
+    detached) or the operator does (the API could not reach the runner), and neither their argv
+    nor their cwd is in any SandboxExecution: they are in a Secret per execution, owned by the
+    lease so that it goes with it."""
+    secret, folder = f"argv-{uuid.uuid4().hex}", f"cwd-{uuid.uuid4().hex}"
+    cwd = tmp_path / folder
+    cwd.mkdir()
+    request = {"command": ["sh", "-c", f"echo {secret}; pwd"], "cwd": str(cwd)}
+    expected = f"{secret}\n{cwd}\n"
+    attached = post(env, lease, **request)
+    assert (attached.status, attached.body["stdout"]) == (200, expected), attached.body
+    detached = post(env, lease, **request, detach=True)
+    assert detached.status == 202, detached.body
+    with api_without_exec(env, lease):
+        queued = post(env, lease, **request, detach=True)
+        assert (queued.status, queued.body["state"]) == (202, "Queued"), queued.body
+        until_state(env, lease, queued.body["id"], "Succeeded")  # the operator started it
+    for name in (detached.body["id"], queued.body["id"]):
+        until_state(env, lease, name, "Succeeded")
+        assert logs(env, lease, name)["stdout"]["data"] == expected
+    seen = env.cluster.kubectl("get", "sandboxexecutions", "-n", env.namespace, "-o", "json")
+    assert secret not in seen.stdout and folder not in seen.stdout
+    owner = env.objects.get("sandboxlease", lease)["metadata"]["uid"]  # type: ignore[index]
+    for name in (attached.body["id"], detached.body["id"], queued.body["id"]):
+        kept = env.cluster.kubectl("get", "secrets", "-n", env.namespace, "-o", "json",
+                                   "-l", f"lessor.dev/sandbox-execution={name}")  # fmt: skip
+        owners = [s["metadata"]["ownerReferences"] for s in json.loads(kept.stdout)["items"]]
+        assert [[o["uid"] for o in each] for each in owners] == [[owner]], owners
+
+
+def test_an_execution_whose_secret_changed_fails_and_runs_nothing(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    """The operator starts an execution with the argv of its Secret only while that holds the
+    command the execution was reserved with (its commandDigest). One changed meanwhile (here
+    while the operator was down and the API could not reach the runner) fails, saying why, and
+    what the Secret holds now never runs."""
+    ran, other = tmp_path / "ran", tmp_path / "other"
+    other.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    other.chmod(0o755)
+    env.operator.kill(signal.SIGTERM)
+    try:
+        with api_without_exec(env, lease):
+            queued = post(env, lease, command=["true"], detach=True)
+        assert (queued.status, queued.body["state"]) == (202, "Queued"), queued.body
+        secret = f"{queued.body['id']}-command"
+        env.cluster.kubectl("delete", "secret", secret, "-n", env.namespace)
+        env.cluster.kubectl("create", "secret", "generic", secret, "-n", env.namespace,
+                            f"--from-literal=argv={other}")  # fmt: skip
+    finally:
+        env.operator.start()
+    failed = until_state(env, lease, queued.body["id"], "Failed")
+    assert "does not hold the command it was reserved with" in failed["message"], failed
+    assert not ran.exists()

@@ -63,6 +63,9 @@ class Env:
     objects: Objects
     operator: Operator
     directory: Path
+    # The namespace the sandboxes run in (claims, sandboxes, pods), as production installs do:
+    # not the one of pools and leases (manifests/sandboxes).
+    placed: Objects
 
     def create(self, token: str, status: int = 202, **body: Any) -> Response:
         response = self.api.call("POST", "/v1/sandbox-leases", token=token, body=body)
@@ -82,7 +85,7 @@ class Env:
         try:
             return wait_for(f"{lease} {phases}", probe, timeout=timeout)
         except AssertionError as error:
-            claim = self.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
+            claim = self.placed.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
             raise AssertionError(f"{error}; last seen {last[0]}; claim {claim}") from None
 
     def release(self, token: str, lease: str) -> Response:
@@ -141,8 +144,10 @@ def env(
         pytest.skip("runs the agent-sandbox controller against the local control plane")
     directory = tmp_path_factory.mktemp("sandbox")
     namespace = f"sb-{uuid.uuid4().hex[:8]}"
+    sandboxes = f"{namespace}-sandboxes"
     control_plane.kubectl("apply", "-f", str(CRDS))
     control_plane.kubectl("create", "namespace", namespace)
+    control_plane.kubectl("create", "namespace", sandboxes)
     control_plane.kubectl(
         "create", "secret", "generic", "tokens", "-n", namespace,
         *[f"--from-literal={name}={value}" for name, value in TOKENS.items()],
@@ -168,10 +173,10 @@ def env(
     runner.chmod(0o755)
     objects.apply(sandbox_pool("sb-run", 1, runner={"path": str(runner)}))
     # Both components run as their ServiceAccounts, with exactly the manifests' RBAC.
-    accounts = install_rbac(control_plane, namespace, directory)
+    accounts = install_rbac(control_plane, namespace, directory, sandboxes)
     operator = Operator(
         accounts["lessor-operator"], namespace, directory / "instances", directory / "op.log",
-        extra=[*EXTERNAL, "--no-leader-election"],
+        extra=[*EXTERNAL, "--no-leader-election", f"--sandbox-namespace={sandboxes}"],
     )  # fmt: skip
     operator.start()
     # Rate limiting has its own server and test; here it would only slow the tests down.
@@ -186,12 +191,16 @@ def env(
                 lambda pool=pool: objects.status("sandboxpool", pool).get("phase") == "Healthy",
                 timeout=120,
             )
-        yield Env(control_plane, namespace, ScannedApi(api), objects, operator, directory)
+        yield Env(
+            control_plane, namespace, ScannedApi(api), objects, operator, directory,
+            Objects(control_plane, sandboxes),
+        )  # fmt: skip
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         operator.kill(signal.SIGTERM)
-        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+        for each in (namespace, sandboxes):
+            control_plane.kubectl("delete", "namespace", each, "--wait=false")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -209,7 +218,8 @@ def created_at(env: Env, lease: str) -> datetime.datetime:
 
 
 def gone(env: Env, kind: str, name: str) -> bool:
-    return env.objects.get(kind, name) is None
+    """Whether a sandbox's object (claim, sandbox, pod) is gone from the sandbox namespace."""
+    return env.placed.get(kind, name) is None
 
 
 def reconciled_again(env: Env, operator: Operator, kind: str, name: str) -> None:
@@ -240,12 +250,12 @@ def test_a_lease_from_create_to_ready_extended_and_released(env: Env) -> None:
 
     ready = env.until(ALICE, lease, "Ready")
     placement = ready["placement"]
-    claim = env.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
+    claim = env.placed.get("sandboxclaim.extensions.agents.x-k8s.io", lease)
     assert claim is not None and placement["claim"]["uid"] == claim["metadata"]["uid"]
     sandbox_name = claim["status"]["sandbox"]["name"]
-    sandbox = env.objects.get("sandbox.agents.x-k8s.io", sandbox_name)
+    sandbox = env.placed.get("sandbox.agents.x-k8s.io", sandbox_name)
     assert sandbox is not None and placement["sandbox"]["uid"] == sandbox["metadata"]["uid"]
-    pod = env.objects.get("pod", placement["pod"]["name"])
+    pod = env.placed.get("pod", placement["pod"]["name"])
     assert pod is not None and placement["pod"]["uid"] == pod["metadata"]["uid"]
     ready_at = datetime.datetime.fromisoformat(ready["ready_at"])
     expires = datetime.datetime.fromisoformat(ready["expires_at"])
@@ -340,7 +350,7 @@ def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(en
     # Something outside lessor holds the sandbox: its deletion can never complete. (Not the
     # pod: kwok's pod deletion stage clears a pod's finalizers.)
     kind = "sandbox.agents.x-k8s.io"
-    env.objects.patch(kind, sandbox, {"metadata": {"finalizers": ["tests.lessor.dev/hold"]}})
+    env.placed.patch(kind, sandbox, {"metadata": {"finalizers": ["tests.lessor.dev/hold"]}})
     try:
         with impatient(env) as operator:
             assert env.release(ALICE, lease).status == 204
@@ -356,7 +366,31 @@ def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(en
             reconciled_again(env, operator, "sandboxlease", lease)
             assert env.get(ALICE, lease).body["phase"] == "Quarantined", "never leaves on its own"
     finally:
-        env.objects.patch(kind, sandbox, {"metadata": {"finalizers": None}})
+        env.placed.patch(kind, sandbox, {"metadata": {"finalizers": None}})
+
+
+def test_a_pool_lives_in_the_sandbox_namespace_and_takes_its_objects_along(env: Env) -> None:
+    """Sandboxes run in a namespace of their own (issue 18, item 10): the pool's SandboxTemplate
+    and SandboxWarmPool are made there, where no owner reference can reach, so deleting the
+    pool deletes them through its finalizer, and only then lets the pool go."""
+    env.objects.apply(sandbox_pool("sb-moving", 1))
+    wait_for(
+        "Healthy", lambda: env.objects.status("sandboxpool", "sb-moving").get("phase") == "Healthy"
+    )
+    pool = env.objects.get("sandboxpool", "sb-moving")
+    assert pool is not None and "lessor.dev/sandbox-pool-cleanup" in pool["metadata"]["finalizers"]
+    kinds = (
+        "sandboxtemplate.extensions.agents.x-k8s.io",
+        "sandboxwarmpool.extensions.agents.x-k8s.io",
+    )
+    for kind in kinds:
+        child = env.placed.get(kind, "lessor-sb-moving")
+        assert child is not None, kind
+        assert child["metadata"]["annotations"]["lessor.dev/owner-uid"] == pool["metadata"]["uid"]
+        assert env.objects.get(kind, "lessor-sb-moving") is None, "nothing in the pools' namespace"
+    env.cluster.kubectl("delete", "sandboxpool", "sb-moving", "-n", env.namespace, "--wait=false")
+    wait_for("the pool and its objects gone", lambda: env.objects.get("sandboxpool", "sb-moving")
+             is None and all(gone(env, kind, "lessor-sb-moving") for kind in kinds))  # fmt: skip
 
 
 def test_pending_until_the_pool_exists_then_provisioning_and_ready(env: Env) -> None:
@@ -388,14 +422,14 @@ def test_pending_until_the_pool_exists_then_provisioning_and_ready(env: Env) -> 
 
 def test_a_killed_operator_finishes_placement_and_teardown_on_restart(env: Env) -> None:
     lease = env.create(ALICE, pool="sb-warm", ttl="10m").body["id"]
-    wait_for("a claim", lambda: env.objects.get("sandboxclaim.extensions.agents.x-k8s.io", lease),
+    wait_for("a claim", lambda: env.placed.get("sandboxclaim.extensions.agents.x-k8s.io", lease),
              every=0.05)  # fmt: skip
     env.operator.kill(signal.SIGKILL)
     before = env.get(ALICE, lease).body
     env.operator.start()
     ready = env.until(ALICE, lease, "Ready")
     assert ready["provisioning_deadline"] == before["provisioning_deadline"]
-    claims = [c for c in env.objects.list("sandboxclaim.extensions.agents.x-k8s.io")
+    claims = [c for c in env.placed.list("sandboxclaim.extensions.agents.x-k8s.io")
               if c["metadata"]["name"] == lease]  # fmt: skip
     assert [c["metadata"]["uid"] for c in claims] == [ready["placement"]["claim"]["uid"]]
 

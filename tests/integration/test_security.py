@@ -703,3 +703,66 @@ def test_an_issuer_over_plain_http_is_refused(stack: Stack, field: str) -> None:
     }
     written = stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
     assert written.returncode != 0 and f"spec.auth.oidc.{field}" in written.stderr, written.stderr
+
+
+# -- low finding: a static token need not be stored in plaintext ------------------------------
+
+
+def _secret(stack: Stack, name: str, values: dict[str, str], verb: str = "create") -> None:  # noqa: F811
+    """Create (or, with `apply`, replace) a Secret holding these literal values."""
+    literals = [f"--from-literal={key}={value}" for key, value in values.items()]
+    document = stack.cluster.kubectl(
+        "create", "secret", "generic", name, "-n", stack.namespace, *literals,
+        "--dry-run=client", "-o", "json",
+    ).stdout  # fmt: skip
+    stack.cluster.kubectl(verb, "-f", "-", input=document)
+
+
+def test_a_static_token_may_be_stored_as_its_digest(stack: Stack) -> None:  # noqa: F811
+    """A Secret holding `sha256:` and the hex SHA-256 of a token gives whoever reads it (a
+    backup, etcd, `get secrets`) no credential: the token logs in, and its session ends when
+    the value changes; neither that value nor the bare digest is a token. A token in plaintext
+    still works beside it. A malformed digest (63 digits, upper case) makes its entry unusable,
+    even for its literal value: a 401, never a 500, and the log names the Secret and key but
+    holds no token or digest."""
+    plain, token, other, rotated = (f"hashed-{secrets.token_hex(8)}" for _ in range(4))
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    other_digest = hashlib.sha256(other.encode()).hexdigest()
+    malformed = {"short": f"sha256:{digest[:63]}", "upper": f"sha256:{other_digest.upper()}"}
+    _secret(stack, "hashed", {"plain": plain, "good": f"sha256:{digest}", **malformed})
+    _policy(stack, "hashed", {
+        "auth": {"staticTokens": [
+            {"secretRef": {"name": "hashed", "key": key}, "claims": {"sub": f"h-{key}"}}
+            for key in ("plain", "good", *malformed)
+        ]},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    })  # fmt: skip
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=plain).status == 200)
+    login = stack.api.call("POST", "/v1/login", token=token)
+    assert (login.status, login.body.get("identity")) == (200, "h-good"), login.body
+    session = login.body["session_token"]
+    assert all(api.call("GET", "/v1/pools", token=session).status == 200 for api in stack.apis)
+
+    stolen = (other, f"sha256:{digest}", digest, *malformed.values())
+    refused = [stack.api.call("GET", "/v1/pools", token=value) for value in stolen]
+    assert [response.status for response in refused] == [401] * len(stolen), refused
+    assert all(digest[:16] not in json.dumps(response.body) for response in refused)
+
+    rotated_digest = hashlib.sha256(rotated.encode()).hexdigest()
+    _secret(stack, "hashed", {"good": f"sha256:{rotated_digest}"}, verb="apply")
+    wait_for("the session to end", lambda: _refused_everywhere(stack, session))
+    wait_for(
+        "the new token", lambda: stack.api.call("GET", "/v1/pools", token=rotated).status == 200
+    )
+    assert stack.api.call("GET", "/v1/pools", token=token).status == 401
+
+    def logged() -> str | None:
+        text = "".join(path.read_text() for path in stack.logs)
+        return text if "Secret hashed, key short" in text else None
+
+    logs = wait_for("the malformed digest in the log", logged)
+    assert "Secret hashed, key upper" in logs
+    digests = (digest, other_digest, other_digest.upper(), rotated_digest)
+    leaks = (plain, token, other, rotated, *(text[:16] for text in digests))
+    assert not [leak for leak in leaks if leak in logs]

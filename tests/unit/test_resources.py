@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 import pytest
@@ -9,7 +11,7 @@ from pydantic import ValidationError
 
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
 from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolSpec
-from lessor.resources.sandbox import SandboxExecutionSpec, SandboxLeaseSpec
+from lessor.resources.sandbox import ExecutionCommand, SandboxExecutionSpec, SandboxLeaseSpec
 
 
 def policy(**spec: Any) -> dict[str, Any]:
@@ -105,16 +107,54 @@ def test_idempotency_keys_are_bounded_in_bytes_not_characters() -> None:
         SandboxLeaseSpec.model_validate({"pool": "agents", "idempotencyKey": "é" * 127})
 
 
-def test_an_execution_needs_a_command_and_a_key() -> None:
-    lease = {"name": "l", "uid": "u"}
+def test_an_execution_holds_the_digest_of_its_command_never_the_command() -> None:
+    digest = ExecutionCommand(command=["true"]).digest()
+    spec: dict[str, Any] = {"lease": {"name": "l", "uid": "u"}, "idempotencyKey": "k"}
     with pytest.raises(ValidationError, match="command"):
-        SandboxExecutionSpec.model_validate({"lease": lease, "command": [], "idempotencyKey": "k"})
+        SandboxExecutionSpec.model_validate({**spec, "command": ["true"], "commandDigest": digest})
+    with pytest.raises(ValidationError, match="commandDigest"):
+        SandboxExecutionSpec.model_validate({**spec, "commandDigest": "sha256"})
     with pytest.raises(ValidationError, match="idempotencyKey"):
-        SandboxExecutionSpec.model_validate({"lease": lease, "command": ["true"]})
-    spec = SandboxExecutionSpec.model_validate(
-        {"lease": lease, "command": ["true"], "idempotencyKey": "k"}
-    )
-    assert (spec.timeout, spec.detach) == ("60s", False)
+        SandboxExecutionSpec.model_validate({**spec, "commandDigest": digest, "idempotencyKey": ""})
+    made = SandboxExecutionSpec.model_validate({**spec, "commandDigest": digest})
+    assert (made.timeout, made.detach) == ("60s", False)
+
+
+@pytest.mark.parametrize(
+    ("command", "cwd"),
+    [(["true"], None), (["sh", "-c", "echo \x01\n"], "/tmp"), ([""], None), (["a", "", ""], "/")],
+)
+def test_a_command_comes_back_from_its_secret_exactly(command: list[str], cwd: str | None) -> None:
+    sent = ExecutionCommand(command=command, cwd=cwd)
+    assert ExecutionCommand.from_secret(sent.secret_data(), sent.digest()) == sent
+
+
+def test_a_secret_without_the_reserved_command_is_refused() -> None:
+    """A Secret changed (or replaced) after the reservation never yields a command to run."""
+    reserved = ExecutionCommand(command=["echo", "hi"], cwd="/tmp")
+    for other in (ExecutionCommand(command=["echo", "hi"]),
+                  ExecutionCommand(command=["echo", "hi", ""], cwd="/tmp"),
+                  ExecutionCommand(command=["echo hi"], cwd="/tmp")):  # fmt: skip
+        assert other.digest() != reserved.digest()
+        with pytest.raises(ValueError, match="commandDigest"):
+            ExecutionCommand.from_secret(other.secret_data(), reserved.digest())
+    garbled = {"argv": base64.b64encode(b"\xff").decode()}
+    for data in (None, {}, {"argv": "not base64!"}, garbled):
+        with pytest.raises(ValueError):
+            ExecutionCommand.from_secret(data, reserved.digest())
+
+
+def test_the_digest_is_of_the_canonical_json_of_command_and_cwd() -> None:
+    """A fixed spelling: an execution reserved by one release is compared with, and its Secret
+    checked by, the next."""
+    digest = ExecutionCommand(command=["echo", "é"], cwd="/tmp").digest()
+    assert digest == hashlib.sha256(b'{"command":["echo","\\u00e9"],"cwd":"/tmp"}').hexdigest()
+
+
+def test_an_argument_with_nul_is_refused() -> None:
+    """NUL separates the arguments in the Secret, so none may hold one."""
+    with pytest.raises(ValidationError, match="command"):
+        ExecutionCommand(command=["a\x00b"])
 
 
 def test_backend_settings_keep_their_crd_spelling_when_copied_to_an_instance() -> None:
