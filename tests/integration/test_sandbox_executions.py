@@ -504,6 +504,10 @@ def test_only_the_pools_own_containers_can_be_used(env: Env) -> None:  # noqa: F
         with pytest.raises(ApiError) as attach:
             StreamClient.open(client, f"/v1/sandbox-leases/{lease}/attach?container=helper")
         assert attach.value.status == 400 and "helper" in str(attach.value)
+        path = f"/v1/sandbox-leases/{lease}/logs?container="
+        logs = env.api.call("GET", path + "helper", token=ALICE)
+        assert (logs.status, "helper" in logs.body["detail"]) == (400, True), logs.body
+        assert env.api.call("GET", path + "main", token=ALICE).status == 200
     finally:
         env.release(ALICE, lease)
 
