@@ -2,6 +2,7 @@
 
     python -m bench.suite_under_load hog        # one clone, beside a CPU hog on every core
     python -m bench.suite_under_load parallel   # two clones at once (two control planes)
+    python -m bench.suite_under_load both       # two clones at once, beside the CPU hog
 
 Each clone is a fresh `git clone` of this repository's HEAD in a temporary directory, running
 `tox run -e integration,e2e` there, as CI runs it. The hog is `stress-ng --cpu N` (Debian's
@@ -76,7 +77,7 @@ def outcome(process: subprocess.Popen[bytes], log: Path, started: float) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("hog", "parallel"))
+    parser.add_argument("mode", choices=("hog", "parallel", "both"))
     parser.add_argument(
         "--keep", action="store_true", help="keep the clones and their logs (kept on a failure)"
     )
@@ -88,6 +89,8 @@ def main() -> int:
             runs = [start_clone(work, "clone")]
         else:
             load = "the other clone"
+            if args.mode == "both":
+                load += " and " + stack.enter_context(cpu_hog())
             runs = [start_clone(work, f"clone-{n}") for n in (1, 2)]
         results = [outcome(*run) for run in runs]
     print(json.dumps({"mode": args.mode, "load": load, "clones": results}, indent=1))
