@@ -35,14 +35,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.errors import AuthenticationError
+from lessor.apiserver.expiring_records import ExpiringRecords
 from lessor.apiserver.kube import TIMEOUT, Kube
 
 PREFIX = "lsess."
 KEY_SECRET = "lessor-session-key"  # noqa: S105 - the name of a Secret, not a secret
 RECORD_PREFIX = "lessor-session-"
 LABEL = "lessor.dev/session"
-BUCKET = "lessor.dev/expiry-bucket"
-BUCKET_SECONDS = 600
 SWEPT_BUCKETS = 144 * 2  # two days: longer sessions than that do not exist
 DEFAULT_TTL = 12 * 3600
 MAX_TTL = 24 * 3600
@@ -79,7 +78,7 @@ class Sessions:
         self._recorded: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
             maxsize=10_000, ttl=RECORD_TTL
         )
-        self._next_sweep = 0.0
+        self.records = ExpiringRecords(kube, LABEL, SWEPT_BUCKETS)
 
     # -- the signing key ---------------------------------------------------------------------
 
@@ -147,7 +146,7 @@ class Sessions:
             "exp": expires,
         }
         encoded = _b64(json.dumps(payload, separators=(",", ":")).encode())
-        self._sweep_now_and_then()
+        self.records.sweep_now_and_then()
         return f"{PREFIX}{encoded}.{_b64(self._mac(encoded))}", expires
 
     def verify(self, token: str) -> Session:
@@ -194,7 +193,7 @@ class Sessions:
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
                 name=RECORD_PREFIX + session_id,
-                labels={LABEL: "true", BUCKET: str(expires // BUCKET_SECONDS + 1)},
+                labels=self.records.labels(expires),
                 annotations={
                     "lessor.dev/identity": identity[:1024],
                     "lessor.dev/policy": policy,
@@ -221,21 +220,3 @@ class Sessions:
             raise
         self._recorded[session_id] = True
         return True
-
-    def _sweep_now_and_then(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next_sweep:
-                return
-            self._next_sweep = now + 60.0
-        self.sweep()
-
-    def sweep(self) -> None:
-        """Delete the records of sessions that have expired (their bucket is past)."""
-        current = int(time.time()) // BUCKET_SECONDS
-        past = ",".join(str(b) for b in range(current - SWEPT_BUCKETS, current + 1))
-        self.kube.core.delete_collection_namespaced_config_map(
-            self.kube.namespace,
-            label_selector=f"{LABEL}=true,{BUCKET} in ({past})",
-            _request_timeout=TIMEOUT,
-        )

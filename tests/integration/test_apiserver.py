@@ -585,8 +585,9 @@ def test_concurrent_extensions_never_spend_one_extension_twice(stack: Stack) -> 
 
 
 def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
+    from lessor.apiserver.expiring_records import BUCKET  # noqa: PLC0415
     from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.nonces import BUCKET, LABEL, ClusterNonces  # noqa: PLC0415
+    from lessor.apiserver.nonces import LABEL, ClusterNonces  # noqa: PLC0415
 
     nonces = ClusterNonces(kube(str(stack.cluster.kubeconfig), stack.namespace))
     assert nonces.first_use(b"key", "fresh-nonce-0123456789")
@@ -601,7 +602,7 @@ def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
         },
     }
     stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(stale))
-    nonces.sweep()
+    nonces.records.sweep()
     left = stack.cluster.kubectl(
         "get", "configmaps", "-n", stack.namespace, "-l", f"{LABEL}=true", "-o", "name"
     ).stdout.split()
@@ -611,8 +612,9 @@ def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
 
 
 def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: Stack) -> None:
+    from lessor.apiserver.expiring_records import BUCKET, BUCKET_SECONDS  # noqa: PLC0415
     from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.sessions import BUCKET, BUCKET_SECONDS, LABEL, Sessions  # noqa: PLC0415
+    from lessor.apiserver.sessions import LABEL, Sessions  # noqa: PLC0415
 
     sessions = Sessions(kube(str(stack.cluster.kubeconfig), stack.namespace))
     token, _ = sessions.issue("sweep-me", "tests", {}, method="token", credential="x", ttl=3600)
@@ -627,7 +629,7 @@ def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: S
         },
     }
     stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(expired))
-    sessions.sweep()
+    sessions.records.sweep()
     left = stack.cluster.kubectl(
         "get", "configmaps", "-n", stack.namespace, "-l", f"{LABEL}=true", "-o", "name"
     ).stdout.split()
