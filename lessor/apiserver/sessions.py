@@ -82,11 +82,11 @@ class Sessions:
 
     # -- the signing key ---------------------------------------------------------------------
 
-    def _signing_key(self, *, fresh: bool = False) -> bytes:
-        """The key, read again after KEY_TTL, or (`fresh`) after KEY_RECHECK."""
+    def _signing_key(self, max_age: float) -> bytes:
+        """The key, read again when the copy at hand is `max_age` seconds old."""
         with self._lock:
             age = time.monotonic() - self._key_read
-            if self._key is None or age >= KEY_TTL or (fresh and age >= KEY_RECHECK):
+            if self._key is None or age >= max_age:
                 self._key = self._load_or_create_key()
                 self._key_read = time.monotonic()
             return self._key
@@ -114,8 +114,8 @@ class Sessions:
             raise AuthenticationError("session key unreadable")
         return stored
 
-    def _mac(self, encoded: str, *, fresh: bool = False) -> bytes:
-        key = self._signing_key(fresh=fresh)
+    def _mac(self, encoded: str, max_age: float = KEY_TTL) -> bytes:
+        key = self._signing_key(max_age)
         return hmac.new(key, encoded.encode(), hashlib.sha256).digest()
 
     # -- issue, verify, revoke ----------------------------------------------------------------
@@ -147,13 +147,15 @@ class Sessions:
         }
         encoded = _b64(json.dumps(payload, separators=(",", ":")).encode())
         self.records.sweep_now_and_then()
-        return f"{PREFIX}{encoded}.{_b64(self._mac(encoded))}", expires
+        # Signed with the key as it is now, never a copy kept from before a rotation: every
+        # worker of every replica, reading the key again on a failed MAC, then accepts it.
+        return f"{PREFIX}{encoded}.{_b64(self._mac(encoded, max_age=0))}", expires
 
     def verify(self, token: str) -> Session:
         try:
             encoded, mac = token.removeprefix(PREFIX).split(".")
             if not hmac.compare_digest(self._mac(encoded), _unb64(mac)) and not (
-                hmac.compare_digest(self._mac(encoded, fresh=True), _unb64(mac))
+                hmac.compare_digest(self._mac(encoded, KEY_RECHECK), _unb64(mac))
             ):
                 raise AuthenticationError("bad session signature")
             payload = json.loads(_unb64(encoded))
