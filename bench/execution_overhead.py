@@ -21,7 +21,7 @@ from typing import Any
 from bench.stack import local_stack, percentiles, progress
 from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_sandbox
 from lessor.runner import runner
-from lessor.runner_client import Runner, call_runner, configuration
+from lessor.runner.client import Runner, call_runner, configuration
 
 EXTERNAL = ("--agent-sandbox-mode=external",)
 

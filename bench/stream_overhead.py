@@ -25,7 +25,7 @@ from lessor.cli.config import Target
 from lessor.cli.stream_client import StreamClient
 from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_sandbox
 from lessor.controlplane.cluster import FORWARDED_PORTS
-from lessor.stream_frames import STDIN
+from lessor.protocol.stream_frames import STDIN
 
 EXTERNAL = ("--agent-sandbox-mode=external",)
 API_ARGS = (*EXTERNAL, "--sandbox-admission-rate=1000")

@@ -51,8 +51,8 @@ from lessor.apiserver.sessions import DEFAULT_TTL
 from lessor.apiserver.settings import Settings
 from lessor.apiserver.stream_bridge import Limits
 from lessor.apiserver.upgrade import StreamRoutes
-from lessor.resources.durations import parse_duration
-from lessor.resources.lease_time import timestamp
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.timestamps import timestamp
 
 log = logging.getLogger(__name__)
 

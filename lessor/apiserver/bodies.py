@@ -10,8 +10,8 @@ from urllib.parse import parse_qsl
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lessor.apiserver.errors import BadRequestError
+from lessor.protocol.durations import PositiveDuration
 from lessor.resources.base import DNS_LABEL, POOL_NAME
-from lessor.resources.durations import PositiveDuration
 from lessor.resources.sandbox import IdempotencyKey
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -36,21 +36,26 @@ from lessor.apiserver.fencing import fenced_patch
 from lessor.apiserver.kube import TIMEOUT, Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.sandbox_leases import SandboxLeaseService
-from lessor.resources.durations import format_duration, parse_duration
-from lessor.resources.lease_time import utcnow
-from lessor.resources.sandbox import ExecutionCommand, SandboxPool, command_secret_name
-from lessor.runner.runner import CAP
-from lessor.runner_client import Runner, RunnerAnswer, RunnerError, Window, call_runner
+from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.phases import EXECUTION_FINISHED
+from lessor.protocol.runner import OUTPUT_CAP
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.sandbox import (
+    ExecutionCommand,
+    SandboxExecution,
+    SandboxLease,
+    SandboxPool,
+    command_secret_name,
+)
+from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
 Json = dict[str, Any]
-PLURAL = "sandboxexecutions"
 LEASE_LABEL = "lessor.dev/sandbox-lease"
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 MAX_TIMEOUT = datetime.timedelta(hours=1)
-TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 WAIT_MARGIN = 15.0  # seconds past the timeout a wait-mode request waits for the outcome
 RUNNER_WAIT = 10.0  # seconds the runner holds one status call open while the command runs
 RUNNER_CALL = 15.0  # seconds a runner call may take besides that wait
@@ -110,7 +115,7 @@ class ExecutionService:
         lease = self.leases.owned(principal, lease_name)
         name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
         command = ExecutionCommand(command=request.command, cwd=request.cwd)
-        existing = self.kube.find(PLURAL, name)
+        existing = self.kube.find(SandboxExecution.crd.plural, name)
         if existing is None:
             existing = self._reserve(principal, lease, name, request, command)
         self._require_same_intent(existing, request, command)
@@ -128,7 +133,7 @@ class ExecutionService:
     ) -> Json:
         status = lease.get("status", {})
         phase = status.get("phase") or "Pending"
-        if phase in ("Released", "Expired", "Releasing", "Quarantined"):
+        if phase in SandboxLease.phases.ended:
             raise ConflictError(f"the lease is {phase}; request a new lease", reason="expired")
         if phase != "Ready":
             raise ConflictError("the sandbox is not Ready yet", reason="not_ready")
@@ -172,11 +177,12 @@ class ExecutionService:
         optional = {"container": request.container, "requestedTimeout": request.timeout}
         body["spec"].update({k: v for k, v in optional.items() if v is not None})
         try:
-            created = self.kube.create(PLURAL, body)
+            created = self.kube.create(SandboxExecution.crd.plural, body)
         except ApiException as error:
             if error.status != 409:
                 raise
-            found = self.kube.find(PLURAL, name)  # a request with this key won the name
+            # A request with this key won the name.
+            found = self.kube.find(SandboxExecution.crd.plural, name)
             if found is None:
                 raise ConflictError(
                     "the idempotency key is in use", reason="idempotency_conflict"
@@ -266,14 +272,14 @@ class ExecutionService:
                 )
             operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
             try:
-                fenced_patch(self.kube, "sandboxleases", lease, [operation])
+                fenced_patch(self.kube, SandboxLease.crd.plural, lease, [operation])
                 return None
             except ConflictError:
-                made = self.kube.find(PLURAL, name)
+                made = self.kube.find(SandboxExecution.crd.plural, name)
                 if made is not None:
                     return made
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))  # noqa: S311 - jitter
-                lease = self.kube.find("sandboxleases", lease["metadata"]["name"]) or lease
+                lease = self.kube.find(SandboxLease.crd.plural, lease["metadata"]["name"]) or lease
         raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
 
     @staticmethod
@@ -325,7 +331,7 @@ class ExecutionService:
 
         Bounded whatever the runner says, since the tenant can make it say anything: one
         deadline for every state (reading the output of an ended command included), and at
-        most CAP bytes of each stream, the runner's own retention; a runner that would go on
+        most OUTPUT_CAP bytes of each stream, the runner's own retention; a runner that would go on
         past either gets its output cut there, marked truncated."""
         body = self._started(execution, command)
         deadline = time.monotonic() + parse_duration(execution["spec"]["timeout"]).total_seconds()
@@ -336,16 +342,20 @@ class ExecutionService:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                if body["state"] not in TERMINAL:
+                if body["state"] not in EXECUTION_FINISHED:
                     return 202, body
                 body["truncated"] = True  # ended, but its output would not
                 break
-            wait = 0.0 if body["state"] in TERMINAL else min(RUNNER_WAIT, left)
+            wait = 0.0 if body["state"] in EXECUTION_FINISHED else min(RUNNER_WAIT, left)
             answer = self._runner(execution, {"op": "logs", "wait": wait, **offsets})
             if not answer.state:
                 raise UnavailableError("the runner has no record of this execution")
             body = _merge(body, answer)
-            if body["state"] not in TERMINAL or answer.stdout is None or answer.stderr is None:
+            if (
+                body["state"] not in EXECUTION_FINISHED
+                or answer.stdout is None
+                or answer.stderr is None
+            ):
                 continue
             stdout += answer.stdout.raw
             stderr += answer.stderr.raw
@@ -353,11 +363,11 @@ class ExecutionService:
                        "stderrOffset": answer.stderr.next_offset}  # fmt: skip
             if not (answer.stdout.more or answer.stderr.more):
                 break
-            if len(stdout) >= CAP or len(stderr) >= CAP:
-                body["truncated"] = True  # an honest runner keeps no more than CAP
+            if len(stdout) >= OUTPUT_CAP or len(stderr) >= OUTPUT_CAP:
+                body["truncated"] = True  # an honest runner keeps no more than OUTPUT_CAP
                 break
-        body["stdout"] = stdout[:CAP].decode("utf-8", errors="replace")
-        body["stderr"] = stderr[:CAP].decode("utf-8", errors="replace")
+        body["stdout"] = stdout[:OUTPUT_CAP].decode("utf-8", errors="replace")
+        body["stderr"] = stderr[:OUTPUT_CAP].decode("utf-8", errors="replace")
         return 200, body
 
     # -- read, logs, cancel ----------------------------------------------------------------
@@ -366,7 +376,11 @@ class ExecutionService:
         """404 unless the lease is the caller's and the execution belongs to that exact lease
         instance (a lease recreated under the same name is another instance)."""
         lease = self.leases.owned(principal, lease_name)
-        found = self.kube.find(PLURAL, execution) if OBJECT_NAME.match(execution) else None
+        found = (
+            self.kube.find(SandboxExecution.crd.plural, execution)
+            if OBJECT_NAME.match(execution)
+            else None
+        )
         spec = (found or {}).get("spec", {})
         if (
             found is None
@@ -396,12 +410,12 @@ class ExecutionService:
     def cancel(self, principal: Principal, lease_name: str, execution: str) -> Json:
         found = self.owned(principal, lease_name, execution)
         body = _view(found)
-        if body["state"] in TERMINAL:
+        if body["state"] in EXECUTION_FINISHED:
             return body  # unchanged, and no claim of a cancellation
         if not found["spec"].get("cancelRequested"):
             # The intent, for the operator; if the execution changed meanwhile (another cancel,
             # a status update), the runner below has the last word all the same.
             with contextlib.suppress(ConflictError):
                 request = [{"op": "add", "path": "/spec/cancelRequested", "value": True}]
-                fenced_patch(self.kube, PLURAL, found, request)
+                fenced_patch(self.kube, SandboxExecution.crd.plural, found, request)
         return _merge(body, self._runner(found, {"op": "cancel"}))

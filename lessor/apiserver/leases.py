@@ -28,11 +28,10 @@ from lessor.apiserver.fencing import append_operation, fenced_patch
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.policy import effective_ttl, grant_for
 from lessor.apiserver.reservations import Reservations
+from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
-from lessor.resources.durations import format_duration, parse_duration
-from lessor.resources.lease_time import timestamp, utcnow
 
-ACTIVE = ("Pending", "Bound", "Recycling", None)
 REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
 # A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
@@ -53,7 +52,7 @@ def _phase(obj: Json) -> str | None:
 class LeaseService:
     def __init__(self, kube: Kube, default_ceiling: int) -> None:
         self.kube = kube
-        self.reservations = Reservations(kube)
+        self.reservations = Reservations(kube, ClusterLease)
         # Active leases an owner may hold where its rule sets no maxConcurrentLeases.
         self.default_ceiling = default_ceiling
 
@@ -79,7 +78,7 @@ class LeaseService:
         if not OBJECT_NAME.match(lease_id):
             raise NotFoundError(f"no lease {lease_id[:80]}")
         try:
-            obj = self.kube.get("clusterleases", lease_id)
+            obj = self.kube.get(ClusterLease.crd.plural, lease_id)
         except ApiException as error:
             if error.status == 404:
                 raise NotFoundError(f"no lease {lease_id}") from error
@@ -92,7 +91,7 @@ class LeaseService:
         if not OBJECT_NAME.match(name):
             raise NotFoundError(f"no pool {name[:80]}")
         try:
-            return ClusterPool.model_validate(self.kube.get("clusterpools", name))
+            return ClusterPool.model_validate(self.kube.get(ClusterPool.crd.plural, name))
         except ApiException as error:
             if error.status == 404:
                 raise NotFoundError(f"no pool {name}") from error
@@ -144,7 +143,7 @@ class LeaseService:
             if request.metadata is not None:
                 spec["metadata"] = request.metadata
             created = self.kube.create(
-                "clusterleases",
+                ClusterLease.crd.plural,
                 {
                     "apiVersion": "lessor.dev/v1alpha1",
                     "kind": "ClusterLease",
@@ -184,9 +183,9 @@ class LeaseService:
         selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.summary(lease)
-            for lease in self.kube.list_objects("clusterleases", selector)
+            for lease in self.kube.list_objects(ClusterLease.crd.plural, selector)
             if lease["spec"].get("requester") == principal.owner
-            and _phase(lease) in ACTIVE
+            and ClusterLease.phases.holds_slot(_phase(lease))
             and self.granted(principal, lease)
         ]
 
@@ -231,12 +230,12 @@ class LeaseService:
                     reason="teardown_quarantined",
                     error="TeardownQuarantined",
                 )
-            if phase in ("Released", "Expired") or lease["spec"].get("releaseRequested"):
+            if phase in ClusterLease.phases.finished or lease["spec"].get("releaseRequested"):
                 return
             try:
                 fenced_patch(
                     self.kube,
-                    "clusterleases",
+                    ClusterLease.crd.plural,
                     lease,
                     [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
                 )
@@ -271,10 +270,10 @@ class LeaseService:
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             try:
-                fenced_patch(self.kube, "clusterleases", raw, [operation])
+                fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
             except ConflictError:
                 continue  # a concurrent extension won: count again against the fresh lease
-            updated = ClusterLease.model_validate(self.kube.get("clusterleases", lease_id))
+            updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, lease_id))
             return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
         raise ConflictError(
             "the lease changed while extending it; retry", reason="conflict_retryable"

@@ -23,9 +23,10 @@ from lessor.apiserver.executions import (
     WAIT_MARGIN,
 )
 from lessor.apiserver.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
-from lessor.resources.durations import format_duration
-from lessor.resources.sandbox import ExecutionState, ReleaseCause, SandboxPhase
-from lessor.runner.runner import CAP, WINDOW
+from lessor.protocol.durations import format_duration
+from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
+from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
+from lessor.resources.sandbox import ReleaseCause
 
 Json = dict[str, Any]
 
@@ -180,7 +181,7 @@ class SandboxPlacement(BaseModel):
 
 
 class SandboxLease(_SandboxLeaseFields):
-    phase: SandboxPhase
+    phase: SandboxLeasePhase
     release_cause: ReleaseCause | None = Field(
         default=None, description="Recorded once when teardown starts; never changed."
     )
@@ -209,7 +210,7 @@ class SandboxLogs(BaseModel):
 
 _DEFAULT_TIMEOUT = f"{int(DEFAULT_TIMEOUT.total_seconds())}s"
 _MAX_TIMEOUT = format_duration(MAX_TIMEOUT)
-_CAP = f"{CAP // (1024 * 1024)} MiB"
+_CAP = f"{OUTPUT_CAP // (1024 * 1024)} MiB"
 
 
 class Execution(BaseModel):
@@ -257,8 +258,8 @@ class ExecutionWindow(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     data: str = Field(
-        description=f"At most {WINDOW // 1024} KiB of retained bytes from the offset, as UTF-8; "
-        "invalid bytes are replaced here only, never in the offsets."
+        description=f"At most {LOG_WINDOW // 1024} KiB of retained bytes from the offset, as "
+        "UTF-8; invalid bytes are replaced here only, never in the offsets."
     )
     next_offset: int = Field(
         alias="nextOffset",

@@ -68,7 +68,7 @@ class PolicyStore:
     def _list_and_watch(self) -> None:
         kube = self._kube_factory()
         listed: dict[str, Any] = kube.custom.list_namespaced_custom_object(  # type: ignore[assignment]
-            GROUP, VERSION, kube.namespace, "accesspolicies", _request_timeout=10
+            GROUP, VERSION, kube.namespace, AccessPolicy.crd.plural, _request_timeout=10
         )
         objects = {item["metadata"]["name"]: item for item in listed.get("items", [])}
         self._publish(objects)
@@ -78,7 +78,7 @@ class PolicyStore:
             GROUP,
             VERSION,
             kube.namespace,
-            "accesspolicies",
+            AccessPolicy.crd.plural,
             resource_version=version,
             timeout_seconds=random.randint(300, 600),  # noqa: S311 - spread reconnections
             _request_timeout=660,

@@ -17,8 +17,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from lessor.protocol.durations import format_duration, parse_duration
 from lessor.resources.access_policy import AccessPolicySpec, Match, Rule, SandboxGrant
-from lessor.resources.durations import format_duration, parse_duration
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
 

@@ -18,11 +18,9 @@ import cachetools
 from lessor.apiserver.authn import Principal
 from lessor.apiserver.errors import NotFoundError
 from lessor.apiserver.kube import Kube
-from lessor.apiserver.leases import ACTIVE
 from lessor.apiserver.policy import sandbox_grant, visible_pools
-from lessor.apiserver.sandbox_leases import ACTIVE as SANDBOX_ACTIVE
-from lessor.resources.cluster import ClusterPool
-from lessor.resources.sandbox import SandboxPool
+from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.sandbox import SandboxLease, SandboxPool
 
 Json = dict[str, Any]
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
@@ -95,13 +93,13 @@ class PoolService:
         self._anonymous_lock = threading.Lock()
 
     def _cluster_pools(self) -> list[ClusterPool]:
-        pools = self.kube.list_objects("clusterpools", cached=True)
+        pools = self.kube.list_objects(ClusterPool.crd.plural, cached=True)
         return [ClusterPool.model_validate(p) for p in pools]
 
     def _sandbox_pools(self) -> list[SandboxPool]:
         if not self.sandbox_served():
             return []
-        pools = self.kube.list_objects("sandboxpools", cached=True)
+        pools = self.kube.list_objects(SandboxPool.crd.plural, cached=True)
         return [SandboxPool.model_validate(p) for p in pools]
 
     def records(self, principal: Principal | None) -> list[Json]:
@@ -132,9 +130,9 @@ class PoolService:
         if self.one(principal, name)["resourceKind"] == "Sandbox":
             return self._own_sandbox_leases(principal, name)
         rows = []
-        for lease in self.kube.list_objects("clusterleases", cached=True):
+        for lease in self.kube.list_objects(ClusterLease.crd.plural, cached=True):
             spec, status = lease.get("spec", {}), lease.get("status", {})
-            if spec.get("pool") != name or status.get("phase") not in ACTIVE:
+            if spec.get("pool") != name or not ClusterLease.phases.holds_slot(status.get("phase")):
                 continue
             mine = spec.get("requester") == principal.owner
             row: Json = {
@@ -155,7 +153,7 @@ class PoolService:
     def _own_sandbox_leases(self, principal: Principal, name: str) -> list[Json]:
         rows = []
         for lease in self.own_sandbox_leases(principal):
-            if lease["pool"] != name or lease["phase"] not in SANDBOX_ACTIVE:
+            if lease["pool"] != name or not SandboxLease.phases.holds_slot(lease["phase"]):
                 continue
             row: Json = {
                 "id": lease["id"],

@@ -29,10 +29,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.resources.cluster import ClusterLease
+from lessor.resources.sandbox import SandboxLease
 
 log = logging.getLogger(__name__)
 
-ENDED = frozenset({"Released", "Expired", "Quarantined"})
 ORPHAN_GRACE = datetime.timedelta(seconds=30)
 KIND_LABEL = "lessor.dev/reservation"
 HOLDER_LABEL = "lessor.dev/holder"
@@ -50,12 +51,14 @@ class Reservation:
 
 
 class Reservations:
-    """`plural`: the lease kind whose phases free a reservation; `family` keeps each kind's
-    slots and aliases apart (a caller's cluster and Sandbox limits are independent)."""
+    """`lease_kind`: the kind of lease whose phases free a reservation; `family` keeps each
+    kind's slots and aliases apart (a caller's cluster and Sandbox limits are independent)."""
 
-    def __init__(self, kube: Kube, plural: str = "clusterleases", family: str = "") -> None:
+    def __init__(
+        self, kube: Kube, lease_kind: type[ClusterLease | SandboxLease], family: str = ""
+    ) -> None:
         self.kube = kube
-        self.plural = plural
+        self.lease_kind = lease_kind
         self.family = family
 
     def slot(self, identity: str, limit: int, lease: str) -> Reservation | None:
@@ -175,7 +178,7 @@ class Reservations:
 
     def _ended(self, reservation: client.V1ConfigMap, lease: str) -> bool:
         try:
-            found = self.kube.get(self.plural, lease)
+            found = self.kube.get(self.lease_kind.crd.plural, lease)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -184,4 +187,6 @@ class Reservations:
             return created is None or now - created > ORPHAN_GRACE
         # A tombstone of the Sandbox admission arbiter is no lease: it holds nothing.
         cancelled = bool(found.get("spec", {}).get("cancelled"))
-        return cancelled or found.get("status", {}).get("phase") in ENDED
+        return cancelled or not self.lease_kind.phases.holds_slot(
+            found.get("status", {}).get("phase")
+        )

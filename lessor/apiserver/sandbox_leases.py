@@ -50,20 +50,15 @@ from lessor.apiserver.kube import Kube
 from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.policy import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
 from lessor.apiserver.reservations import Reservation, Reservations
-from lessor.lease_ids import SANDBOX_LEASE_ID
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.access_policy import SandboxGrant
-from lessor.resources.durations import parse_duration
-from lessor.resources.lease_time import (
-    provisioning_deadline,
-    timestamp,
-    utcnow,
-)
+from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
 
 Json = dict[str, Any]
-PLURAL = "sandboxleases"
 PATH = "/v1/sandbox-leases"
-ACTIVE = (None, "Pending", "Provisioning", "Ready", "Releasing")
 ENDED = ("Released", "Expired")
 LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
 TOMBSTONE_POOL = "cancelled"
@@ -102,7 +97,7 @@ class SandboxLeaseService:
     def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
         self.kube = kube
         self.limiter = limiter
-        self.reservations = Reservations(kube, PLURAL, family="sandbox-")
+        self.reservations = Reservations(kube, SandboxLease, family="sandbox-")
         # Active Sandbox leases an owner may hold where its grant sets no ceiling.
         self.default_ceiling = default_ceiling
 
@@ -120,7 +115,9 @@ class SandboxLeaseService:
         decision = self.limiter.take(principal.owner)
         if not decision.allowed:
             # One exact-name read, only to recover a lease this key already committed.
-            if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
+            if request.idempotency_key is not None and (
+                found := self.kube.find(SandboxLease.crd.plural, name)
+            ):
                 return self._replay(principal, request, found)
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
             raise TooManyRequestsError(
@@ -128,7 +125,9 @@ class SandboxLeaseService:
                 reason="rate_limited",
                 headers={"Retry-After": str(decision.retry_after)},
             )
-        if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
+        if request.idempotency_key is not None and (
+            found := self.kube.find(SandboxLease.crd.plural, name)
+        ):
             return self._replay(principal, request, found)
         pool = self._admissible_pool(request.pool, grant)
         ttl, ceiling = sandbox_ttl(request.ttl, pool.spec.default_ttl, pool.spec.max_ttl, grant)
@@ -167,11 +166,11 @@ class SandboxLeaseService:
     ) -> Json:
         """The one create that decides; see the module docstring for the outcomes."""
         try:
-            created = self.kube.create(PLURAL, body)
+            created = self.kube.create(SandboxLease.crd.plural, body)
         except ApiException as error:
             if error.status == 409 and request.idempotency_key is not None:
                 self._release_all(taken)  # a racing identical request won the name
-                found = self.kube.find(PLURAL, body["metadata"]["name"])
+                found = self.kube.find(SandboxLease.crd.plural, body["metadata"]["name"])
                 if found is not None:
                     return self._replay(principal, request, found)
             if not _unknown_outcome(error):
@@ -248,7 +247,9 @@ class SandboxLeaseService:
         except (TooManyRequestsError, ConflictError):
             self._release_all(taken)
             # An identical keyed request may have created the lease while we were refused.
-            if request.idempotency_key is not None and (found := self.kube.find(PLURAL, name)):
+            if request.idempotency_key is not None and (
+                found := self.kube.find(SandboxLease.crd.plural, name)
+            ):
                 raise _Replay(self._replay(principal, request, found)) from None
             raise
         except BaseException:
@@ -259,6 +260,9 @@ class SandboxLeaseService:
     def _release_all(self, taken: list[Reservation]) -> None:
         for reservation in taken:
             self.reservations.release(reservation)
+
+    def _find(self, name: str) -> Json | None:
+        return self.kube.find(SandboxLease.crd.plural, name)
 
     def _replay(self, principal: Principal, request: CreateSandboxLease, found: Json) -> Json:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
@@ -347,7 +351,7 @@ class SandboxLeaseService:
         from no lease (404). A miss on a well-formed id is arbitrated (module docstring)."""
         if not OBJECT_NAME.match(lease_name):
             raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
-        found = self.kube.find(PLURAL, lease_name)
+        found = self.kube.find(SandboxLease.crd.plural, lease_name)
         if found is None and SANDBOX_LEASE_ID.match(lease_name) and self._may_arbitrate(principal):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
@@ -393,10 +397,10 @@ class SandboxLeaseService:
             },
         }
         try:
-            self.kube.create(PLURAL, tombstone)
+            self.kube.create(SandboxLease.crd.plural, tombstone)
         except ApiException as error:
             if error.status == 409:  # the lease landed first: it is admitted
-                return self.kube.find(PLURAL, name)
+                return self.kube.find(SandboxLease.crd.plural, name)
             raise
         return None
 
@@ -407,7 +411,7 @@ class SandboxLeaseService:
         selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.view(obj)
-            for obj in self.kube.list_objects(PLURAL, selector)
+            for obj in self.kube.list_objects(SandboxLease.crd.plural, selector)
             if obj["spec"].get("requester") == principal.owner
             and not obj["spec"].get("cancelled")
             and self._grant(principal, obj["spec"]["pool"], "lease") is not None
@@ -443,7 +447,7 @@ class SandboxLeaseService:
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             try:
                 updated = SandboxLease.model_validate(
-                    fenced_patch(self.kube, PLURAL, raw, [operation])
+                    fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
                 )
             except ConflictError:
                 continue
@@ -472,7 +476,7 @@ class SandboxLeaseService:
             try:
                 fenced_patch(
                     self.kube,
-                    PLURAL,
+                    SandboxLease.crd.plural,
                     lease,
                     [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
                 )
@@ -524,7 +528,7 @@ class SandboxLeaseService:
 
     def pool(self, name: str) -> SandboxPool:
         try:
-            return SandboxPool.model_validate(self.kube.get("sandboxpools", name))
+            return SandboxPool.model_validate(self.kube.get(SandboxPool.crd.plural, name))
         except ApiException as error:
             if error.status == 404:
                 raise NotFoundError(f"no SandboxPool {name}") from error

@@ -40,9 +40,8 @@ from lessor.apiserver.errors import (
 from lessor.apiserver.kube import Kube
 from lessor.apiserver.policies import PolicyStore
 from lessor.apiserver.policy import IdentityError, render_identity, sandbox_grant
-from lessor.apiserver.sandbox_leases import PLURAL, SandboxLeaseService, placed_pod
-from lessor.resources.lease_time import utcnow
-from lessor.stream_frames import (
+from lessor.apiserver.sandbox_leases import SandboxLeaseService, placed_pod
+from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     BACKEND_ERROR,
     LEASE_ENDED,
@@ -53,6 +52,8 @@ from lessor.stream_frames import (
     STDOUT,
     Resize,
 )
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.sandbox import SandboxLease
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -278,7 +279,7 @@ class SandboxStreamService:
     def check(self, target: StreamTarget, principal: Principal) -> None:
         """End an open session that must not go on (StreamEnded with the close code): its lease
         left Ready, was replaced or reached its expiry, or the caller lost the grant."""
-        found = self.kube.find(PLURAL, target.lease)
+        found = self.kube.find(SandboxLease.crd.plural, target.lease)
         if found is None or found["metadata"]["uid"] != target.lease_uid:
             raise StreamEnded(LEASE_ENDED, "the lease ended")
         status = found.get("status", {})

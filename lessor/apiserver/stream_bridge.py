@@ -7,7 +7,7 @@ or expires, or the AccessPolicy no longer grants its pool); and a
 stopping worker closes its sessions at once (lessor.apiserver.lifecycle). Under
 gunicorn's gevent worker the threads are greenlets. Whatever ends the session, the workers are
 joined before the close handshake, so no two of them ever read one socket, and the client is
-told why with an error frame and the close frame's code and reason (lessor.stream_frames).
+told why with an error frame and the close frame's code and reason (lessor.protocol.stream_frames).
 Pings do not count as activity: a client that only keeps the connection alive is idle.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from lessor.apiserver import lifecycle
 from lessor.apiserver.sandbox_streams import PodStream, StreamEnded
 from lessor.apiserver.websocket import PeerClosed, WebSocket
-from lessor.stream_frames import (
+from lessor.protocol.stream_frames import (
     BACKEND_ERROR,
     CLOSE_REASONS,
     DURATION_LIMIT,

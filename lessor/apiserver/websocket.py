@@ -20,7 +20,7 @@ from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
-from lessor.stream_frames import PROTOCOL_ERROR, SUBPROTOCOL, UNSUPPORTED, FrameError
+from lessor.protocol.stream_frames import PROTOCOL_ERROR, SUBPROTOCOL, UNSUPPORTED, FrameError
 
 MAX_MESSAGE = 1 << 20  # a client message larger than this closes the session (1009)
 TOO_BIG = 1009

@@ -23,7 +23,7 @@ from lessor.cli import sessions
 from lessor.cli.config import Target
 from lessor.cli.errors import AUTH, SERVER, ApiError, CliError, UnreachableError
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
-from lessor.lease_ids import LEASE_ID
+from lessor.protocol.lease_ids import LEASE_ID
 from lessor.protocol.ssh_signature import audience_of
 
 TIMEOUT_SECONDS = 30
@@ -107,8 +107,8 @@ def own_credential(target: Target) -> Credential | None:
 
 def server_id(answer: Any, what: str = "lease") -> str:
     """The id a server answered with, checked before it names a file (`~/.kube/lessor-<id>`) or
-    a path: a DNS label, as every id lessor makes is (lessor.lease_ids). A server that sends
-    anything else, malicious or intercepted, is refused instead of trusted."""
+    a path: a DNS label, as every id lessor makes is (lessor.protocol.lease_ids). A server that
+    sends anything else, malicious or intercepted, is refused instead of trusted."""
     value = answer.get("id") if isinstance(answer, dict) else None
     if not isinstance(value, str) or LEASE_ID.match(value) is None:
         raise CliError(f"the server answered with a malformed {what} id", SERVER)

@@ -1,4 +1,4 @@
-"""The client end of an attach or port-forward WebSocket (frames: lessor.stream_frames).
+"""The client end of an attach or port-forward WebSocket (frames: lessor.protocol.stream_frames).
 
 The socket is the CLI's own (TLS with the target's CA when the endpoint is https) and wsproto
 does the handshake and the framing. The upgrade request carries the same credential as any
@@ -32,7 +32,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from lessor.cli.client import TIMEOUT_SECONDS, Client, Credential
 from lessor.cli.errors import SERVER, ApiError, CliError, UnreachableError
-from lessor.stream_frames import ERROR, SUBPROTOCOL, decode, encode, parse_error
+from lessor.protocol.stream_frames import ERROR, SUBPROTOCOL, decode, encode, parse_error
 
 READ = 65536
 

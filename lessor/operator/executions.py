@@ -17,22 +17,19 @@ import logging
 
 from kubernetes import client as kubernetes
 
-from lessor.operator.kinds import SECRETS
-from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
+from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.sandboxleases import SANDBOX_LEASES
 from lessor.operator.writes import write_status
-from lessor.resources.base import GROUP, VERSION
-from lessor.resources.durations import parse_duration
-from lessor.resources.lease_time import utcnow
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.phases import EXECUTION_FINISHED
+from lessor.protocol.timestamps import utcnow
 from lessor.resources.sandbox import ExecutionCommand, command_secret_name
-from lessor.runner_client import Runner, RunnerAnswer, RunnerError, call_runner
+from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner
 
 log = logging.getLogger(__name__)
 
-EXECUTIONS = ResourceType(GROUP, VERSION, "sandboxexecutions", "SandboxExecution")
-TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
 POLL_SECONDS, MAX_POLL_SECONDS = 0.25, 5.0
 RETRY_SECONDS = 2.0
 START_WINDOW = datetime.timedelta(seconds=60)
@@ -70,7 +67,7 @@ class ExecutionReconciler:
     ) -> None:
         self.client = client
         self.executions = executions
-        # The runner is called with the client the API server uses too (lessor.runner_client:
+        # The runner is called with the client the API server uses too (lessor.runner.client:
         # bounded, validated), in a thread, with the kubernetes client's configuration.
         self.exec_settings = exec_settings
 
@@ -79,7 +76,7 @@ class ExecutionReconciler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Result()
         status = dict(obj.get("status") or {})
-        if status.get("state") in TERMINAL:
+        if status.get("state") in EXECUTION_FINISHED:
             return Result()
         request: JSON = {"op": "status"}
         refused = None  # why it must not start, if it must not
@@ -100,7 +97,7 @@ class ExecutionReconciler:
                 return await self._unreachable(obj, status, str(answer.error))
         status.update(answer.status_fields())
         await write_status(self.client, EXECUTIONS, obj, status)
-        if status["state"] in TERMINAL:
+        if status["state"] in EXECUTION_FINISHED:
             return Result()
         return Result(requeue_after=_poll_interval(status.get("startedAt")))
 

@@ -29,8 +29,8 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterInstance
-from lessor.resources.lease_time import timestamp, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,38 @@
-"""The resource types the operator watches, and the cache indexes its reconcilers look up by."""
+"""The resource types the operator reads and writes, and the cache indexes its reconcilers look
+up by. lessor's own are derived from their models in lessor.resources, never spelt again."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from lessor.operator.runtime.client import JSON, ResourceType
-from lessor.resources.base import GROUP, VERSION
+from lessor.resources.base import GROUP, VERSION, Resource
+from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
+from lessor.resources.sandbox import SandboxExecution, SandboxLease, SandboxPool
 
-POOLS = ResourceType(GROUP, VERSION, "clusterpools", "ClusterPool")
-INSTANCES = ResourceType(GROUP, VERSION, "clusterinstances", "ClusterInstance")
-LEASES = ResourceType(GROUP, VERSION, "clusterleases", "ClusterLease")
+
+def resource_type(model: type[Resource[Any, Any]]) -> ResourceType:
+    return ResourceType(GROUP, VERSION, model.crd.plural, model.kind_name())
+
+
+POOLS = resource_type(ClusterPool)
+INSTANCES = resource_type(ClusterInstance)
+LEASES = resource_type(ClusterLease)
+SANDBOX_POOLS = resource_type(SandboxPool)
+SANDBOX_LEASES = resource_type(SandboxLease)
+EXECUTIONS = resource_type(SandboxExecution)
+
 SECRETS = ResourceType("", "v1", "secrets", "Secret")
+PODS = ResourceType("", "v1", "pods", "Pod")
+SERVICES = ResourceType("", "v1", "services", "Service")
+
+# agent-sandbox (lessor.agentsandbox.compat says which versions)
+EXTENSIONS = "extensions.agents.x-k8s.io"
+SANDBOXES = ResourceType("agents.x-k8s.io", "v1beta1", "sandboxes", "Sandbox")
+CLAIMS = ResourceType(EXTENSIONS, "v1beta1", "sandboxclaims", "SandboxClaim")
+TEMPLATES = ResourceType(EXTENSIONS, "v1beta1", "sandboxtemplates", "SandboxTemplate")
+WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWarmPool")
 
 BY_POOL = "by-pool"
 BY_CLAIM = "by-claim"

@@ -32,13 +32,11 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
-from lessor.resources.durations import format_duration, parse_duration
-from lessor.resources.lease_time import timestamp, utcnow
 
 log = logging.getLogger(__name__)
-
-TERMINAL = ("Released", "Expired")
 
 
 def lease_kubeconfig_secret(lease_name: str) -> str:
@@ -95,7 +93,7 @@ class LeaseReconciler:
         lease = ClusterLease.model_validate(obj)
         phase = lease.status.phase if lease.status else None
         deleting = lease.metadata.deletion_timestamp is not None
-        if phase in TERMINAL:
+        if phase in ClusterLease.phases.finished:
             if deleting:
                 await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
                 return Result()

@@ -17,14 +17,17 @@ from pathlib import Path
 from lessor.config_file import apply_defaults
 from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
-from lessor.operator.executions import EXECUTIONS, ExecutionReconciler
+from lessor.operator.executions import ExecutionReconciler
 from lessor.operator.instances import InstanceReconciler
 from lessor.operator.kinds import (
     BY_CLAIM,
     BY_POOL,
+    EXECUTIONS,
     INSTANCES,
     LEASES,
     POOLS,
+    SANDBOX_LEASES,
+    SANDBOX_POOLS,
     index_by_claim,
     index_by_pool,
     pool_key,
@@ -38,15 +41,14 @@ from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LeaderElector, default_identity
 from lessor.operator.runtime.manager import Manager
 from lessor.operator.runtime.store import Handler, key_of
-from lessor.operator.sandboxleases import SANDBOX_LEASES, SandboxLeaseReconciler
+from lessor.operator.sandboxleases import SandboxLeaseReconciler
 from lessor.operator.sandboxpools import (
     BY_SANDBOX_POOL,
-    SANDBOX_POOLS,
     CompatibilityCache,
     SandboxPoolReconciler,
     index_by_sandbox_pool,
 )
-from lessor.runner_client import configuration as runner_configuration
+from lessor.runner.client import configuration as runner_configuration
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import logging
 
+from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOXES, SERVICES
 from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import (
     JSON,
@@ -42,26 +43,16 @@ from lessor.operator.runtime.client import (
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.sandboxpools import EXTENSIONS, CompatibilityCache, child_name
+from lessor.operator.sandboxpools import CompatibilityCache, child_name
 from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
-from lessor.resources.base import GROUP, VERSION
-from lessor.resources.lease_time import (
-    provisioning_deadline,
-    timestamp,
-    utcnow,
-)
+from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease
 
 log = logging.getLogger(__name__)
 
-SANDBOX_LEASES = ResourceType(GROUP, VERSION, "sandboxleases", "SandboxLease")
-CLAIMS = ResourceType(EXTENSIONS, "v1beta1", "sandboxclaims", "SandboxClaim")
-SANDBOXES = ResourceType("agents.x-k8s.io", "v1beta1", "sandboxes", "Sandbox")
-PODS = ResourceType("", "v1", "pods", "Pod")
-SERVICES = ResourceType("", "v1", "services", "Service")
 FINALIZER = "lessor.dev/sandbox-release"
 LEASE_LABEL = "lessor.dev/sandbox-lease"
-ENDED = ("Released", "Expired")
 POLL_SECONDS = 0.5  # agent-sandbox objects are polled, not watched (see the module docstring)
 TOMBSTONE_RETENTION = datetime.timedelta(minutes=10)
 
@@ -108,7 +99,7 @@ class SandboxLeaseReconciler:
         if lease.spec.cancelled:
             return await self._expire_tombstone(obj)
         phase = lease.status.phase if lease.status else None
-        if phase in ENDED:
+        if phase in SandboxLease.phases.finished:
             return await self._ended(obj)
         if phase == "Quarantined":
             return Result()  # cleanup is uncertain: nothing is returned until a person acts

@@ -20,21 +20,17 @@ import time
 from typing import Any
 
 from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
+from lessor.operator.kinds import SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
-from lessor.resources.base import GROUP, VERSION
-from lessor.resources.lease_time import timestamp, utcnow
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.sandbox import SandboxPool
 
 log = logging.getLogger(__name__)
 
-SANDBOX_POOLS = ResourceType(GROUP, VERSION, "sandboxpools", "SandboxPool")
-EXTENSIONS = "extensions.agents.x-k8s.io"
-TEMPLATES = ResourceType(EXTENSIONS, "v1beta1", "sandboxtemplates", "SandboxTemplate")
-WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWarmPool")
 POOL_LABEL = "lessor.dev/sandbox-pool"
 FINALIZER = "lessor.dev/sandbox-pool-cleanup"
 RECHECK_SECONDS = 60.0

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from lessor.protocol.durations import PositiveDuration
 from lessor.resources.base import (
     AGE,
     Condition,
@@ -21,7 +22,6 @@ from lessor.resources.base import (
     SpecModel,
     StatusModel,
 )
-from lessor.resources.durations import PositiveDuration
 
 Algorithm = Literal["RS256", "ES256", "RS384", "ES384"]
 Claims = dict[str, Any]

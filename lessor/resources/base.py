@@ -115,3 +115,8 @@ class Resource(BaseModel, Generic[SpecT, StatusT]):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SpecT
     status: StatusT | None = None
+
+    @classmethod
+    def kind_name(cls) -> str:
+        """The kind, read from the class (every resource fixes its `kind` field's default)."""
+        return str(cls.model_fields["kind"].default)

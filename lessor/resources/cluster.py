@@ -14,6 +14,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from lessor.protocol.durations import PositiveDuration
+from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
@@ -27,7 +29,6 @@ from lessor.resources.base import (
     SpecModel,
     StatusModel,
 )
-from lessor.resources.durations import PositiveDuration
 from lessor.resources.lease_time import expires_at
 
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
@@ -214,11 +215,8 @@ class ClusterLeaseSpec(SpecModel):
         return expires_at(bound_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
-LeasePhase = Literal["Pending", "Bound", "Released", "Expired", "Recycling", "Quarantined"]
-
-
 class ClusterLeaseStatus(StatusModel):
-    phase: LeasePhase | None = None
+    phase: ClusterLeasePhase | None = None
     queue_position: int | None = Field(default=None, ge=1)
     instance: ObjectRef | None = Field(default=None, description="The bound ClusterInstance.")
     bound_at: datetime.datetime | None = None
@@ -238,6 +236,7 @@ class ClusterLeaseStatus(StatusModel):
 
 class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):
     kind: Literal["ClusterLease"] = "ClusterLease"
+    phases: ClassVar[LeasePhases] = CLUSTER_LEASE
     crd: ClassVar[CrdInfo] = CrdInfo(
         plural="clusterleases",
         singular="clusterlease",

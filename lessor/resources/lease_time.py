@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Sequence
 from typing import Protocol
 
-from lessor.resources.durations import parse_duration
+from lessor.protocol.durations import parse_duration
 
 
 class Extension(Protocol):
@@ -33,20 +33,6 @@ def expires_at(
     if max_ttl is not None:
         total = min(total, parse_duration(max_ttl))
     return start + total
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def micro_timestamp(moment: datetime.datetime) -> str:
-    """RFC 3339 in UTC with microseconds, as Kubernetes writes metav1.MicroTime."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def timestamp(moment: datetime.datetime) -> str:
-    """RFC 3339 in UTC with seconds precision, as Kubernetes writes metav1.Time."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def provisioning_deadline(created: datetime.datetime, timeout: str) -> datetime.datetime:

@@ -16,6 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
+from lessor.protocol.durations import PositiveDuration
+from lessor.protocol.phases import SANDBOX_LEASE, ExecutionState, LeasePhases, SandboxLeasePhase
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
@@ -28,7 +30,6 @@ from lessor.resources.base import (
     StatusModel,
 )
 from lessor.resources.cluster import Extension, PoolName
-from lessor.resources.durations import PositiveDuration
 from lessor.resources.lease_time import expires_at
 
 # The SandboxPool's defaults, also what a lease admitted without its own copy falls back to.
@@ -145,14 +146,11 @@ class SandboxLeaseSpec(SpecModel):
         return expires_at(ready_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
-SandboxPhase = Literal[
-    "Pending", "Provisioning", "Ready", "Releasing", "Released", "Expired", "Quarantined"
-]
 ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]
 
 
 class SandboxLeaseStatus(StatusModel):
-    phase: SandboxPhase | None = None
+    phase: SandboxLeasePhase | None = None
     effective_ttl: str | None = None
     provisioning_deadline: datetime.datetime | None = Field(
         default=None, description="From the lease's creation time; never reset by a retry."
@@ -176,6 +174,7 @@ class SandboxLeaseStatus(StatusModel):
 
 class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
     kind: Literal["SandboxLease"] = "SandboxLease"
+    phases: ClassVar[LeasePhases] = SANDBOX_LEASE
     crd: ClassVar[CrdInfo] = CrdInfo(
         plural="sandboxleases",
         singular="sandboxlease",
@@ -255,11 +254,6 @@ class SandboxExecutionSpec(SpecModel):
     detach: bool = False
     requester: str | None = Field(default=None, max_length=1024)
     cancel_requested: bool = False
-
-
-ExecutionState = Literal[
-    "Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"
-]
 
 
 class SandboxExecutionStatus(StatusModel):

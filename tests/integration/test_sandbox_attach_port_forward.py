@@ -46,7 +46,7 @@ from lessor.cli.config import Target
 from lessor.cli.errors import ApiError
 from lessor.cli.stream_client import Closed, StreamClient
 from lessor.controlplane.cluster import FORWARDED_PORTS, LocalControlPlane
-from lessor.stream_frames import (
+from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     DURATION_LIMIT,
     IDLE_TIMEOUT,

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lessor.resources.durations import PATTERN, format_duration, parse_duration
+from lessor.protocol.durations import PATTERN, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from lessor.apiserver.errors import BadRequestError
 from lessor.apiserver.websocket import MAX_MESSAGE, HandshakeError, PeerClosed, WebSocket, handshake
 from lessor.cli.commands.streams import _ports
 from lessor.cli.errors import CliError
-from lessor.stream_frames import (
+from lessor.protocol.stream_frames import (
     PROTOCOL_ERROR,
     RESIZE,
     STDIN,

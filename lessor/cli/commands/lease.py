@@ -21,9 +21,9 @@ from lessor.cli.commands.sandbox import wait_ready
 from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.files import write_private
 from lessor.cli.progress import Progress
-from lessor.resources.durations import parse_duration
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.phases import CLUSTER_LEASE
 
-ENDED = ("Released", "Expired", "Recycling", "Quarantined")
 _FIRST_POLL, _MAX_POLL = 0.1, 1.0
 
 
@@ -107,7 +107,7 @@ def _wait(
         phase = lease.get("phase")
         if phase == "Bound" and lease.get("kubeconfig"):
             return lease
-        if phase in ENDED:
+        if phase in CLUSTER_LEASE.ended:
             raise CliError(f"lease {lease_id} ended while waiting: {phase}")
         queue = lease.get("queue_position")
         progress.update(

@@ -7,8 +7,8 @@ import argparse
 
 from lessor.cli import context, output
 from lessor.cli.errors import USAGE, CliError
-from lessor.lease_ids import SANDBOX_LEASE_ID
-from lessor.resources.durations import parse_duration
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
 
 
 def _sandbox(lease_id: str) -> bool:

@@ -21,10 +21,9 @@ from lessor.cli import context, output
 from lessor.cli.client import Client, server_id
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
-from lessor.resources.durations import parse_duration
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.phases import EXECUTION_FINISHED, SANDBOX_LEASE
 
-TERMINAL = ("Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown")
-LEASE_ENDED = ("Releasing", "Released", "Expired", "Quarantined")
 TIMED_OUT, CANCELLED = 124, 125
 FOLLOW_PAUSE = 0.2
 
@@ -109,7 +108,7 @@ def follow(
                 sink.flush()
             offsets[f"{stream}Offset"] = window[stream]["nextOffset"]
         more = window["stdout"]["more"] or window["stderr"]["more"]
-        if not more and (window["state"] in TERMINAL or not until_end):
+        if not more and (window["state"] in EXECUTION_FINISHED or not until_end):
             last: dict[str, Any] = window
             return last
         if not more:
@@ -175,7 +174,7 @@ def wait_ready(
         lease: dict[str, Any] = client.call("GET", f"/v1/sandbox-leases/{lease_id}")
         if lease["phase"] == "Ready":
             return lease
-        if lease["phase"] in LEASE_ENDED:
+        if lease["phase"] in SANDBOX_LEASE.ended:
             raise CliError(f"sandbox lease {lease_id} ended before it was Ready: {lease['phase']}")
         if timeout is not None and time.monotonic() - started > timeout:
             raise TimeoutError

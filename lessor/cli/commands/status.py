@@ -10,8 +10,7 @@ from lessor.cli import context, output
 from lessor.cli.client import Client, Credential
 from lessor.cli.errors import CliError
 from lessor.cli.sessions import Session
-
-SANDBOX_ENDED = ("Released", "Expired")
+from lessor.protocol.phases import SANDBOX_LEASE
 
 
 def _credential(client: Client) -> Credential | None:
@@ -50,7 +49,7 @@ def status(args: argparse.Namespace) -> int:
         sandbox_leases = [
             lease
             for lease in client.call("GET", "/v1/sandbox-leases")
-            if lease["phase"] not in SANDBOX_ENDED
+            if lease["phase"] not in SANDBOX_LEASE.finished
         ]
     session = client.session
     result = {

@@ -1,5 +1,5 @@
 """`lessor attach` and `lessor port-forward`: WebSocket sessions with a sandbox
-(lessor.cli.stream_client; frames in lessor.stream_frames).
+(lessor.cli.stream_client; frames in lessor.protocol.stream_frames).
 
 attach: on a terminal, the terminal is put in raw mode (every key goes to the sandbox, Ctrl-C
 included), its size is sent at the start and on every SIGWINCH, and Ctrl-] detaches, as in
@@ -31,7 +31,7 @@ from lessor.cli import context
 from lessor.cli.client import Client
 from lessor.cli.errors import INTERRUPTED, SERVER, USAGE, CliError
 from lessor.cli.stream_client import Closed, StreamClient
-from lessor.stream_frames import (
+from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     LEASE_ENDED,
     NORMAL,

@@ -12,7 +12,7 @@ import logging
 import secrets
 
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, ResourceType
-from lessor.resources.lease_time import micro_timestamp, utcnow
+from lessor.protocol.timestamps import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from lessor.operator.runtime import metrics
 from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
-from lessor.resources.lease_time import micro_timestamp, utcnow
+from lessor.protocol.timestamps import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
 

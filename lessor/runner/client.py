@@ -30,14 +30,14 @@ from kubernetes.stream.ws_client import get_websocket_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from websocket import ABNF, WebSocket, WebSocketException
 
-from lessor.runner.runner import WINDOW
+from lessor.protocol.runner import LOG_WINDOW
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
-# The largest honest answer is two windows of WINDOW bytes, base64-encoded, and a few fields.
-MAX_ANSWER_BYTES = 4 * WINDOW
+# The largest honest answer is two windows of LOG_WINDOW bytes, base64-encoded, and a few fields.
+MAX_ANSWER_BYTES = 4 * LOG_WINDOW
 MAX_MESSAGE = 1000
 Json = dict[str, Any]
 Timestamp = Annotated[str, Field(max_length=40, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$")]
@@ -49,11 +49,11 @@ class RunnerError(Exception):
 
 
 class Window(BaseModel):
-    """A window of retained output: base64 of at most WINDOW bytes."""
+    """A window of retained output: base64 of at most LOG_WINDOW bytes."""
 
     model_config = ConfigDict(extra="ignore")
 
-    data: str = Field(default="", max_length=(WINDOW + 2) // 3 * 4)
+    data: str = Field(default="", max_length=(LOG_WINDOW + 2) // 3 * 4)
     next_offset: int = Field(default=0, ge=0, le=1 << 40, alias="nextOffset")
     more: bool = False
 

@@ -1,6 +1,6 @@
 """The forms of lease ids, a contract between the API server, which makes them, and the CLI,
 which tells the two kinds apart and uses an id in file names (`~/.kube/lessor-<id>`). Light to
-import, like lessor.stream_frames, as the CLI imports it.
+import, like lessor.protocol.stream_frames, as the CLI imports it.
 
 Every lease id is a DNS label (a Kubernetes object name the server chose): a cluster lease's is
 `l` and 12 hex digits, a Sandbox lease's `s` and 24. The CLI refuses any other id a server

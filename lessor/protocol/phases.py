@@ -1,0 +1,56 @@
+"""The phases a lease reports and the states of an execution, with the groups every component
+decides by. One declaration: the CRD models type their status with these literals, the operator
+and the API server decide with these groups, and the CLI reads the API's answers with them, so
+no two components can disagree about, say, whether a Recycling lease still counts against its
+owner (it does) or can still become Bound (it cannot)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ClusterLeasePhase = Literal["Pending", "Bound", "Released", "Expired", "Recycling", "Quarantined"]
+SandboxLeasePhase = Literal[
+    "Pending", "Provisioning", "Ready", "Releasing", "Released", "Expired", "Quarantined"
+]
+ExecutionState = Literal[
+    "Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"
+]
+
+# An execution in one of these states has an outcome; nothing will change it again.
+EXECUTION_FINISHED: frozenset[str] = frozenset(
+    {"Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"}
+)
+
+
+@dataclass(frozen=True)
+class LeasePhases:
+    """The groups of one kind of lease. `None` (no phase yet: the operator has not seen the
+    lease) belongs to no group but holding."""
+
+    usable: str
+    """The phase in which the leased thing can be used (Bound, Ready)."""
+    ended: frozenset[str]
+    """It will never be usable again: a client waiting for `usable` gives up."""
+    finished: frozenset[str]
+    """Terminal: nothing happens to the lease any more but its deletion after retention."""
+    released_slot: frozenset[str]
+    """It no longer counts against its owner's concurrency ceiling."""
+
+    def holds_slot(self, phase: str | None) -> bool:
+        return phase not in self.released_slot
+
+
+CLUSTER_LEASE = LeasePhases(
+    usable="Bound",
+    ended=frozenset({"Released", "Expired", "Recycling", "Quarantined"}),
+    finished=frozenset({"Released", "Expired"}),
+    # Recycling holds its slot: the cluster is still being torn down on the owner's account.
+    released_slot=frozenset({"Released", "Expired", "Quarantined"}),
+)
+SANDBOX_LEASE = LeasePhases(
+    usable="Ready",
+    ended=frozenset({"Releasing", "Released", "Expired", "Quarantined"}),
+    finished=frozenset({"Released", "Expired"}),
+    released_slot=frozenset({"Released", "Expired", "Quarantined"}),
+)
