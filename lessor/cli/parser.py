@@ -57,6 +57,13 @@ def _output() -> argparse.ArgumentParser:
     return output
 
 
+def _command_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `exec` both take: the command and how it runs."""
+    parser.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
+    parser.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+
+
 def _command(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
@@ -190,9 +197,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     run.add_argument("pool", metavar="POOL")
     run.add_argument("--ttl", metavar="DURATION", help="lease TTL; default the pool's")
-    run.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
-    run.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
-    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    _command_arguments(run)
     execute = _command(
         commands,
         "exec",
@@ -203,9 +208,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     execute.add_argument("lease_id", metavar="LEASE")
     execute.add_argument("--detach", action="store_true", help="do not wait for the command")
-    execute.add_argument("--timeout", metavar="DURATION", help="default 60s, at most 1h")
-    execute.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
-    execute.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    _command_arguments(execute)
     logs = _command(
         commands,
         "logs",

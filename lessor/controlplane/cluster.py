@@ -31,6 +31,7 @@ from lessor.controlplane.kubectl import run_kubectl
 from lessor.controlplane.pki import CertificateAuthority, service_account_key, write_private
 from lessor.controlplane.ports import PortReservation
 from lessor.controlplane.processes import ProcessRecord, spawn, terminate
+from lessor.protocol.kubeconfig import kubeconfig
 
 NODE_NAME = "kwok-node-0"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -246,30 +247,12 @@ class LocalControlPlane:
         def b64(name: str) -> str:
             return base64.b64encode((self.pki / name).read_bytes()).decode()
 
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "lessor-local",
-                    "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")},
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": b64(f"{user}.crt"),
-                        "client-key-data": b64(f"{user}.key"),
-                    },
-                }
-            ],
-            "contexts": [
-                {"name": "lessor-local", "context": {"cluster": "lessor-local", "user": user}}
-            ],
-            "current-context": "lessor-local",
+        credentials = {
+            "client-certificate-data": b64(f"{user}.crt"),
+            "client-key-data": b64(f"{user}.key"),
         }
-        write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+        document = kubeconfig("lessor-local", server, user, credentials, ca_data=b64("ca.crt"))
+        write_private(path, document.encode())
 
     def _spawn(self, state: ClusterState, name: str, argv: list[str], detached: bool) -> None:
         state.processes.append(spawn(name, argv, self.logs / f"{name}.log", detached=detached))

@@ -1,0 +1,36 @@
+"""The kubeconfig documents lessor writes: one cluster, one user, one context, self-contained
+(certificates embedded), so a file works from any directory and on any machine. One builder for
+the leases' kubeconfigs and the local control plane's own."""
+
+from __future__ import annotations
+
+import yaml
+
+
+def kubeconfig(
+    name: str,
+    server: str,
+    user: str,
+    credentials: dict[str, str],
+    *,
+    ca_data: str | None = None,
+    namespace: str | None = None,
+) -> str:
+    """`credentials` is the kubeconfig user entry (`token`, or `client-certificate-data` and
+    `client-key-data`); `ca_data` is base64 PEM, absent when the server's certificate is
+    trusted by the system."""
+    cluster: dict[str, str] = {"server": server}
+    if ca_data:
+        cluster["certificate-authority-data"] = ca_data
+    context = {"cluster": name, "user": user} | ({"namespace": namespace} if namespace else {})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": cluster}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": name, "context": context}],
+            "current-context": name,
+        },
+        sort_keys=False,
+    )
