@@ -17,16 +17,17 @@ import logging
 
 from kubernetes import client as kubernetes
 
+from lessor.operator.context import Context
 from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
 from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.sandbox import ExecutionCommand, command_secret_name
-from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner
+from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner, configuration
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,17 @@ def _start_overdue(obj: JSON, status: JSON) -> str | None:
     if utcnow() - created < window:
         return None
     return f"{window.total_seconds():g}s"
+
+
+def setup(context: Context) -> Controller:
+    """An execution is reconciled when it changes; while it runs, by its own requeues."""
+    executions = context.informer(EXECUTIONS)
+    reconciler = ExecutionReconciler(
+        context.client,
+        executions=executions,
+        exec_settings=configuration(context.settings.kubeconfig),
+    )
+    return context.controller("sandboxexecution", reconciler.reconcile).watch(executions)
 
 
 class ExecutionReconciler:

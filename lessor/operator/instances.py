@@ -16,12 +16,22 @@ import datetime
 import logging
 
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef
+from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
-from lessor.operator.kinds import INSTANCE_FINALIZER, INSTANCES, SECRETS
+from lessor.operator.context import Context
+from lessor.operator.kinds import (
+    BY_CLAIM,
+    INSTANCE_FINALIZER,
+    INSTANCES,
+    LEASES,
+    SECRETS,
+    index_by_claim,
+)
 from lessor.operator.runtime.client import JSON, ConflictError, KubeClient
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
@@ -41,6 +51,34 @@ QUARANTINE_RECHECK = 60.0
 
 def kubeconfig_secret_name(instance_name: str) -> str:
     return f"{instance_name}-kubeconfig"
+
+
+def setup(context: Context) -> Controller:
+    """An instance is reconciled when it changes and when the lease that claims it does (a
+    claiming lease that is gone orphans the reservation)."""
+    settings = context.settings
+    instances = context.informer(INSTANCES, {BY_CLAIM: index_by_claim})
+    leases = context.informer(LEASES)
+    reconciler = InstanceReconciler(
+        context.client,
+        instances=instances,
+        leases=leases,
+        backends=Backends(
+            context.client, LocalBackend(settings.local_backend_dir), settings.test_backends
+        ),
+        events=context.events,
+        teardown_grace=settings.teardown_grace,
+    )
+
+    def claimed_by(lease: JSON) -> list[str]:
+        uid = lease["metadata"].get("uid", "")
+        return [key_of(instance) for instance in instances.store.by_index(BY_CLAIM, uid)]
+
+    return (
+        context.controller("clusterinstance", reconciler.reconcile)
+        .watch(instances)
+        .watch(leases, claimed_by)
+    )
 
 
 class InstanceReconciler:

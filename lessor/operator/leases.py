@@ -19,11 +19,24 @@ import datetime
 import logging
 from collections.abc import Callable
 
-from lessor.operator.kinds import BY_CLAIM, BY_POOL, INSTANCES, LEASE_FINALIZER, LEASES, SECRETS
+from lessor.operator.context import Context
+from lessor.operator.kinds import (
+    BY_CLAIM,
+    BY_POOL,
+    INSTANCES,
+    LEASE_FINALIZER,
+    LEASES,
+    POOLS,
+    SECRETS,
+    index_by_claim,
+    index_by_pool,
+    pool_key,
+)
 from lessor.operator.runtime.client import JSON, ConflictError, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
@@ -53,6 +66,41 @@ def _is_free(instance: JSON) -> bool:
         and not instance.get("spec", {}).get("claimRef")
         and not instance["metadata"].get("deletionTimestamp")
     )
+
+
+def setup(context: Context) -> Controller:
+    """A lease is reconciled when it changes; when its pool changes (it may now exist, or have
+    another TTL); and when an instance changes: the lease that claims it (binding, teardown),
+    and the pending leases of its pool (a ready instance may take the head of the queue)."""
+    pools = context.informer(POOLS)
+    instances = context.informer(INSTANCES, {BY_POOL: index_by_pool, BY_CLAIM: index_by_claim})
+    leases = context.informer(LEASES, {BY_POOL: index_by_pool})
+    reconciler = LeaseReconciler(
+        context.client,
+        pools=pools,
+        instances=instances,
+        leases=leases,
+        events=context.events,
+        enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
+        retention=context.settings.lease_retention,
+    )
+    controller = context.controller("clusterlease", reconciler.reconcile)
+
+    def of_pool(pool: JSON) -> list[str]:
+        return [key_of(lease) for lease in leases.store.by_index(BY_POOL, key_of(pool))]
+
+    def of_instance(instance: JSON) -> list[str]:
+        keys = []
+        claim = instance.get("spec", {}).get("claimRef")
+        if claim:
+            keys.append(f"{instance['metadata'].get('namespace')}/{claim['name']}")
+        return keys + [
+            key_of(lease)
+            for lease in leases.store.by_index(BY_POOL, pool_key(instance))
+            if lease.get("status", {}).get("phase") in (None, "Pending")
+        ]
+
+    return controller.watch(leases).watch(pools, of_pool).watch(instances, of_instance)
 
 
 class LeaseReconciler:

@@ -31,7 +31,9 @@ from __future__ import annotations
 import datetime
 import logging
 
-from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOXES, SERVICES
+from lessor.operator.compatibility import CompatibilityCache
+from lessor.operator.context import Context
+from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOX_POOLS, SANDBOXES, SERVICES
 from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import (
     JSON,
@@ -40,10 +42,11 @@ from lessor.operator.runtime.client import (
     NotFoundError,
     ResourceType,
 )
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.sandboxpools import CompatibilityCache, child_name
+from lessor.operator.runtime.store import key_of
+from lessor.operator.sandbox_pools import BY_SANDBOX_POOL, child_name, index_by_sandbox_pool
 from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.lease_time import provisioning_deadline
@@ -67,6 +70,37 @@ def _ready(claim: JSON) -> bool:
 def _ref(obj: JSON) -> dict[str, str]:
     metadata = obj["metadata"]
     return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
+
+
+def setup(context: Context) -> Controller:
+    """A lease is reconciled when it changes, and a pending one also when its pool does (the
+    pool may now exist, or have its warm pool)."""
+    settings = context.settings
+    pools = context.informer(SANDBOX_POOLS)
+    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    reconciler = SandboxLeaseReconciler(
+        context.client,
+        leases=leases,
+        pools=pools,
+        events=context.events,
+        compatibility=context.compatibility,
+        sandboxes=settings.sandbox_namespace,
+        teardown_grace=settings.teardown_grace,
+        retention=settings.lease_retention,
+    )
+
+    def pending_of(pool: JSON) -> list[str]:
+        return [
+            key_of(lease)
+            for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(pool))
+            if lease.get("status", {}).get("phase") in (None, "Pending")
+        ]
+
+    return (
+        context.controller("sandboxlease", reconciler.reconcile)
+        .watch(leases)
+        .watch(pools, pending_of)
+    )
 
 
 class SandboxLeaseReconciler:

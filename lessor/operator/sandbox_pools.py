@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
-from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
-from lessor.operator.kinds import SANDBOX_POOLS, TEMPLATES, WARM_POOLS
+from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
+from lessor.operator.context import Context
+from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
 from lessor.protocol.timestamps import timestamp, utcnow
@@ -33,38 +33,7 @@ log = logging.getLogger(__name__)
 
 POOL_LABEL = "lessor.dev/sandbox-pool"
 FINALIZER = "lessor.dev/sandbox-pool-cleanup"
-RECHECK_SECONDS = 60.0
-RECHECK_FAILING_SECONDS = 10.0  # a fix (installing agent-sandbox) is noticed soon
 REFRESH_SECONDS = 10.0
-
-
-class CompatibilityCache:
-    """The compatibility verdict, read at most once a minute (CRDs rarely change)."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
-        self._verdict: Compatibility | None = None
-        self._checked = 0.0
-
-    async def verdict(self) -> Compatibility:
-        if self._verdict is not None:
-            wait = RECHECK_SECONDS if self._verdict.ok else RECHECK_FAILING_SECONDS
-            if time.monotonic() - self._checked < wait:
-                return self._verdict
-        found: dict[str, JSON | Exception | None] = {}
-        for name in FINGERPRINTS:
-            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-            try:
-                found[name] = await self.client.get(path)
-            except NotFoundError:
-                found[name] = None
-            except ApiError as error:
-                found[name] = error
-        verdict = evaluate(found)
-        if self._verdict is None or verdict.problems != self._verdict.problems:
-            log.log(logging.INFO if verdict.ok else logging.ERROR, "%s", verdict.reason)
-        self._verdict, self._checked = verdict, time.monotonic()
-        return verdict
 
 
 def child_name(pool: str) -> str:
@@ -95,6 +64,24 @@ HOLDING = ("Provisioning", "Ready", "Releasing")
 
 def index_by_sandbox_pool(obj: JSON) -> list[str]:
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
+
+
+def setup(context: Context) -> Controller:
+    """A pool is reconciled when it changes and when any of its leases does (its counts)."""
+    pools = context.informer(SANDBOX_POOLS)
+    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    reconciler = SandboxPoolReconciler(
+        context.client,
+        pools=pools,
+        leases=leases,
+        compatibility=context.compatibility,
+        sandboxes=context.settings.sandbox_namespace,
+    )
+    return (
+        context.controller("sandboxpool", reconciler.reconcile)
+        .watch(pools)
+        .watch(leases, index_by_sandbox_pool)
+    )
 
 
 class SandboxPoolReconciler:
