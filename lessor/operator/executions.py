@@ -26,7 +26,11 @@ from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.timestamps import utcnow
-from lessor.resources.sandbox import ExecutionCommand, command_secret_name
+from lessor.resources.sandbox import (
+    ExecutionCommand,
+    SandboxExecutionStatus,
+    command_secret_name,
+)
 from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner, configuration
 
 log = logging.getLogger(__name__)
@@ -36,20 +40,20 @@ RETRY_SECONDS = 2.0
 START_WINDOW = datetime.timedelta(seconds=60)
 
 
-def _poll_interval(started_at: str | None) -> float:
+def _poll_interval(started_at: datetime.datetime | None) -> float:
     """Quick for short commands, and a tenth of the age for long ones (at most 5 s): a command
     that has run ten minutes is not asked about four times a second."""
-    if not started_at:
+    if started_at is None:
         return POLL_SECONDS
-    age = (utcnow() - datetime.datetime.fromisoformat(started_at)).total_seconds()
+    age = (utcnow() - started_at).total_seconds()
     return min(MAX_POLL_SECONDS, max(POLL_SECONDS, age / 10))
 
 
-def _start_overdue(obj: JSON, status: JSON) -> str | None:
+def _start_overdue(obj: JSON, status: SandboxExecutionStatus) -> str | None:
     """The start window, once a never-started execution has outlived it: its own timeout, at
     most START_WINDOW (a command that cannot start within its timeout could not have ended in
     time either)."""
-    if status.get("state") not in (None, "Queued"):
+    if status.state not in (None, "Queued"):
         return None
     window = min(START_WINDOW, parse_duration(obj["spec"]["timeout"]))
     created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
@@ -87,14 +91,14 @@ class ExecutionReconciler:
         obj = self.executions.store.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Result()
-        status = dict(obj.get("status") or {})
-        if status.get("state") in EXECUTION_FINISHED:
+        status = SandboxExecutionStatus.model_validate(obj.get("status") or {})
+        if status.state in EXECUTION_FINISHED:
             return Result()
         request: JSON = {"op": "status"}
         refused = None  # why it must not start, if it must not
         if obj["spec"].get("cancelRequested"):
             request = {"op": "cancel"}  # never started: the runner knows none, and none starts
-        elif status.get("state") in (None, "Queued"):
+        elif status.state in (None, "Queued"):
             request, refused = await self._start(obj)
         try:
             answer = await self._call(obj, request)
@@ -107,11 +111,14 @@ class ExecutionReconciler:
                 answer = RunnerAnswer(state="Failed", message=refused)
             else:
                 return await self._unreachable(obj, status, str(answer.error))
-        status.update(answer.status_fields())
+        answered = SandboxExecutionStatus.model_validate(answer.status_fields())
+        status = status.model_copy(
+            update={name: getattr(answered, name) for name in answered.model_fields_set}
+        )
         await write_status(self.client, EXECUTIONS, obj, status)
-        if status["state"] in EXECUTION_FINISHED:
+        if status.state in EXECUTION_FINISHED:
             return Result()
-        return Result(requeue_after=_poll_interval(status.get("startedAt")))
+        return Result(requeue_after=_poll_interval(status.started_at))
 
     async def _start(self, obj: JSON) -> tuple[JSON, str | None]:
         """`start` with the argv and cwd of the execution's Secret once they have its
@@ -139,7 +146,7 @@ class ExecutionReconciler:
         request = {"id": obj["metadata"]["name"], **request}
         return await asyncio.to_thread(call_runner, self.exec_settings, Runner.of(obj), request)
 
-    async def _unreachable(self, obj: JSON, status: JSON, why: str) -> Result:
+    async def _unreachable(self, obj: JSON, status: SandboxExecutionStatus, why: str) -> Result:
         """Retry while the lease is Ready (a passing fault), except for an execution that has
         not been seen starting within its start window (a wrong runner path, a sandbox without
         python3); otherwise the outcome is lost. Either way it becomes Unknown, never Failed:
@@ -163,6 +170,6 @@ class ExecutionReconciler:
             message = f"the runner did not answer for {waited}; the outcome is unknown ({why})"
         else:
             message = f"the sandbox is gone; the outcome is unknown ({why})"
-        status.update(state="Unknown", message=message[:1000])
+        status.state, status.message = "Unknown", message[:1000]
         await write_status(self.client, EXECUTIONS, obj, status)
         return Result()

@@ -35,18 +35,24 @@ from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
+    now_seconds,
     owner_reference,
     remove_finalizer,
     write_status,
 )
-from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import ClusterInstance
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Teardown
 
 log = logging.getLogger(__name__)
 
 CREATING_TIMEOUT = datetime.timedelta(minutes=5)
 HEALTH_INTERVAL = 15.0
 QUARANTINE_RECHECK = 60.0
+
+
+def _status(instance: ClusterInstance) -> ClusterInstanceStatus:
+    """A copy of the instance's status to change and write (the instance keeps what was read)."""
+    return instance.status.model_copy() if instance.status else ClusterInstanceStatus()
 
 
 def kubeconfig_secret_name(instance_name: str) -> str:
@@ -120,37 +126,38 @@ class InstanceReconciler:
             )
             await delete_fenced(self.client, INSTANCES, obj)
             return Result()
-        status = dict(obj.get("status") or {})
+        status = _status(instance)
         try:
             await backend.provision(ref)
             readiness = await backend.readiness(ref)
         except BackendError as error:
-            status.update(phase=status.get("phase") or "Creating", message=str(error))
+            status.phase, status.message = status.phase or "Creating", str(error)
             await write_status(self.client, INSTANCES, obj, status)
             raise
-        status["backendDetails"] = readiness.details
+        status.backend_details = readiness.details
         if "endpoint" in readiness.details:
-            status["endpoint"] = readiness.details["endpoint"]
-        status["message"] = readiness.message
+            status.endpoint = readiness.details["endpoint"]
+        status.message = readiness.message
+        was_ready = status.phase in ("Ready", "Leased")
         if readiness.ready:
             await self._publish_kubeconfig(obj, ref, backend)
-            status["kubeconfigSecret"] = kubeconfig_secret_name(ref.name)
-            status.setdefault("readyAt", timestamp(utcnow()))
-            status["phase"] = "Leased" if instance.spec.claim_ref else "Ready"
-            if obj.get("status", {}).get("phase") not in ("Ready", "Leased"):
+            status.kubeconfig_secret = kubeconfig_secret_name(ref.name)
+            if status.ready_at is None:
+                status.ready_at = now_seconds()
+            status.phase = "Leased" if instance.spec.claim_ref else "Ready"
+            if not was_ready:
                 await self.events.record(obj, "Normal", "Ready", readiness.message)
             await write_status(self.client, INSTANCES, obj, status)
             return Result(requeue_after=HEALTH_INTERVAL)
-        was_ready = status.get("phase") in ("Ready", "Leased")
         created = meta.creation_timestamp or utcnow()
         if was_ready or utcnow() - created > CREATING_TIMEOUT:
-            if status.get("phase") != "Unhealthy":
+            if status.phase != "Unhealthy":
                 await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
-            status["phase"] = "Unhealthy"
+            status.phase = "Unhealthy"
         else:
-            status["phase"] = "Creating"
+            status.phase = "Creating"
         await write_status(self.client, INSTANCES, obj, status)
-        return Result(requeue_after=1.0 if status["phase"] == "Creating" else 5.0)
+        return Result(requeue_after=1.0 if status.phase == "Creating" else 5.0)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref
@@ -183,9 +190,9 @@ class InstanceReconciler:
         if INSTANCE_FINALIZER not in instance.metadata.finalizers:
             return Result()
         backend = self.backends.for_spec(instance.spec.backend)
-        status = dict(obj.get("status") or {})
-        if status.get("phase") not in ("Recycling", "Quarantined"):
-            status["phase"] = "Recycling"
+        status = _status(instance)
+        if status.phase not in ("Recycling", "Quarantined"):
+            status.phase = "Recycling"
             obj = await write_status(self.client, INSTANCES, obj, status)
             await self.events.record(obj, "Normal", "Recycling", "tearing the cluster down")
         try:
@@ -193,37 +200,34 @@ class InstanceReconciler:
         except BackendError as error:
             log.warning("instance %s: teardown failed: %s", ref.name, error)
         report = await backend.verify_teardown(ref)
-        previous = status.get("teardown") or {}
+        previous = status.teardown
         unchanged = (
-            previous.get("evidence") == report.evidence
-            and previous.get("verified") == report.verified
+            previous is not None
+            and previous.evidence == report.evidence
+            and previous.verified == report.verified
         )
         # A recheck that finds the same remains rewrites nothing (no status churn, no event storm).
-        checked_at = previous.get("checkedAt") if unchanged else timestamp(utcnow())
-        started_at = previous.get("startedAt") or timestamp(utcnow())
-        checked = {
-            "verified": report.verified,
-            "evidence": report.evidence,
-            "checkedAt": checked_at,
-            "startedAt": started_at,
-        }
+        checked_at = previous.checked_at if previous is not None and unchanged else now_seconds()
+        started_at = (previous.started_at if previous is not None else None) or now_seconds()
+        status.teardown = Teardown(
+            verified=report.verified,
+            evidence=report.evidence,
+            checked_at=checked_at,
+            started_at=started_at,
+        )
         if report.verified:
-            status["teardown"] = checked
             obj = await write_status(self.client, INSTANCES, obj, status)
             await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             await remove_finalizer(self.client, INSTANCES, obj, INSTANCE_FINALIZER)
             return Result()
-        elapsed = utcnow() - datetime.datetime.fromisoformat(started_at.replace("Z", "+00:00"))
-        if status.get("phase") != "Quarantined" and elapsed < self.teardown_grace:
+        if status.phase != "Quarantined" and utcnow() - started_at < self.teardown_grace:
             # Deletions take a moment (pods terminating, volumes detaching): look again before
             # concluding that the cleanup cannot be verified.
-            status.update(phase="Recycling", teardown=checked)
+            status.phase = "Recycling"
             await write_status(self.client, INSTANCES, obj, status)
             return Result(requeue_after=2.0)
-        if status.get("phase") != "Quarantined":
+        if status.phase != "Quarantined":
             await self.events.record(obj, "Warning", "Quarantined", "; ".join(report.evidence))
-        status.update(
-            phase="Quarantined", teardown=checked, message="teardown could not be verified"
-        )
+        status.phase, status.message = "Quarantined", "teardown could not be verified"
         await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=QUARANTINE_RECHECK)

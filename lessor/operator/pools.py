@@ -25,7 +25,7 @@ from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import delete_fenced, owner_reference, write_status
-from lessor.resources.cluster import ClusterPool
+from lessor.resources.cluster import ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +125,19 @@ class PoolReconciler:
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
-        status = dict(obj.get("status") or {})
-        status.update(
-            counts, queueDepth=len(pending), observedGeneration=obj["metadata"].get("generation")
-        )
         degraded = counts["unhealthy"] or counts["quarantined"]
         serving = counts["ready"] + counts["leased"] + counts["creating"]
-        status["phase"] = (
-            "Unavailable"
-            if not serving and pool.spec.warm_target
-            else ("Degraded" if degraded else "Healthy")
+        status = (pool.status or ClusterPoolStatus()).model_copy(
+            update={
+                **counts,
+                "queue_depth": len(pending),
+                "observed_generation": pool.metadata.generation,
+                "phase": (
+                    "Unavailable"
+                    if not serving and pool.spec.warm_target
+                    else ("Degraded" if degraded else "Healthy")
+                ),
+            }
         )
         await write_status(self.client, POOLS, obj, status)
         more = deficit > MAX_CREATES_PER_PASS

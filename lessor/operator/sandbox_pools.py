@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Literal
 
 from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
 from lessor.operator.context import Context
@@ -25,9 +25,15 @@ from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
-from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.sandbox import SandboxPool
+from lessor.operator.writes import (
+    add_finalizer,
+    delete_fenced,
+    now_seconds,
+    remove_finalizer,
+    write_status,
+)
+from lessor.resources.base import Condition, ObjectRef
+from lessor.resources.sandbox import SandboxPool, SandboxPoolStatus
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +46,24 @@ def child_name(pool: str) -> str:
     return f"lessor-{pool}"[:63]
 
 
-def _condition(obj: JSON, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    previous: dict[str, Any] = next(
-        (c for c in obj.get("status", {}).get("conditions", [])
-         if c.get("type") == "AgentSandboxCompatible"),
-        {},
-    )  # fmt: skip
-    status = "True" if ok else "False"
-    moved = previous.get("status") != status
-    return {
-        "type": "AgentSandboxCompatible",
-        "status": status,
-        "reason": reason,
-        "message": message[:1000],
-        "lastTransitionTime": timestamp(utcnow()) if moved else previous["lastTransitionTime"],
-        "observedGeneration": obj["metadata"].get("generation"),
-    }
+def _condition(pool: SandboxPool, ok: bool, reason: str, message: str) -> Condition:
+    """The pool's AgentSandboxCompatible condition; its transition time moves only when its
+    status does."""
+    conditions = pool.status.conditions if pool.status else []
+    previous = next((c for c in conditions if c.type == "AgentSandboxCompatible"), None)
+    status: Literal["True", "False"] = "True" if ok else "False"
+    if previous is None or previous.status != status:
+        transition = now_seconds()
+    else:
+        transition = previous.last_transition_time
+    return Condition(
+        type="AgentSandboxCompatible",
+        status=status,
+        reason=reason,
+        message=message[:1000],
+        last_transition_time=transition,
+        observed_generation=pool.metadata.generation,
+    )
 
 
 BY_SANDBOX_POOL = "by-sandbox-pool"
@@ -120,14 +128,13 @@ class SandboxPoolReconciler:
             return await self._remove_children(obj)
         obj = await add_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
         pool = SandboxPool.model_validate(obj)
-        status = dict(obj.get("status") or {})
-        status["observedGeneration"] = obj["metadata"].get("generation")
-        status.update(self._counts(key))
+        status = (pool.status or SandboxPoolStatus()).model_copy(
+            update={"observed_generation": pool.metadata.generation, **self._counts(key)}
+        )
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
-            status.update(phase="Unavailable", conditions=[
-                _condition(obj, False, "Incompatible", verdict.reason)
-            ])  # fmt: skip
+            status.phase = "Unavailable"
+            status.conditions = [_condition(pool, False, "Incompatible", verdict.reason)]
             await write_status(self.client, SANDBOX_POOLS, obj, status)
             return Result(requeue_after=RECHECK_FAILING_SECONDS)
         template, warm_pool = await asyncio.gather(
@@ -138,12 +145,14 @@ class SandboxPoolReconciler:
             }),
         )  # fmt: skip
         ready = int(warm_pool.get("status", {}).get("readyReplicas") or 0)
-        status.update(
-            phase="Healthy" if ready >= pool.spec.warm else "Degraded",
-            ready=ready,
-            templateRef=_reference(template),
-            warmPoolRef=_reference(warm_pool),
-            conditions=[_condition(obj, True, "Compatible", verdict.reason)],
+        status = status.model_copy(
+            update={
+                "phase": "Healthy" if ready >= pool.spec.warm else "Degraded",
+                "ready": ready,
+                "template_ref": _reference(template),
+                "warm_pool_ref": _reference(warm_pool),
+                "conditions": [_condition(pool, True, "Compatible", verdict.reason)],
+            }
         )
         await write_status(self.client, SANDBOX_POOLS, obj, status)
         return Result(requeue_after=REFRESH_SECONDS)
@@ -185,6 +194,6 @@ class SandboxPoolReconciler:
         )
 
 
-def _reference(obj: JSON) -> dict[str, str]:
+def _reference(obj: JSON) -> ObjectRef:
     metadata = obj["metadata"]
-    return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
+    return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])
