@@ -17,16 +17,23 @@ import logging
 
 from kubernetes import client as kubernetes
 
+from lessor.operator.context import Context
 from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
 from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.timestamps import utcnow
-from lessor.resources.sandbox import ExecutionCommand, command_secret_name
-from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner
+from lessor.resources.sandbox import (
+    ExecutionCommand,
+    SandboxExecution,
+    SandboxExecutionSpec,
+    SandboxExecutionStatus,
+    command_secret_name,
+)
+from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner, configuration
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +42,37 @@ RETRY_SECONDS = 2.0
 START_WINDOW = datetime.timedelta(seconds=60)
 
 
-def _poll_interval(started_at: str | None) -> float:
+def _poll_interval(started_at: datetime.datetime | None) -> float:
     """Quick for short commands, and a tenth of the age for long ones (at most 5 s): a command
     that has run ten minutes is not asked about four times a second."""
-    if not started_at:
+    if started_at is None:
         return POLL_SECONDS
-    age = (utcnow() - datetime.datetime.fromisoformat(started_at)).total_seconds()
+    age = (utcnow() - started_at).total_seconds()
     return min(MAX_POLL_SECONDS, max(POLL_SECONDS, age / 10))
 
 
-def _start_overdue(obj: JSON, status: JSON) -> str | None:
+def _start_overdue(execution: SandboxExecution, status: SandboxExecutionStatus) -> str | None:
     """The start window, once a never-started execution has outlived it: its own timeout, at
     most START_WINDOW (a command that cannot start within its timeout could not have ended in
     time either)."""
-    if status.get("state") not in (None, "Queued"):
+    if status.state not in (None, "Queued"):
         return None
-    window = min(START_WINDOW, parse_duration(obj["spec"]["timeout"]))
-    created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
-    if utcnow() - created < window:
+    window = min(START_WINDOW, parse_duration(execution.spec.timeout))
+    created = execution.metadata.creation_timestamp
+    if created is None or utcnow() - created < window:
         return None
     return f"{window.total_seconds():g}s"
+
+
+def setup(context: Context) -> Controller:
+    """An execution is reconciled when it changes; while it runs, by its own requeues."""
+    executions = context.informer(EXECUTIONS)
+    reconciler = ExecutionReconciler(
+        context.client,
+        executions=executions,
+        exec_settings=configuration(context.settings.kubeconfig),
+    )
+    return context.controller("sandboxexecution", reconciler.reconcile).watch(executions)
 
 
 class ExecutionReconciler:
@@ -75,33 +93,37 @@ class ExecutionReconciler:
         obj = self.executions.store.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Result()
-        status = dict(obj.get("status") or {})
-        if status.get("state") in EXECUTION_FINISHED:
+        execution = SandboxExecution.model_validate(obj)
+        status = execution.status.model_copy() if execution.status else SandboxExecutionStatus()
+        if status.state in EXECUTION_FINISHED:
             return Result()
         request: JSON = {"op": "status"}
         refused = None  # why it must not start, if it must not
-        if obj["spec"].get("cancelRequested"):
+        if execution.spec.cancel_requested:
             request = {"op": "cancel"}  # never started: the runner knows none, and none starts
-        elif status.get("state") in (None, "Queued"):
-            request, refused = await self._start(obj)
+        elif status.state in (None, "Queued"):
+            request, refused = await self._start(obj, execution.spec)
         try:
             answer = await self._call(obj, request)
         except RunnerError as error:
-            return await self._unreachable(obj, status, str(error))
+            return await self._unreachable(obj, execution, status, str(error))
         if not answer.state:
             if request["op"] == "cancel":
                 answer = RunnerAnswer(state="Cancelled", message="cancelled before it started")
             elif refused is not None:
                 answer = RunnerAnswer(state="Failed", message=refused)
             else:
-                return await self._unreachable(obj, status, str(answer.error))
-        status.update(answer.status_fields())
+                return await self._unreachable(obj, execution, status, str(answer.error))
+        answered = SandboxExecutionStatus.model_validate(answer.status_fields())
+        status = status.model_copy(
+            update={name: getattr(answered, name) for name in answered.model_fields_set}
+        )
         await write_status(self.client, EXECUTIONS, obj, status)
-        if status["state"] in EXECUTION_FINISHED:
+        if status.state in EXECUTION_FINISHED:
             return Result()
-        return Result(requeue_after=_poll_interval(status.get("startedAt")))
+        return Result(requeue_after=_poll_interval(status.started_at))
 
-    async def _start(self, obj: JSON) -> tuple[JSON, str | None]:
+    async def _start(self, obj: JSON, spec: SandboxExecutionSpec) -> tuple[JSON, str | None]:
         """`start` with the argv and cwd of the execution's Secret once they have its
         commandDigest. Without such a Secret (deleted, or changed since) nothing is started:
         `status` then asks whether the API started it (with the caller's request, checked
@@ -110,9 +132,7 @@ class ExecutionReconciler:
         name = command_secret_name(obj["metadata"]["name"])
         try:
             secret = await self.client.get(SECRETS.path(obj["metadata"]["namespace"], name))
-            command = ExecutionCommand.from_secret(
-                secret.get("data"), obj["spec"].get("commandDigest", "")
-            )
+            command = ExecutionCommand.from_secret(secret.get("data"), spec.command_digest)
         except NotFoundError:
             return {"op": "status"}, f"not started: its command Secret {name} does not exist"
         except ValueError:
@@ -121,29 +141,35 @@ class ExecutionReconciler:
                 " reserved with (spec.commandDigest)"
             )
         start = {"op": "start", "argv": command.command, "cwd": command.cwd}
-        return {**start, "timeout": parse_duration(obj["spec"]["timeout"]).total_seconds()}, None
+        return {**start, "timeout": parse_duration(spec.timeout).total_seconds()}, None
 
     async def _call(self, obj: JSON, request: JSON) -> RunnerAnswer:
         request = {"id": obj["metadata"]["name"], **request}
         return await asyncio.to_thread(call_runner, self.exec_settings, Runner.of(obj), request)
 
-    async def _unreachable(self, obj: JSON, status: JSON, why: str) -> Result:
+    async def _unreachable(
+        self,
+        obj: JSON,
+        execution: SandboxExecution,
+        status: SandboxExecutionStatus,
+        why: str,
+    ) -> Result:
         """Retry while the lease is Ready (a passing fault), except for an execution that has
         not been seen starting within its start window (a wrong runner path, a sandbox without
         python3); otherwise the outcome is lost. Either way it becomes Unknown, never Failed:
         an attempt that did not answer may still have started the command."""
-        lease_ref = obj["spec"]["lease"]
+        lease_ref = execution.spec.lease
         try:
             lease = await self.client.get(
-                SANDBOX_LEASES.path(obj["metadata"]["namespace"], lease_ref["name"])
+                SANDBOX_LEASES.path(obj["metadata"]["namespace"], lease_ref.name)
             )
             ready = (
-                lease["metadata"]["uid"] == lease_ref["uid"]
+                lease["metadata"]["uid"] == lease_ref.uid
                 and lease.get("status", {}).get("phase") == "Ready"
             )
         except NotFoundError:
             ready = False
-        waited = _start_overdue(obj, status)
+        waited = _start_overdue(execution, status)
         if ready and waited is None:
             log.info("runner for %s not reachable, retrying: %s", obj["metadata"]["name"], why)
             return Result(requeue_after=RETRY_SECONDS)
@@ -151,6 +177,6 @@ class ExecutionReconciler:
             message = f"the runner did not answer for {waited}; the outcome is unknown ({why})"
         else:
             message = f"the sandbox is gone; the outcome is unknown ({why})"
-        status.update(state="Unknown", message=message[:1000])
+        status.state, status.message = "Unknown", message[:1000]
         await write_status(self.client, EXECUTIONS, obj, status)
         return Result()

@@ -16,21 +16,32 @@ import datetime
 import logging
 
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef
+from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
-from lessor.operator.kinds import INSTANCE_FINALIZER, INSTANCES, SECRETS
+from lessor.operator.context import Context
+from lessor.operator.kinds import (
+    BY_CLAIM,
+    INSTANCE_FINALIZER,
+    INSTANCES,
+    LEASES,
+    SECRETS,
+    index_by_claim,
+)
 from lessor.operator.runtime.client import JSON, ConflictError, KubeClient
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
+    now_seconds,
     owner_reference,
     remove_finalizer,
     write_status,
 )
-from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import ClusterInstance
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Teardown
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +50,41 @@ HEALTH_INTERVAL = 15.0
 QUARANTINE_RECHECK = 60.0
 
 
+def _status(instance: ClusterInstance) -> ClusterInstanceStatus:
+    """A copy of the instance's status to change and write (the instance keeps what was read)."""
+    return instance.status.model_copy() if instance.status else ClusterInstanceStatus()
+
+
 def kubeconfig_secret_name(instance_name: str) -> str:
     return f"{instance_name}-kubeconfig"
+
+
+def setup(context: Context) -> Controller:
+    """An instance is reconciled when it changes and when the lease that claims it does (a
+    claiming lease that is gone orphans the reservation)."""
+    settings = context.settings
+    instances = context.informer(INSTANCES, {BY_CLAIM: index_by_claim})
+    leases = context.informer(LEASES)
+    reconciler = InstanceReconciler(
+        context.client,
+        instances=instances,
+        leases=leases,
+        backends=Backends(
+            context.client, LocalBackend(settings.local_backend_dir), settings.test_backends
+        ),
+        events=context.events,
+        teardown_grace=settings.teardown_grace,
+    )
+
+    def claimed_by(lease: JSON) -> list[str]:
+        uid = lease["metadata"].get("uid", "")
+        return [key_of(instance) for instance in instances.store.by_index(BY_CLAIM, uid)]
+
+    return (
+        context.controller("clusterinstance", reconciler.reconcile)
+        .watch(instances)
+        .watch(leases, claimed_by)
+    )
 
 
 class InstanceReconciler:
@@ -82,37 +126,38 @@ class InstanceReconciler:
             )
             await delete_fenced(self.client, INSTANCES, obj)
             return Result()
-        status = dict(obj.get("status") or {})
+        status = _status(instance)
         try:
             await backend.provision(ref)
             readiness = await backend.readiness(ref)
         except BackendError as error:
-            status.update(phase=status.get("phase") or "Creating", message=str(error))
+            status.phase, status.message = status.phase or "Creating", str(error)
             await write_status(self.client, INSTANCES, obj, status)
             raise
-        status["backendDetails"] = readiness.details
+        status.backend_details = readiness.details
         if "endpoint" in readiness.details:
-            status["endpoint"] = readiness.details["endpoint"]
-        status["message"] = readiness.message
+            status.endpoint = readiness.details["endpoint"]
+        status.message = readiness.message
+        was_ready = status.phase in ("Ready", "Leased")
         if readiness.ready:
             await self._publish_kubeconfig(obj, ref, backend)
-            status["kubeconfigSecret"] = kubeconfig_secret_name(ref.name)
-            status.setdefault("readyAt", timestamp(utcnow()))
-            status["phase"] = "Leased" if instance.spec.claim_ref else "Ready"
-            if obj.get("status", {}).get("phase") not in ("Ready", "Leased"):
+            status.kubeconfig_secret = kubeconfig_secret_name(ref.name)
+            if status.ready_at is None:
+                status.ready_at = now_seconds()
+            status.phase = "Leased" if instance.spec.claim_ref else "Ready"
+            if not was_ready:
                 await self.events.record(obj, "Normal", "Ready", readiness.message)
             await write_status(self.client, INSTANCES, obj, status)
             return Result(requeue_after=HEALTH_INTERVAL)
-        was_ready = status.get("phase") in ("Ready", "Leased")
         created = meta.creation_timestamp or utcnow()
         if was_ready or utcnow() - created > CREATING_TIMEOUT:
-            if status.get("phase") != "Unhealthy":
+            if status.phase != "Unhealthy":
                 await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
-            status["phase"] = "Unhealthy"
+            status.phase = "Unhealthy"
         else:
-            status["phase"] = "Creating"
+            status.phase = "Creating"
         await write_status(self.client, INSTANCES, obj, status)
-        return Result(requeue_after=1.0 if status["phase"] == "Creating" else 5.0)
+        return Result(requeue_after=1.0 if status.phase == "Creating" else 5.0)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref
@@ -145,9 +190,9 @@ class InstanceReconciler:
         if INSTANCE_FINALIZER not in instance.metadata.finalizers:
             return Result()
         backend = self.backends.for_spec(instance.spec.backend)
-        status = dict(obj.get("status") or {})
-        if status.get("phase") not in ("Recycling", "Quarantined"):
-            status["phase"] = "Recycling"
+        status = _status(instance)
+        if status.phase not in ("Recycling", "Quarantined"):
+            status.phase = "Recycling"
             obj = await write_status(self.client, INSTANCES, obj, status)
             await self.events.record(obj, "Normal", "Recycling", "tearing the cluster down")
         try:
@@ -155,37 +200,34 @@ class InstanceReconciler:
         except BackendError as error:
             log.warning("instance %s: teardown failed: %s", ref.name, error)
         report = await backend.verify_teardown(ref)
-        previous = status.get("teardown") or {}
+        previous = status.teardown
         unchanged = (
-            previous.get("evidence") == report.evidence
-            and previous.get("verified") == report.verified
+            previous is not None
+            and previous.evidence == report.evidence
+            and previous.verified == report.verified
         )
         # A recheck that finds the same remains rewrites nothing (no status churn, no event storm).
-        checked_at = previous.get("checkedAt") if unchanged else timestamp(utcnow())
-        started_at = previous.get("startedAt") or timestamp(utcnow())
-        checked = {
-            "verified": report.verified,
-            "evidence": report.evidence,
-            "checkedAt": checked_at,
-            "startedAt": started_at,
-        }
+        checked_at = previous.checked_at if previous is not None and unchanged else now_seconds()
+        started_at = (previous.started_at if previous is not None else None) or now_seconds()
+        status.teardown = Teardown(
+            verified=report.verified,
+            evidence=report.evidence,
+            checked_at=checked_at,
+            started_at=started_at,
+        )
         if report.verified:
-            status["teardown"] = checked
             obj = await write_status(self.client, INSTANCES, obj, status)
             await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             await remove_finalizer(self.client, INSTANCES, obj, INSTANCE_FINALIZER)
             return Result()
-        elapsed = utcnow() - datetime.datetime.fromisoformat(started_at.replace("Z", "+00:00"))
-        if status.get("phase") != "Quarantined" and elapsed < self.teardown_grace:
+        if status.phase != "Quarantined" and utcnow() - started_at < self.teardown_grace:
             # Deletions take a moment (pods terminating, volumes detaching): look again before
             # concluding that the cleanup cannot be verified.
-            status.update(phase="Recycling", teardown=checked)
+            status.phase = "Recycling"
             await write_status(self.client, INSTANCES, obj, status)
             return Result(requeue_after=2.0)
-        if status.get("phase") != "Quarantined":
+        if status.phase != "Quarantined":
             await self.events.record(obj, "Warning", "Quarantined", "; ".join(report.evidence))
-        status.update(
-            phase="Quarantined", teardown=checked, message="teardown could not be verified"
-        )
+        status.phase, status.message = "Quarantined", "teardown could not be verified"
         await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=QUARANTINE_RECHECK)

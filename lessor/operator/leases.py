@@ -18,15 +18,30 @@ import contextlib
 import datetime
 import logging
 from collections.abc import Callable
+from typing import Literal
 
-from lessor.operator.kinds import BY_CLAIM, BY_POOL, INSTANCES, LEASE_FINALIZER, LEASES, SECRETS
+from lessor.operator.context import Context
+from lessor.operator.kinds import (
+    BY_CLAIM,
+    BY_POOL,
+    INSTANCES,
+    LEASE_FINALIZER,
+    LEASES,
+    POOLS,
+    SECRETS,
+    index_by_claim,
+    index_by_pool,
+    pool_key,
+)
 from lessor.operator.runtime.client import JSON, ConflictError, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
+    now_seconds,
     owner_reference,
     patch_fenced,
     remove_finalizer,
@@ -34,7 +49,8 @@ from lessor.operator.writes import (
 )
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.base import ObjectRef
+from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +63,52 @@ def _created(obj: JSON) -> tuple[str, str]:
     return (obj["metadata"].get("creationTimestamp", ""), obj["metadata"]["name"])
 
 
+def _status(lease: ClusterLease) -> ClusterLeaseStatus:
+    """A copy of the lease's status to change and write (the lease keeps what was read)."""
+    return lease.status.model_copy() if lease.status else ClusterLeaseStatus()
+
+
 def _is_free(instance: JSON) -> bool:
     return (
         instance.get("status", {}).get("phase") == "Ready"
         and not instance.get("spec", {}).get("claimRef")
         and not instance["metadata"].get("deletionTimestamp")
     )
+
+
+def setup(context: Context) -> Controller:
+    """A lease is reconciled when it changes; when its pool changes (it may now exist, or have
+    another TTL); and when an instance changes: the lease that claims it (binding, teardown),
+    and the pending leases of its pool (a ready instance may take the head of the queue)."""
+    pools = context.informer(POOLS)
+    instances = context.informer(INSTANCES, {BY_POOL: index_by_pool, BY_CLAIM: index_by_claim})
+    leases = context.informer(LEASES, {BY_POOL: index_by_pool})
+    reconciler = LeaseReconciler(
+        context.client,
+        pools=pools,
+        instances=instances,
+        leases=leases,
+        events=context.events,
+        enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
+        retention=context.settings.lease_retention,
+    )
+    controller = context.controller("clusterlease", reconciler.reconcile)
+
+    def of_pool(pool: JSON) -> list[str]:
+        return [key_of(lease) for lease in leases.store.by_index(BY_POOL, key_of(pool))]
+
+    def of_instance(instance: JSON) -> list[str]:
+        keys = []
+        claim = instance.get("spec", {}).get("claimRef")
+        if claim:
+            keys.append(f"{instance['metadata'].get('namespace')}/{claim['name']}")
+        return keys + [
+            key_of(lease)
+            for lease in leases.store.by_index(BY_POOL, pool_key(instance))
+            if lease.get("status", {}).get("phase") in (None, "Pending")
+        ]
+
+    return controller.watch(leases).watch(pools, of_pool).watch(instances, of_instance)
 
 
 class LeaseReconciler:
@@ -113,22 +169,21 @@ class LeaseReconciler:
         namespace = lease.metadata.namespace or ""
         pool_key = f"{namespace}/{lease.spec.pool}"
         claimed = self.instances.store.by_index(BY_CLAIM, lease.metadata.uid or "")
-        status = dict(obj.get("status") or {})
+        status = _status(lease)
         if release:
             for instance in claimed:  # reserved but never handed out: recycle it all the same
                 await delete_fenced(self.client, INSTANCES, instance)
-            status.update(phase="Released", endReason="Released", queuePosition=None)
-            status["message"] = "released before a cluster was bound"
+            status.phase, status.end_reason, status.queue_position = "Released", "Released", None
+            status.message = "released before a cluster was bound"
             await self._finish(obj, status, "Released")
             return Result()
         pool_obj = self.pools.store.get(pool_key)
         if pool_obj is None:
-            status.update(phase="Pending", message=f"pool {lease.spec.pool} does not exist")
+            status.phase, status.message = "Pending", f"pool {lease.spec.pool} does not exist"
             await write_status(self.client, LEASES, obj, status)
             return Result(requeue_after=10.0)
         pool = ClusterPool.model_validate(pool_obj)
-        ttl = lease.spec.ttl or pool.spec.ttl
-        status["effectiveTtl"] = format_duration(parse_duration(ttl))
+        status.effective_ttl = format_duration(parse_duration(lease.spec.ttl or pool.spec.ttl))
         if not claimed:
             queue = self.queue_of(pool_key)
             position = next(
@@ -144,13 +199,12 @@ class LeaseReconciler:
                 key=_created,
             )
             if position > len(free):
-                if status.get("phase") != "Pending":
+                if status.phase != "Pending":
                     await self.events.record(
                         obj, "Normal", "Queued", f"waiting for a cluster of {lease.spec.pool}"
                     )
-                status.update(
-                    phase="Pending", queuePosition=position, message="waiting for a ready cluster"
-                )
+                status.phase, status.queue_position = "Pending", position
+                status.message = "waiting for a ready cluster"
                 await write_status(self.client, LEASES, obj, status)
                 return Result()
             instance = free[position - 1]
@@ -165,7 +219,12 @@ class LeaseReconciler:
         return await self._bind(obj, lease, claimed[0], status, pool_key)
 
     async def _bind(
-        self, obj: JSON, lease: ClusterLease, instance: JSON, status: JSON, pool_key: str
+        self,
+        obj: JSON,
+        lease: ClusterLease,
+        instance: JSON,
+        status: ClusterLeaseStatus,
+        pool_key: str,
     ) -> Result:
         name = lease.metadata.name or ""
         namespace = lease.metadata.namespace or ""
@@ -187,26 +246,30 @@ class LeaseReconciler:
         }
         with contextlib.suppress(ConflictError):  # copied on an interrupted earlier pass
             await self.client.create(SECRETS.path(namespace), copy)
-        bound_at = utcnow().replace(microsecond=0)
-        expiry = lease.spec.expires_at(bound_at, status["effectiveTtl"])
-        status.update(
-            phase="Bound",
-            queuePosition=None,
-            instance={"name": instance["metadata"]["name"], "uid": instance["metadata"]["uid"]},
-            boundAt=timestamp(bound_at),
-            expiresAt=timestamp(expiry),
-            clusterName=instance["metadata"]["name"],
-            kubeconfigSecret=lease_kubeconfig_secret(name),
-            extensions=min(len(lease.spec.extensions), lease.spec.max_extensions),
-            message="",
+        assert status.effective_ttl is not None  # set by _pending
+        bound_at = now_seconds()
+        expiry = lease.spec.expires_at(bound_at, status.effective_ttl)
+        status = status.model_copy(
+            update={
+                "phase": "Bound",
+                "queue_position": None,
+                "instance": ObjectRef(
+                    name=instance["metadata"]["name"], uid=instance["metadata"]["uid"]
+                ),
+                "bound_at": bound_at,
+                "expires_at": expiry.replace(microsecond=0),
+                "cluster_name": instance["metadata"]["name"],
+                "kubeconfig_secret": lease_kubeconfig_secret(name),
+                "extensions": min(len(lease.spec.extensions), lease.spec.max_extensions),
+                "message": "",
+            }
         )
-        status = {k: v for k, v in status.items() if v is not None}
         obj = await write_status(self.client, LEASES, obj, status)
         await self.events.record(
             obj,
             "Normal",
             "Bound",
-            f"bound to {instance['metadata']['name']}, expires {status['expiresAt']}",
+            f"bound to {instance['metadata']['name']}, expires {timestamp(expiry)}",
         )
         for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
             self._enqueue(waiting)
@@ -219,23 +282,20 @@ class LeaseReconciler:
 
     async def _bound(self, obj: JSON, lease: ClusterLease, release: bool) -> Result:
         assert lease.status is not None and lease.status.bound_at is not None
-        status = dict(obj.get("status") or {})
+        status = _status(lease)
         ttl = lease.status.effective_ttl or lease.spec.ttl or "1h"
         expiry = lease.spec.expires_at(lease.status.bound_at, ttl)
         applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
         if applied != lease.status.extensions:
-            status.update(expiresAt=timestamp(expiry), extensions=applied)
+            status.expires_at, status.extensions = expiry.replace(microsecond=0), applied
             obj = await write_status(self.client, LEASES, obj, status)
-            await self.events.record(obj, "Normal", "Extended", f"expires {status['expiresAt']}")
+            await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
         now = utcnow()
         if not release and now < expiry:
             return Result(requeue_after=(expiry - now).total_seconds())
-        reason = "Released" if release else "Expired"
-        status.update(
-            phase="Recycling",
-            endReason=reason,
-            message=f"{reason.lower()}; tearing the cluster down",
-        )
+        reason: Literal["Released", "Expired"] = "Released" if release else "Expired"
+        status.phase, status.end_reason = "Recycling", reason
+        status.message = f"{reason.lower()}; tearing the cluster down"
         obj = await write_status(self.client, LEASES, obj, status)
         await self.events.record(
             obj, "Normal", reason, "the cluster is being destroyed and replaced"
@@ -246,7 +306,7 @@ class LeaseReconciler:
 
     async def _ending(self, obj: JSON, lease: ClusterLease) -> Result:
         assert lease.status is not None
-        status = dict(obj.get("status") or {})
+        status = _status(lease)
         reference = lease.status.instance
         namespace = lease.metadata.namespace or ""
         instance = self.instances.store.get(f"{namespace}/{reference.name}") if reference else None
@@ -259,17 +319,14 @@ class LeaseReconciler:
         if instance is not None:
             instance_phase = instance.get("status", {}).get("phase")
             if instance_phase == "Quarantined":
-                if status.get("phase") != "Quarantined":
+                if status.phase != "Quarantined":
                     evidence = "; ".join(
                         instance.get("status", {}).get("teardown", {}).get("evidence", [])
                     )
-                    status.update(
-                        phase="Quarantined", message=f"teardown could not be verified: {evidence}"
-                    )
+                    status.phase = "Quarantined"
+                    status.message = f"teardown could not be verified: {evidence}"
                     obj = await write_status(self.client, LEASES, obj, status)
-                    await self.events.record(
-                        obj, "Warning", "TeardownQuarantined", status["message"]
-                    )
+                    await self.events.record(obj, "Warning", "TeardownQuarantined", status.message)
                 return Result()
             if not instance["metadata"].get("deletionTimestamp"):
                 await delete_fenced(self.client, INSTANCES, instance)
@@ -281,7 +338,7 @@ class LeaseReconciler:
             await self.client.delete(
                 SECRETS.path(namespace, lease_kubeconfig_secret(lease.metadata.name or ""))
             )
-        status.update(phase=reason, message="cluster destroyed; teardown verified")
+        status.phase, status.message = reason, "cluster destroyed; teardown verified"
         await self._finish(obj, status, reason)
         return Result()
 
@@ -292,8 +349,12 @@ class LeaseReconciler:
             return Result()
         ended = lease.status.ended_at if lease.status else None
         if ended is None:  # ended before this field existed: count from now
-            status = {**obj.get("status", {}), "endedAt": timestamp(utcnow())}
-            await write_status(self.client, LEASES, obj, status)
+            await write_status(
+                self.client,
+                LEASES,
+                obj,
+                _status(lease).model_copy(update={"ended_at": now_seconds()}),
+            )
             return Result(requeue_after=self.retention.total_seconds())
         left = (ended + self.retention - utcnow()).total_seconds()
         if left > 0:
@@ -301,10 +362,10 @@ class LeaseReconciler:
         await delete_fenced(self.client, LEASES, obj)
         return Result()
 
-    async def _finish(self, obj: JSON, status: JSON, reason: str) -> None:
-        status = {k: v for k, v in status.items() if v is not None}
-        status.setdefault("endedAt", timestamp(utcnow()))
+    async def _finish(self, obj: JSON, status: ClusterLeaseStatus, reason: str) -> None:
+        if status.ended_at is None:
+            status.ended_at = now_seconds()
         obj = await write_status(self.client, LEASES, obj, status)
-        await self.events.record(obj, "Normal", f"Lease{reason}", status.get("message", ""))
+        await self.events.record(obj, "Normal", f"Lease{reason}", status.message)
         if obj["metadata"].get("deletionTimestamp"):
             await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)

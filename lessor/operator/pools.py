@@ -10,13 +10,22 @@ from __future__ import annotations
 import logging
 import time
 
-from lessor.operator.kinds import BY_POOL, INSTANCES, POOL_LABEL, POOLS
+from lessor.operator.context import Context
+from lessor.operator.kinds import (
+    BY_POOL,
+    INSTANCES,
+    LEASES,
+    POOL_LABEL,
+    POOLS,
+    index_by_pool,
+    pool_key,
+)
 from lessor.operator.runtime.client import JSON, KubeClient
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import delete_fenced, owner_reference, write_status
-from lessor.resources.cluster import ClusterPool
+from lessor.resources.cluster import ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,23 @@ def count_instances(instances: list[JSON]) -> dict[str, int]:
         else:
             counts["creating"] += 1
     return counts
+
+
+def setup(context: Context) -> Controller:
+    """A pool is reconciled when it changes and when any of its instances or leases does (its
+    counts and queue depth are theirs)."""
+    pools = context.informer(POOLS)
+    instances = context.informer(INSTANCES, {BY_POOL: index_by_pool})
+    leases = context.informer(LEASES, {BY_POOL: index_by_pool})
+    reconciler = PoolReconciler(
+        context.client, pools=pools, instances=instances, leases=leases, events=context.events
+    )
+    return (
+        context.controller("clusterpool", reconciler.reconcile)
+        .watch(pools)
+        .watch(instances, lambda instance: [pool_key(instance)])
+        .watch(leases, lambda lease: [pool_key(lease)])
+    )
 
 
 class PoolReconciler:
@@ -99,16 +125,19 @@ class PoolReconciler:
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
-        status = dict(obj.get("status") or {})
-        status.update(
-            counts, queueDepth=len(pending), observedGeneration=obj["metadata"].get("generation")
-        )
         degraded = counts["unhealthy"] or counts["quarantined"]
         serving = counts["ready"] + counts["leased"] + counts["creating"]
-        status["phase"] = (
-            "Unavailable"
-            if not serving and pool.spec.warm_target
-            else ("Degraded" if degraded else "Healthy")
+        status = (pool.status or ClusterPoolStatus()).model_copy(
+            update={
+                **counts,
+                "queue_depth": len(pending),
+                "observed_generation": pool.metadata.generation,
+                "phase": (
+                    "Unavailable"
+                    if not serving and pool.spec.warm_target
+                    else ("Degraded" if degraded else "Healthy")
+                ),
+            }
         )
         await write_status(self.client, POOLS, obj, status)
         more = deficit > MAX_CREATES_PER_PASS

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any
+import datetime
+from typing import Any, TypeVar
 
 from lessor.operator.runtime.client import (
     JSON,
@@ -20,6 +21,10 @@ from lessor.operator.runtime.client import (
     NotFoundError,
     ResourceType,
 )
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.base import StatusModel
+
+S = TypeVar("S", bound=StatusModel)
 
 
 def _fence(obj: JSON) -> list[JSON]:
@@ -35,12 +40,38 @@ def _path(resource: ResourceType, obj: JSON, subresource: str | None = None) -> 
     return resource.path(metadata.get("namespace"), metadata["name"], subresource)
 
 
-async def write_status(client: KubeClient, resource: ResourceType, obj: JSON, status: JSON) -> JSON:
+def status_json(status: StatusModel) -> JSON:
+    """The status as written: the fields read from the stored status or set since, never a
+    default that nobody set (a reconcile adds only what it decided), and never a null (omitted
+    and null read the same, and only omission compares equal to what the API server keeps)."""
+    dumped: JSON = status.model_dump(
+        mode="json", by_alias=True, exclude_unset=True, exclude_none=True
+    )
+    return dumped
+
+
+def without(status: S, *fields: str) -> S:
+    """`status` with `fields` omitted from what is written, as if never set: a field with a
+    default (an empty list) has no value that means "absent"."""
+    return type(status).model_validate(status.model_dump(exclude_unset=True, exclude=set(fields)))
+
+
+def now_seconds() -> datetime.datetime:
+    """This moment at seconds precision, as Kubernetes writes metav1.Time (and as
+    lessor.protocol.timestamps.timestamp spells it): a status instant compares equal to
+    itself after a round trip through the API server."""
+    return utcnow().replace(microsecond=0)
+
+
+async def write_status(
+    client: KubeClient, resource: ResourceType, obj: JSON, status: StatusModel
+) -> JSON:
     """Replace the status if it differs; returns the object as stored."""
-    if obj.get("status") == status:
+    written = status_json(status)
+    if obj.get("status") == written:
         return obj
     body = copy.deepcopy(obj)
-    body["status"] = status
+    body["status"] = written
     return await client.replace(_path(resource, obj, "status"), body)
 
 

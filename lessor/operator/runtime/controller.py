@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lessor.operator.runtime import metrics
-from lessor.operator.runtime.client import ConflictError
+from lessor.operator.runtime.client import JSON, ConflictError
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import Handler, key_of
 from lessor.operator.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class Result:
 
 
 Reconcile = Callable[[str], Awaitable[Result]]
+MapFunc = Callable[[JSON], Iterable[str]]
 
 
 class Controller:
@@ -42,6 +44,27 @@ class Controller:
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
+
+    def watch(self, informer: Informer, keys: MapFunc | None = None) -> Controller:
+        """Reconcile the keys `keys` maps each added, changed or deleted object of `informer` to
+        (by default the object's own key), and wait for that informer's cache before working:
+        controller-runtime's `For`/`Owns`/`Watches` with a map function. A change passes its new
+        version, a deletion the last one known."""
+        to_keys: MapFunc = keys or (lambda obj: [key_of(obj)])
+
+        def enqueue_all(obj: JSON) -> None:
+            for key in to_keys(obj):
+                self.enqueue(key)
+
+        def on_update(_old: JSON, new: JSON) -> None:
+            enqueue_all(new)
+
+        informer.store.add_handler(
+            Handler(on_add=enqueue_all, on_update=on_update, on_delete=enqueue_all)
+        )
+        if informer not in self.informers:
+            self.informers.append(informer)
+        return self
 
     async def run(self) -> None:
         """Wait for the caches, then work until cancelled; on cancel, finish in-flight keys."""

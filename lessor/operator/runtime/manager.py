@@ -16,6 +16,7 @@ import signal
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LeaderElector
@@ -36,12 +37,24 @@ class Manager:
         self.elector = elector
         self.http_host, self.http_port = http_host, http_port
         self.informers: list[Informer] = []
+        self._shared: dict[tuple[ResourceType, str | None], Informer] = {}
         self.controllers: list[Controller] = []
         self._stopping = asyncio.Event()
 
     def add_informer(self, informer: Informer) -> Informer:
         self.informers.append(informer)
         return informer
+
+    def informer(
+        self, client: KubeClient, resource: ResourceType, *, namespace: str | None = None
+    ) -> Informer:
+        """The one informer of `resource` in `namespace`, made on first use: controllers that
+        read or watch the same kind share one cache and one watch (controller-runtime's shared
+        cache). Indexes are added to its store by whoever reads them (Store.add_indexer)."""
+        key = (resource, namespace)
+        if key not in self._shared:
+            self._shared[key] = self.add_informer(Informer(client, resource, namespace=namespace))
+        return self._shared[key]
 
     def add_controller(self, controller: Controller) -> Controller:
         self.controllers.append(controller)

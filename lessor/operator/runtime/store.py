@@ -46,6 +46,17 @@ class Store:
             for obj in list(self._items.values()):
                 handler.on_add(obj)
 
+    def add_indexer(self, name: str, function: IndexFunc) -> None:
+        """Index by `function` too, under `name`; a name already indexed is kept as it is, so
+        that every controller sharing this cache can ask for the indexes it reads."""
+        if name in self._indexers:
+            return
+        self._indexers[name] = function
+        self._indices[name] = {}
+        for key, obj in self._items.items():
+            for value in function(obj):
+                self._indices[name].setdefault(value, set()).add(key)
+
     def get(self, key: str) -> JSON | None:
         return self._items.get(key)
 

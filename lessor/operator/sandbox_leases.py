@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import Literal
 
-from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOXES, SERVICES
+from lessor.operator.compatibility import CompatibilityCache
+from lessor.operator.context import Context
+from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOX_POOLS, SANDBOXES, SERVICES
 from lessor.operator.ownership import owned_by, owned_metadata
 from lessor.operator.runtime.client import (
     JSON,
@@ -40,14 +43,28 @@ from lessor.operator.runtime.client import (
     NotFoundError,
     ResourceType,
 )
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.sandboxpools import CompatibilityCache, child_name
-from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
+from lessor.operator.runtime.store import key_of
+from lessor.operator.sandbox_pools import BY_SANDBOX_POOL, child_name, index_by_sandbox_pool
+from lessor.operator.writes import (
+    add_finalizer,
+    delete_fenced,
+    now_seconds,
+    remove_finalizer,
+    without,
+    write_status,
+)
 from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.resources.base import ObjectRef
 from lessor.resources.lease_time import provisioning_deadline
-from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease
+from lessor.resources.sandbox import (
+    DEFAULT_PROVISIONING_TIMEOUT,
+    ReleaseCause,
+    SandboxLease,
+    SandboxLeaseStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +81,45 @@ def _ready(claim: JSON) -> bool:
     )
 
 
-def _ref(obj: JSON) -> dict[str, str]:
+def _ref(obj: JSON) -> ObjectRef:
     metadata = obj["metadata"]
-    return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
+    return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])
+
+
+def _status(lease: SandboxLease) -> SandboxLeaseStatus:
+    """A copy of the lease's status to change and write (the lease keeps what was read)."""
+    return lease.status.model_copy() if lease.status else SandboxLeaseStatus()
+
+
+def setup(context: Context) -> Controller:
+    """A lease is reconciled when it changes, and a pending one also when its pool does (the
+    pool may now exist, or have its warm pool)."""
+    settings = context.settings
+    pools = context.informer(SANDBOX_POOLS)
+    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    reconciler = SandboxLeaseReconciler(
+        context.client,
+        leases=leases,
+        pools=pools,
+        events=context.events,
+        compatibility=context.compatibility,
+        sandboxes=settings.sandbox_namespace,
+        teardown_grace=settings.teardown_grace,
+        retention=settings.lease_retention,
+    )
+
+    def pending_of(pool: JSON) -> list[str]:
+        return [
+            key_of(lease)
+            for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(pool))
+            if lease.get("status", {}).get("phase") in (None, "Pending")
+        ]
+
+    return (
+        context.controller("sandboxlease", reconciler.reconcile)
+        .watch(leases)
+        .watch(pools, pending_of)
+    )
 
 
 class SandboxLeaseReconciler:
@@ -100,7 +153,7 @@ class SandboxLeaseReconciler:
             return await self._expire_tombstone(obj)
         phase = lease.status.phase if lease.status else None
         if phase in SandboxLease.phases.finished:
-            return await self._ended(obj)
+            return await self._ended(obj, lease)
         if phase == "Quarantined":
             return Result()  # cleanup is uncertain: nothing is returned until a person acts
         return await self._active(obj, lease, phase)
@@ -109,13 +162,15 @@ class SandboxLeaseReconciler:
         deleting = bool(obj["metadata"].get("deletionTimestamp"))
         if not deleting:
             obj = await add_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
-        status = dict(obj.get("status") or {})
+        status = _status(lease)
         if phase == "Releasing":
             return await self._releasing(obj, lease, status)
         now = utcnow()
         deadline = self._deadline(obj, lease)
-        status.setdefault("provisioningDeadline", timestamp(deadline))
-        status.setdefault("effectiveTtl", lease.spec.effective_ttl or lease.spec.ttl)
+        if status.provisioning_deadline is None:
+            status.provisioning_deadline = deadline.replace(microsecond=0)
+        if status.effective_ttl is None:
+            status.effective_ttl = lease.spec.effective_ttl or lease.spec.ttl
         cause = self._cause(lease, phase, now, deadline, deleting)
         if cause is not None:
             return await self._start_release(obj, lease, status, cause)
@@ -146,7 +201,7 @@ class SandboxLeaseReconciler:
         now: datetime.datetime,
         deadline: datetime.datetime,
         deleting: bool,
-    ) -> str | None:
+    ) -> ReleaseCause | None:
         """Why teardown starts now, if it does. A requested release and a passed deadline can
         both hold: whichever the lease's state reached first is the honest cause, and for a
         lease that is not yet Ready the deadline is checked first (it cannot be extended)."""
@@ -166,7 +221,7 @@ class SandboxLeaseReconciler:
         self,
         obj: JSON,
         lease: SandboxLease,
-        status: JSON,
+        status: SandboxLeaseStatus,
         now: datetime.datetime,
         deadline: datetime.datetime,
     ) -> Result:
@@ -179,14 +234,15 @@ class SandboxLeaseReconciler:
         if claim is None:
             waiting = await self._why_not_placeable(obj["metadata"]["namespace"], lease.spec.pool)
             if waiting is not None:
-                status.update(phase="Pending", message=waiting)
+                status.phase, status.message = "Pending", waiting
                 await write_status(self.client, SANDBOX_LEASES, obj, status)
                 return Result(requeue_after=min(5.0, until_deadline))
             claim = await self._create_claim(obj, lease)
             await self.events.record(
                 obj, "Normal", "Provisioning", f"claimed from {lease.spec.pool}"
             )
-        status.update(phase="Provisioning", claim=_ref(claim), message="waiting for the sandbox")
+        status.phase, status.claim = "Provisioning", _ref(claim)
+        status.message = "waiting for the sandbox"
         if not _ready(claim):
             await write_status(self.client, SANDBOX_LEASES, obj, status)
             return Result(requeue_after=min(POLL_SECONDS, until_deadline))
@@ -203,20 +259,20 @@ class SandboxLeaseReconciler:
         pod = await self._get(PODS.path(namespace, pod_name))
         ready_at = now.replace(microsecond=0)
         expiry = lease.spec.expires_at(ready_at)
-        status.update(
-            phase="Ready",
-            readyAt=timestamp(ready_at),
-            expiresAt=timestamp(expiry),
-            extensionsCount=min(len(lease.spec.extensions), lease.spec.max_extensions),
-            sandbox=_ref(sandbox),
-            pod=_ref(pod) if pod else None,
-            message="",
+        status = status.model_copy(
+            update={
+                "phase": "Ready",
+                "ready_at": ready_at,
+                "expires_at": expiry.replace(microsecond=0),
+                "extensions_count": min(len(lease.spec.extensions), lease.spec.max_extensions),
+                "sandbox": _ref(sandbox),
+                "pod": _ref(pod) if pod else None,
+                "message": "",
+            }
         )
-        obj = await write_status(
-            self.client, SANDBOX_LEASES, obj, {k: v for k, v in status.items() if v is not None}
-        )
+        obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
         await self.events.record(
-            obj, "Normal", "Ready", f"sandbox {sandbox_name} until {status['expiresAt']}"
+            obj, "Normal", "Ready", f"sandbox {sandbox_name} until {timestamp(expiry)}"
         )
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
 
@@ -255,38 +311,37 @@ class SandboxLeaseReconciler:
     # -- Ready -------------------------------------------------------------------------
 
     async def _ready(
-        self, obj: JSON, lease: SandboxLease, status: JSON, now: datetime.datetime
+        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus, now: datetime.datetime
     ) -> Result:
         expiry = self._expiry(lease)
         assert expiry is not None
+        expires_at = expiry.replace(microsecond=0)
         applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
-        if status.get("expiresAt") != timestamp(expiry) or status.get("extensionsCount") != applied:
-            status.update(expiresAt=timestamp(expiry), extensionsCount=applied)
+        if status.expires_at != expires_at or status.extensions_count != applied:
+            status.expires_at, status.extensions_count = expires_at, applied
             obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
             if applied:
-                await self.events.record(
-                    obj, "Normal", "Extended", f"expires {status['expiresAt']}"
-                )
+                await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
         return Result(requeue_after=max(0.0, (expiry - now).total_seconds()))
 
     # -- Releasing -----------------------------------------------------------------------
 
     async def _start_release(
-        self, obj: JSON, lease: SandboxLease, status: JSON, cause: str
+        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus, cause: ReleaseCause
     ) -> Result:
         # The one place a cause is written, with the phase, in one fenced status write; a later
         # pass reads Releasing and never comes back here.
-        status.update(
-            phase="Releasing",
-            releaseCause=status.get("releaseCause") or cause,
-            releasingSince=timestamp(utcnow()),
-            message="revoking access and removing the sandbox",
-        )
+        status.phase, status.release_cause = "Releasing", status.release_cause or cause
+        status.releasing_since = now_seconds()
+        status.message = "revoking access and removing the sandbox"
         obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
-        await self.events.record(obj, "Normal", "Releasing", f"cause {status['releaseCause']}")
-        return await self._releasing(obj, SandboxLease.model_validate(obj), dict(obj["status"]))
+        await self.events.record(obj, "Normal", "Releasing", f"cause {status.release_cause}")
+        lease = SandboxLease.model_validate(obj)
+        return await self._releasing(obj, lease, _status(lease))
 
-    async def _releasing(self, obj: JSON, lease: SandboxLease, status: JSON) -> Result:
+    async def _releasing(
+        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus
+    ) -> Result:
         recorded = lease.status.claim if lease.status else None
         namespace = (recorded.namespace if recorded else None) or self.sandboxes
         left = await self._left_behind(namespace, obj, lease)
@@ -297,12 +352,15 @@ class SandboxLeaseReconciler:
             if not found["metadata"].get("deletionTimestamp"):
                 await delete_fenced(self.client, kind, found)
         if not left:
-            final = "Released" if status.get("releaseCause") == "Requested" else "Expired"
-            status.update(phase=final, message="sandbox removed; cleanup verified", evidence=None)
-            status.setdefault("endedAt", timestamp(utcnow()))
-            status = {k: v for k, v in status.items() if v is not None}
+            final: Literal["Released", "Expired"] = (
+                "Released" if status.release_cause == "Requested" else "Expired"
+            )
+            status = without(status, "evidence")
+            status.phase, status.message = final, "sandbox removed; cleanup verified"
+            if status.ended_at is None:
+                status.ended_at = now_seconds()
             obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
-            await self.events.record(obj, "Normal", f"Lease{final}", status["message"])
+            await self.events.record(obj, "Normal", f"Lease{final}", status.message)
             if obj["metadata"].get("deletionTimestamp"):
                 await remove_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
             return Result()
@@ -311,13 +369,10 @@ class SandboxLeaseReconciler:
             evidence = [
                 f"{kind.kind} {found['metadata']['name']} still exists" for kind, found in left
             ]
-            status.update(
-                phase="Quarantined",
-                evidence=evidence,
-                message="cleanup could not be verified: " + "; ".join(evidence),
-            )
+            status.phase, status.evidence = "Quarantined", evidence
+            status.message = "cleanup could not be verified: " + "; ".join(evidence)
             obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
-            await self.events.record(obj, "Warning", "TeardownQuarantined", status["message"])
+            await self.events.record(obj, "Warning", "TeardownQuarantined", status.message)
             return Result()
         return Result(requeue_after=POLL_SECONDS)
 
@@ -355,7 +410,7 @@ class SandboxLeaseReconciler:
 
     # -- ended leases and tombstones -----------------------------------------------------
 
-    async def _ended(self, obj: JSON) -> Result:
+    async def _ended(self, obj: JSON, lease: SandboxLease) -> Result:
         """Released or Expired: let a deletion through, else keep the lease for the retention
         period (its owner can still read how it ended), then delete it."""
         if obj["metadata"].get("deletionTimestamp"):
@@ -363,10 +418,10 @@ class SandboxLeaseReconciler:
             return Result()
         if self.retention is None:
             return Result()
-        ended = obj.get("status", {}).get("endedAt")
+        ended = lease.status.ended_at if lease.status else None
         if ended is None:
             return Result()
-        left = (datetime.datetime.fromisoformat(ended) + self.retention - utcnow()).total_seconds()
+        left = (ended + self.retention - utcnow()).total_seconds()
         if left > 0:
             return Result(requeue_after=left)
         await delete_fenced(self.client, SANDBOX_LEASES, obj)

@@ -16,77 +16,54 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Any
+from typing import Literal
 
-from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
-from lessor.operator.kinds import SANDBOX_POOLS, TEMPLATES, WARM_POOLS
+from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
+from lessor.operator.context import Context
+from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
-from lessor.operator.runtime.controller import Result
+from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import add_finalizer, delete_fenced, remove_finalizer, write_status
-from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.sandbox import SandboxPool
+from lessor.operator.writes import (
+    add_finalizer,
+    delete_fenced,
+    now_seconds,
+    remove_finalizer,
+    write_status,
+)
+from lessor.resources.base import Condition, ObjectRef
+from lessor.resources.sandbox import SandboxPool, SandboxPoolStatus
 
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "lessor.dev/sandbox-pool"
 FINALIZER = "lessor.dev/sandbox-pool-cleanup"
-RECHECK_SECONDS = 60.0
-RECHECK_FAILING_SECONDS = 10.0  # a fix (installing agent-sandbox) is noticed soon
 REFRESH_SECONDS = 10.0
-
-
-class CompatibilityCache:
-    """The compatibility verdict, read at most once a minute (CRDs rarely change)."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
-        self._verdict: Compatibility | None = None
-        self._checked = 0.0
-
-    async def verdict(self) -> Compatibility:
-        if self._verdict is not None:
-            wait = RECHECK_SECONDS if self._verdict.ok else RECHECK_FAILING_SECONDS
-            if time.monotonic() - self._checked < wait:
-                return self._verdict
-        found: dict[str, JSON | Exception | None] = {}
-        for name in FINGERPRINTS:
-            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-            try:
-                found[name] = await self.client.get(path)
-            except NotFoundError:
-                found[name] = None
-            except ApiError as error:
-                found[name] = error
-        verdict = evaluate(found)
-        if self._verdict is None or verdict.problems != self._verdict.problems:
-            log.log(logging.INFO if verdict.ok else logging.ERROR, "%s", verdict.reason)
-        self._verdict, self._checked = verdict, time.monotonic()
-        return verdict
 
 
 def child_name(pool: str) -> str:
     return f"lessor-{pool}"[:63]
 
 
-def _condition(obj: JSON, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    previous: dict[str, Any] = next(
-        (c for c in obj.get("status", {}).get("conditions", [])
-         if c.get("type") == "AgentSandboxCompatible"),
-        {},
-    )  # fmt: skip
-    status = "True" if ok else "False"
-    moved = previous.get("status") != status
-    return {
-        "type": "AgentSandboxCompatible",
-        "status": status,
-        "reason": reason,
-        "message": message[:1000],
-        "lastTransitionTime": timestamp(utcnow()) if moved else previous["lastTransitionTime"],
-        "observedGeneration": obj["metadata"].get("generation"),
-    }
+def _condition(pool: SandboxPool, ok: bool, reason: str, message: str) -> Condition:
+    """The pool's AgentSandboxCompatible condition; its transition time moves only when its
+    status does."""
+    conditions = pool.status.conditions if pool.status else []
+    previous = next((c for c in conditions if c.type == "AgentSandboxCompatible"), None)
+    status: Literal["True", "False"] = "True" if ok else "False"
+    if previous is None or previous.status != status:
+        transition = now_seconds()
+    else:
+        transition = previous.last_transition_time
+    return Condition(
+        type="AgentSandboxCompatible",
+        status=status,
+        reason=reason,
+        message=message[:1000],
+        last_transition_time=transition,
+        observed_generation=pool.metadata.generation,
+    )
 
 
 BY_SANDBOX_POOL = "by-sandbox-pool"
@@ -95,6 +72,24 @@ HOLDING = ("Provisioning", "Ready", "Releasing")
 
 def index_by_sandbox_pool(obj: JSON) -> list[str]:
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
+
+
+def setup(context: Context) -> Controller:
+    """A pool is reconciled when it changes and when any of its leases does (its counts)."""
+    pools = context.informer(SANDBOX_POOLS)
+    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    reconciler = SandboxPoolReconciler(
+        context.client,
+        pools=pools,
+        leases=leases,
+        compatibility=context.compatibility,
+        sandboxes=context.settings.sandbox_namespace,
+    )
+    return (
+        context.controller("sandboxpool", reconciler.reconcile)
+        .watch(pools)
+        .watch(leases, index_by_sandbox_pool)
+    )
 
 
 class SandboxPoolReconciler:
@@ -133,14 +128,13 @@ class SandboxPoolReconciler:
             return await self._remove_children(obj)
         obj = await add_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
         pool = SandboxPool.model_validate(obj)
-        status = dict(obj.get("status") or {})
-        status["observedGeneration"] = obj["metadata"].get("generation")
-        status.update(self._counts(key))
+        status = (pool.status or SandboxPoolStatus()).model_copy(
+            update={"observed_generation": pool.metadata.generation, **self._counts(key)}
+        )
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
-            status.update(phase="Unavailable", conditions=[
-                _condition(obj, False, "Incompatible", verdict.reason)
-            ])  # fmt: skip
+            status.phase = "Unavailable"
+            status.conditions = [_condition(pool, False, "Incompatible", verdict.reason)]
             await write_status(self.client, SANDBOX_POOLS, obj, status)
             return Result(requeue_after=RECHECK_FAILING_SECONDS)
         template, warm_pool = await asyncio.gather(
@@ -151,12 +145,14 @@ class SandboxPoolReconciler:
             }),
         )  # fmt: skip
         ready = int(warm_pool.get("status", {}).get("readyReplicas") or 0)
-        status.update(
-            phase="Healthy" if ready >= pool.spec.warm else "Degraded",
-            ready=ready,
-            templateRef=_reference(template),
-            warmPoolRef=_reference(warm_pool),
-            conditions=[_condition(obj, True, "Compatible", verdict.reason)],
+        status = status.model_copy(
+            update={
+                "phase": "Healthy" if ready >= pool.spec.warm else "Degraded",
+                "ready": ready,
+                "template_ref": _reference(template),
+                "warm_pool_ref": _reference(warm_pool),
+                "conditions": [_condition(pool, True, "Compatible", verdict.reason)],
+            }
         )
         await write_status(self.client, SANDBOX_POOLS, obj, status)
         return Result(requeue_after=REFRESH_SECONDS)
@@ -198,6 +194,6 @@ class SandboxPoolReconciler:
         )
 
 
-def _reference(obj: JSON) -> dict[str, str]:
+def _reference(obj: JSON) -> ObjectRef:
     metadata = obj["metadata"]
-    return {"name": metadata["name"], "uid": metadata["uid"], "namespace": metadata["namespace"]}
+    return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])

@@ -1,0 +1,51 @@
+"""What every controller's `setup` is given: the manager it joins, the API client, the settings,
+and what the controllers of one process share (the event recorder, the caches, the
+agent-sandbox compatibility verdict).
+
+Each reconciler module declares its own watches in a `setup(context) -> Controller` beside its
+reconciler, so that what requeues a key is read next to the code that handles it;
+lessor.operator.main only lists the controllers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from lessor.operator.compatibility import CompatibilityCache
+from lessor.operator.runtime.client import KubeClient, ResourceType
+from lessor.operator.runtime.controller import Controller, Reconcile
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.manager import Manager
+from lessor.operator.runtime.store import IndexFunc
+from lessor.operator.settings import Settings
+
+
+@dataclass(frozen=True)
+class Context:
+    manager: Manager
+    client: KubeClient
+    settings: Settings
+    events: EventRecorder
+
+    def informer(
+        self, resource: ResourceType, indexers: dict[str, IndexFunc] | None = None
+    ) -> Informer:
+        """The shared cache of `resource` in the operator's namespace, with (at least) the
+        indexes the caller reads."""
+        informer = self.manager.informer(self.client, resource, namespace=self.settings.namespace)
+        for name, function in (indexers or {}).items():
+            informer.store.add_indexer(name, function)
+        return informer
+
+    def controller(self, name: str, reconcile: Reconcile) -> Controller:
+        """A controller with the configured number of workers, added to the manager; its
+        watches (Controller.watch) are the caller's to declare."""
+        controller = Controller(name, reconcile, [], workers=self.settings.workers)
+        return self.manager.add_controller(controller)
+
+    @functools.cached_property
+    def compatibility(self) -> CompatibilityCache:
+        """One verdict for both sandbox controllers."""
+        return CompatibilityCache(self.client)

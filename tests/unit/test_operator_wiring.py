@@ -1,0 +1,55 @@
+"""The operator's wiring: settings from the command line, and which caches each controller
+watches (and so waits for), without a cluster."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any, cast
+
+from lessor.operator.main import build, parse_args
+from lessor.operator.runtime.client import KubeClient
+from lessor.operator.settings import Settings
+
+
+def test_settings_resolve_the_flags_that_depend_on_others() -> None:
+    settings = Settings.from_args(parse_args(["--namespace=team-a", "--lease-retention=0"]))
+    assert settings.sandbox_namespace == "team-a", "--sandbox-namespace defaults to --namespace"
+    assert settings.lease_retention is None, "0 keeps ended leases forever"
+    assert settings.teardown_grace == datetime.timedelta(seconds=120)
+    assert settings.leader_election_id == "lessor-operator"
+    assert Settings.from_args(parse_args(["--no-leader-election"])).leader_election_id is None
+
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+
+
+def _watched(mode: str, kubeconfig: Path) -> dict[str, list[str]]:
+    kubeconfig.write_text(KUBECONFIG)
+    args = parse_args(
+        ["--no-leader-election", f"--agent-sandbox-mode={mode}", f"--kubeconfig={kubeconfig}"]
+    )
+    manager = build(cast(KubeClient, cast(Any, object())), Settings.from_args(args), "test")
+    return {c.name: [i.resource.plural for i in c.informers] for c in manager.controllers}
+
+
+def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None:
+    cluster = {
+        "clusterpool": ["clusterpools", "clusterinstances", "clusterleases"],
+        "clusterinstance": ["clusterinstances", "clusterleases"],
+        "clusterlease": ["clusterleases", "clusterpools", "clusterinstances"],
+    }
+    assert _watched("disabled", tmp_path / "kubeconfig") == cluster
+    assert _watched("external", tmp_path / "kubeconfig") == {
+        **cluster,
+        "sandboxpool": ["sandboxpools", "sandboxleases"],
+        "sandboxlease": ["sandboxleases", "sandboxpools"],
+        "sandboxexecution": ["sandboxexecutions"],
+    }
