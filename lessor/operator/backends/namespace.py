@@ -12,10 +12,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import yaml
-
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.protocol.kubeconfig import kubeconfig
 
 ACCOUNT = "tenant"
 TOKEN_SECONDS = 24 * 3600
@@ -95,23 +94,13 @@ class NamespaceBackend:
         except ApiError as error:
             raise BackendError(f"token request for {namespace} failed: {error}") from error
         auth = self.client.api.auth
-        cluster: dict[str, object] = {"server": auth.server}
+        ca = None
         if auth.server_ca_file:
-            ca = Path(auth.server_ca_file).read_bytes()
-            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
-        return yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": namespace, "cluster": cluster}],
-                "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
-                "contexts": [
-                    {"name": namespace,
-                     "context": {"cluster": namespace, "user": ACCOUNT, "namespace": namespace}}
-                ],
-                "current-context": namespace,
-            }
-        )  # fmt: skip
+            ca = base64.b64encode(Path(auth.server_ca_file).read_bytes()).decode()
+        credentials = {"token": answer["status"]["token"]}
+        return kubeconfig(
+            namespace, auth.server, ACCOUNT, credentials, ca_data=ca, namespace=namespace
+        )
 
     async def teardown(self, instance: InstanceRef) -> None:
         try:
