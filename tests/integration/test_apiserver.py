@@ -586,9 +586,9 @@ def test_concurrent_extensions_never_spend_one_extension_twice(stack: Stack) -> 
 
 
 def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
-    from lessor.apiserver.expiring_records import BUCKET  # noqa: PLC0415
-    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.nonces import LABEL, ClusterNonces  # noqa: PLC0415
+    from lessor.apiserver.auth.nonces import LABEL, ClusterNonces  # noqa: PLC0415
+    from lessor.apiserver.state.expiring_records import BUCKET  # noqa: PLC0415
+    from lessor.apiserver.state.kube import kube  # noqa: PLC0415 - the server's own client
 
     nonces = ClusterNonces(kube(str(stack.cluster.kubeconfig), stack.namespace))
     assert nonces.first_use(b"key", "fresh-nonce-0123456789")
@@ -613,9 +613,9 @@ def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
 
 
 def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: Stack) -> None:
-    from lessor.apiserver.expiring_records import BUCKET, BUCKET_SECONDS  # noqa: PLC0415
-    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.sessions import LABEL, Sessions  # noqa: PLC0415
+    from lessor.apiserver.auth.sessions import LABEL, Sessions  # noqa: PLC0415
+    from lessor.apiserver.state.expiring_records import BUCKET, BUCKET_SECONDS  # noqa: PLC0415
+    from lessor.apiserver.state.kube import kube  # noqa: PLC0415 - the server's own client
 
     sessions = Sessions(kube(str(stack.cluster.kubeconfig), stack.namespace))
     token, _ = sessions.issue("sweep-me", "tests", {}, method="token", credential="x", ttl=3600)

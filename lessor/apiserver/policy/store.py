@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import watch
 from pydantic import ValidationError
 
-from lessor.apiserver.kube import Kube
+from lessor.apiserver.state.kube import Kube
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
 from lessor.resources.base import GROUP, VERSION
 

@@ -17,10 +17,10 @@ import gevent
 from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
-from lessor.apiserver import metrics, openapi
-from lessor.apiserver.admission_limit import AdmissionLimiter
-from lessor.apiserver.authn import Authenticator, Principal
-from lessor.apiserver.bodies import (
+from lessor.apiserver.auth.authenticator import Authenticator, Principal
+from lessor.apiserver.auth.sessions import DEFAULT_TTL
+from lessor.apiserver.http import metrics, openapi
+from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateLease,
     CreateSandboxLease,
@@ -29,28 +29,32 @@ from lessor.apiserver.bodies import (
     Login,
     parse,
 )
-from lessor.apiserver.errors import (
+from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
-    NotFoundError,
+    HttpNotFoundError,
     PayloadTooLargeError,
     RequestTimeoutError,
     UnavailableError,
     UpgradeRequiredError,
 )
-from lessor.apiserver.executions import ExecutionService
-from lessor.apiserver.kube import Kube, kube
-from lessor.apiserver.leases import LeaseService
-from lessor.apiserver.policies import PolicyStore
-from lessor.apiserver.pools import PoolService
-from lessor.apiserver.sandbox_gate import SandboxGate
-from lessor.apiserver.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX, SandboxLeaseService
-from lessor.apiserver.sandbox_streams import SandboxStreamService
-from lessor.apiserver.session_slots import SessionSlots
-from lessor.apiserver.sessions import DEFAULT_TTL
-from lessor.apiserver.settings import Settings
-from lessor.apiserver.stream_bridge import Limits
-from lessor.apiserver.upgrade import StreamRoutes
+from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.leases.cluster_leases import LeaseService
+from lessor.apiserver.leases.pools import PoolService
+from lessor.apiserver.policy.store import PolicyStore
+from lessor.apiserver.sandboxes.executions import ExecutionService
+from lessor.apiserver.sandboxes.gate import SandboxGate
+from lessor.apiserver.sandboxes.sandbox_leases import (
+    LOG_TAIL_DEFAULT,
+    LOG_TAIL_MAX,
+    SandboxLeaseService,
+)
+from lessor.apiserver.sandboxes.stream_bridge import Limits
+from lessor.apiserver.sandboxes.stream_slots import SessionSlots
+from lessor.apiserver.sandboxes.streams import SandboxStreamService
+from lessor.apiserver.sandboxes.upgrade import StreamRoutes
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
+from lessor.apiserver.state.kube import Kube, kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.timestamps import timestamp
 
@@ -154,7 +158,7 @@ class DiagnosticsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.services.leases.usable(self.principal(req), lease_id)
         # No backend captures bundles yet, so none exists (spec 4.2: 404 when no bundle exists).
-        raise NotFoundError("no diagnostics bundle was captured for this lease")
+        raise HttpNotFoundError("no diagnostics bundle was captured for this lease")
 
 
 class PoolsResource(Base):
@@ -309,7 +313,8 @@ class ExecutionLogsResource(SandboxBase):
 
 class SandboxStreamResource(SandboxBase):
     """Attach and port-forward without `Upgrade: websocket` (the upgrade itself never reaches
-    Falcon: lessor.apiserver.upgrade): 426 once the caller is known and the API is served."""
+    Falcon: lessor.apiserver.sandboxes.upgrade): 426 once the caller is known and the API is
+    served."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.served(req)

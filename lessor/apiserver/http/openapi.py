@@ -8,27 +8,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lessor import __version__
-from lessor.apiserver.bodies import (
+from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateLease,
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
+    Json,
     Login,
 )
-from lessor.apiserver.executions import (
+from lessor.apiserver.sandboxes.executions import (
     DEFAULT_TIMEOUT,
     EXECUTION_BOUND,
     MAX_TIMEOUT,
     WAIT_MARGIN,
 )
-from lessor.apiserver.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
+from lessor.apiserver.sandboxes.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 from lessor.protocol.durations import format_duration
 from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
 from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
 from lessor.resources.sandbox import ReleaseCause
-
-Json = dict[str, Any]
 
 
 class Error(BaseModel):

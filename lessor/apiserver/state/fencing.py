@@ -6,10 +6,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.errors import ConflictError
-from lessor.apiserver.kube import Kube
-
-Json = dict[str, Any]
+from lessor.apiserver.http.bodies import Json
+from lessor.apiserver.http.errors import HttpConflictError
+from lessor.apiserver.state.kube import Kube
 
 
 def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> Json:
@@ -26,7 +25,7 @@ def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> 
     except ApiException as error:
         # A failed `test` is a 422 from the API server; a changed object, a 409.
         if error.status in (409, 422):
-            raise ConflictError("it changed meanwhile", reason="conflict_retryable") from error
+            raise HttpConflictError("it changed meanwhile", reason="conflict_retryable") from error
         raise
 
 

@@ -28,7 +28,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.resources.cluster import ClusterLease
 from lessor.resources.sandbox import SandboxLease
 
