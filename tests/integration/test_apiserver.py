@@ -257,7 +257,6 @@ def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack) -> None:
 # What the spec lets anyone call (5.1: /v1/status, /healthz, /metrics; /v1/status takes an
 # optional token), and the API's own document, which describes the API and nothing in it.
 PUBLIC = {"/healthz": "none", "/metrics": "none", "/openapi.json": "none", "/v1/status": "optional"}
-RESPONDERS = ("get", "post", "put", "patch", "delete")
 
 
 def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
@@ -276,9 +275,7 @@ def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
         checked = 0
         for route in ROUTES:
             path = route.path.format(lease_id="sl-0123456789", name="api-warm", execution="x1")
-            for method in RESPONDERS:
-                if not hasattr(route.resource, f"on_{method}"):
-                    continue
+            for method in sorted(route.methods):
                 response = api.call(method.upper(), path, body={} if method != "get" else None)
                 checked += 1
                 if route.path in PUBLIC:

@@ -32,6 +32,7 @@ from lessor.apiserver.http.bodies import (
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
+    Json,
     Login,
     parse,
 )
@@ -43,6 +44,25 @@ from lessor.apiserver.http.errors import (
     RequestTimeoutError,
     UnavailableError,
     UpgradeRequiredError,
+)
+from lessor.apiserver.http.responses import (
+    Execution,
+    ExecutionLogs,
+    ExecutionResult,
+    Expiry,
+    Lease,
+    LeaseCreated,
+    LeaseSummary,
+    PoolLease,
+    PoolRecord,
+    SandboxExpiry,
+    SandboxLease,
+    SandboxLeaseCreated,
+    SandboxLogs,
+    SessionIssued,
+    Status,
+    conform,
+    conform_each,
 )
 from lessor.apiserver.http.settings import Settings
 from lessor.apiserver.leases.cluster_leases import LeaseService
@@ -179,16 +199,16 @@ class LeasesResource(Base):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller = principal(req)
         request = parse(CreateLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.create(caller, request)
+        resp.media = conform(LeaseCreated, self.services.leases.create(caller, request))
         resp.status = falcon.HTTP_202
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.services.leases.list_mine(principal(req))
+        resp.media = conform_each(LeaseSummary, self.services.leases.list_mine(principal(req)))
 
 
 class LeaseResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        resp.media = self.services.leases.read(principal(req), lease_id)
+        resp.media = conform(Lease, self.services.leases.read(principal(req), lease_id))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.services.leases.release(principal(req), lease_id)
@@ -197,7 +217,7 @@ class LeaseResource(Base):
     def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller = principal(req)
         request = parse(ExtendLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.extend(caller, lease_id, request)
+        resp.media = conform(Expiry, self.services.leases.extend(caller, lease_id, request))
 
 
 class DiagnosticsResource(Base):
@@ -209,17 +229,17 @@ class DiagnosticsResource(Base):
 
 class PoolsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.services.pools.records(principal(req))
+        resp.media = conform_each(PoolRecord, self.services.pools.records(principal(req)))
 
 
 class PoolResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = self.services.pools.one(principal(req), name)
+        resp.media = conform(PoolRecord, self.services.pools.one(principal(req), name))
 
 
 class PoolLeasesResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = self.services.pools.leases(principal(req), name)
+        resp.media = conform_each(PoolLease, self.services.pools.leases(principal(req), name))
 
 
 class LoginResource(Base):
@@ -243,12 +263,15 @@ class LoginResource(Base):
             credential=caller.credential,
             ttl=ttl,
         )
-        resp.media = {
-            "session_token": token,
-            "identity": caller.identity,
-            "method": caller.method,
-            "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
-        }
+        resp.media = conform(
+            SessionIssued,
+            {
+                "session_token": token,
+                "identity": caller.identity,
+                "method": caller.method,
+                "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
+            },
+        )
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = principal(req).session
@@ -266,13 +289,16 @@ class StatusResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller: Principal | None = req.context.principal
         methods = self.services.auth.methods()
-        resp.media = {
-            "version": __version__,
-            # Every configured method can be exchanged for a session at POST /v1/login.
-            "auth": {"methods": methods, "sessions": methods},
-            "pools": self.services.pools.status_rows(caller),
-            "sandbox": self.services.sandbox.status(),
-        }
+        resp.media = conform(
+            Status,
+            {
+                "version": __version__,
+                # Every configured method can be exchanged for a session at POST /v1/login.
+                "auth": {"methods": methods, "sessions": methods},
+                "pools": self.services.pools.status_rows(caller),
+                "sandbox": self.services.sandbox.status(),
+            },
+        )
 
 
 class SandboxBase(Base):
@@ -292,25 +318,25 @@ class SandboxLeasesResource(SandboxBase):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller, service = self.served(req)
         request = parse(CreateSandboxLease, req.context.body, req.content_type)
-        body = service.create(caller, request)
+        body = conform(SandboxLeaseCreated, service.create(caller, request))
         resp.media = body
         resp.status = falcon.HTTP_202
         resp.set_header("Location", f"/v1/sandbox-leases/{body['id']}")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller, service = self.served(req)
-        resp.media = service.list_mine(caller)
+        resp.media = conform_each(SandboxLease, service.list_mine(caller))
 
 
 class SandboxLeaseResource(SandboxBase):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller, service = self.served(req)
-        resp.media = service.read(caller, lease_id)
+        resp.media = conform(SandboxLease, service.read(caller, lease_id))
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller, service = self.served(req)
         request = parse(ExtendSandboxLease, req.context.body, req.content_type)
-        resp.media = service.extend(caller, lease_id, request)
+        resp.media = conform(SandboxExpiry, service.extend(caller, lease_id, request))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller, service = self.served(req)
@@ -322,7 +348,8 @@ class SandboxLogsResource(SandboxBase):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller, service = self.served(req)
         tail = _int_param(req, "tailLines", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
-        resp.media = service.logs(caller, lease_id, tail, req.get_param("container"))
+        logs = service.logs(caller, lease_id, tail, req.get_param("container"))
+        resp.media = conform(SandboxLogs, logs)
 
 
 class ExecutionsResource(SandboxBase):
@@ -331,7 +358,8 @@ class ExecutionsResource(SandboxBase):
         request = parse(CreateExecution, req.context.body, req.content_type)
         status, body = self.services.executions.create(caller, lease_id, request)
         resp.status = falcon.code_to_http_status(status)
-        resp.media = body
+        # 200: it ended, with its output; 202: detached, or no outcome yet (openapi.py).
+        resp.media = conform(ExecutionResult if status == 200 else Execution, body)
         resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{body['id']}")
 
 
@@ -340,13 +368,14 @@ class ExecutionResource(SandboxBase):
         self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
     ) -> None:
         caller, _ = self.served(req)
-        resp.media = self.services.executions.read(caller, lease_id, execution)
+        resp.media = conform(Execution, self.services.executions.read(caller, lease_id, execution))
 
     def on_delete(
         self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
     ) -> None:
         caller, _ = self.served(req)
-        resp.media = self.services.executions.cancel(caller, lease_id, execution)
+        cancelled = self.services.executions.cancel(caller, lease_id, execution)
+        resp.media = conform(Execution, cancelled)
 
 
 class ExecutionLogsResource(SandboxBase):
@@ -356,7 +385,8 @@ class ExecutionLogsResource(SandboxBase):
         caller, _ = self.served(req)
         stdout = _int_param(req, "stdoutOffset", 0, 0, 1 << 40)
         stderr = _int_param(req, "stderrOffset", 0, 0, 1 << 40)
-        resp.media = self.services.executions.logs(caller, lease_id, execution, stdout, stderr)
+        logs = self.services.executions.logs(caller, lease_id, execution, stdout, stderr)
+        resp.media = conform(ExecutionLogs, logs)
 
 
 class SandboxStreamResource(SandboxBase):
@@ -395,7 +425,7 @@ class OpenApiResource(Base):
 
     def __init__(self, services: Services) -> None:
         super().__init__(services)
-        self.document = openapi.document()
+        self.document = api_document()
 
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = self.document
@@ -505,38 +535,62 @@ def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception,
     resp.media = {"error": "internal error", "detail": "the failure was logged"}
 
 
+RESPONDERS = ("get", "post", "put", "patch", "delete")
+
+
 @dataclass(frozen=True)
 class Route:
+    """One path: the resource that answers it, and its OpenAPI operations (None: a path the
+    document leaves out, as it describes the API, not the service's plumbing)."""
+
     path: str
-    resource: Callable[[Services], Base]
+    resource: type[Base]
+    operations: Callable[[], Json] | None
     sandbox: bool = False  # served only with `agentSandbox.mode: external` (sandboxes.gate)
 
+    @property
+    def methods(self) -> frozenset[str]:
+        """The methods the resource answers, as the document names them."""
+        return frozenset(m for m in RESPONDERS if hasattr(self.resource, f"on_{m}"))
 
-_EXECUTIONS = "/v1/sandbox-leases/{lease_id}/executions"
 
-# Every route the Falcon app serves, and only these (the WebSocket upgrades of attach and
-# port-forward are answered in front of Falcon, by lessor.apiserver.sandboxes.upgrade).
+_SANDBOX = "/v1/sandbox-leases/{lease_id}"
+_EXECUTIONS = _SANDBOX + "/executions"
+
+# Every route the Falcon app serves, and every path of its OpenAPI document, in the document's
+# order (the WebSocket upgrades of attach and port-forward are answered in front of Falcon, by
+# lessor.apiserver.sandboxes.upgrade; a plain GET of them comes here).
 ROUTES: tuple[Route, ...] = (
-    Route("/healthz", HealthResource),
-    Route("/metrics", MetricsResource),
-    Route("/openapi.json", OpenApiResource),
-    Route("/v1/status", StatusResource),
-    Route("/v1/login", LoginResource),
-    Route("/v1/leases", LeasesResource),
-    Route("/v1/leases/{lease_id}", LeaseResource),
-    Route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource),
-    Route("/v1/pools", PoolsResource),
-    Route("/v1/pools/{name}", PoolResource),
-    Route("/v1/pools/{name}/leases", PoolLeasesResource),
-    Route("/v1/sandbox-leases", SandboxLeasesResource, sandbox=True),
-    Route("/v1/sandbox-leases/{lease_id}", SandboxLeaseResource, sandbox=True),
-    Route("/v1/sandbox-leases/{lease_id}/logs", SandboxLogsResource, sandbox=True),
-    Route(_EXECUTIONS, ExecutionsResource, sandbox=True),
-    Route(_EXECUTIONS + "/{execution}", ExecutionResource, sandbox=True),
-    Route(_EXECUTIONS + "/{execution}/logs", ExecutionLogsResource, sandbox=True),
-    Route("/v1/sandbox-leases/{lease_id}/attach", SandboxStreamResource, sandbox=True),
-    Route("/v1/sandbox-leases/{lease_id}/port-forward", SandboxStreamResource, sandbox=True),
+    Route("/v1/leases", LeasesResource, openapi.leases),
+    Route("/v1/leases/{lease_id}", LeaseResource, openapi.lease),
+    Route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource, openapi.diagnostics),
+    Route("/v1/pools", PoolsResource, openapi.pools),
+    Route("/v1/pools/{name}", PoolResource, openapi.pool),
+    Route("/v1/pools/{name}/leases", PoolLeasesResource, openapi.pool_leases),
+    Route("/v1/sandbox-leases", SandboxLeasesResource, openapi.sandbox_leases, sandbox=True),
+    Route(_SANDBOX, SandboxLeaseResource, openapi.sandbox_lease, sandbox=True),
+    Route(_SANDBOX + "/logs", SandboxLogsResource, openapi.sandbox_logs, sandbox=True),
+    Route(_SANDBOX + "/attach", SandboxStreamResource, openapi.attach, sandbox=True),
+    Route(_SANDBOX + "/port-forward", SandboxStreamResource, openapi.port_forward, sandbox=True),
+    Route(_EXECUTIONS, ExecutionsResource, openapi.executions, sandbox=True),
+    Route(_EXECUTIONS + "/{execution}", ExecutionResource, openapi.execution, sandbox=True),
+    Route(
+        _EXECUTIONS + "/{execution}/logs",
+        ExecutionLogsResource,
+        openapi.execution_logs,
+        sandbox=True,
+    ),
+    Route("/v1/login", LoginResource, openapi.login),
+    Route("/v1/status", StatusResource, openapi.status),
+    Route("/healthz", HealthResource, openapi.healthz),
+    Route("/metrics", MetricsResource, None),
+    Route("/openapi.json", OpenApiResource, None),
 )
+
+
+def api_document() -> Json:
+    """The OpenAPI document of ROUTES, as /openapi.json serves it."""
+    return openapi.document(ROUTES)
 
 
 def create_app(settings: Settings) -> StreamRoutes:

@@ -3,9 +3,11 @@ that validate requests and describe responses, so the document cannot drift from
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from lessor import __version__
 from lessor.apiserver.http.bodies import (
@@ -17,275 +19,28 @@ from lessor.apiserver.http.bodies import (
     Json,
     Login,
 )
-from lessor.apiserver.sandboxes.executions import (
-    DEFAULT_TIMEOUT,
-    EXECUTION_BOUND,
-    MAX_TIMEOUT,
-    WAIT_MARGIN,
+from lessor.apiserver.http.responses import (
+    DEFAULT_TIMEOUT_TEXT,
+    MAX_TIMEOUT_TEXT,
+    Error,
+    Execution,
+    ExecutionLogs,
+    ExecutionResult,
+    Expiry,
+    Lease,
+    LeaseCreated,
+    LeaseSummary,
+    PoolLease,
+    PoolRecord,
+    SandboxExpiry,
+    SandboxLease,
+    SandboxLeaseCreated,
+    SandboxLogs,
+    SessionIssued,
+    Status,
 )
-from lessor.apiserver.sandboxes.sandbox_leases import LOG_BYTES_MAX, LOG_TAIL_DEFAULT, LOG_TAIL_MAX
-from lessor.protocol.durations import format_duration
-from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
-from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
-from lessor.resources.sandbox import ReleaseCause
-
-
-class Error(BaseModel):
-    error: str
-    detail: str | None = None
-    reason: str | None = None
-
-
-class LeaseCreated(BaseModel):
-    id: str
-    phase: str
-    profile: str
-    queue_position: int
-    effective_ttl: str
-    alias: str | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class LeaseSummary(BaseModel):
-    id: str
-    phase: str
-    profile: str
-    expires_at: str | None = None
-    alias: str | None = None
-
-
-class Lease(LeaseSummary):
-    metadata: dict[str, Any] | None = None
-    queue_position: int | None = Field(default=None, description="1-based, while Pending.")
-    kubeconfig: str | None = Field(default=None, description="Present once the lease is Bound.")
-
-
-class Expiry(BaseModel):
-    expires_at: str
-
-
-class PoolPolicy(BaseModel):
-    mode: str
-    ttl: str
-    warm_target: int = Field(alias="warmTarget")
-
-
-class PoolRecord(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    name: str
-    resource_kind: Literal["Cluster", "Sandbox"] = Field(
-        alias="resourceKind",
-        description="Sandbox pools are listed while the Sandbox API is served; their "
-        "creating, recycling, unhealthy and queueDepth are 0.",
-    )
-    capabilities: list[str] = Field(
-        description="Cluster: lease, kubeconfig, extend, release. Sandbox: lease, extend, "
-        "release, logs, attach, and exec (with a runner) and port-forward (with declared ports)."
-    )
-    phase: str
-    ready: int
-    leased: int
-    creating: int
-    recycling: int
-    unhealthy: int
-    quarantined: int
-    queue_depth: int = Field(alias="queueDepth")
-    policy: PoolPolicy
-
-
-class PoolLease(BaseModel):
-    id: str
-    phase: str
-    profile: str
-    cluster_name: str | None = None
-    requester: str | None = Field(
-        default=None,
-        description="\"redacted\" for other tenants' leases; absent for a Sandbox pool's leases.",
-    )
-    expires_at: str | None = None
-
-
-class StatusAuth(BaseModel):
-    methods: list[str]
-    sessions: list[str]
-
-
-class StatusPool(BaseModel):
-    name: str
-    ready: int
-    leased: int
-    creating: int
-    phase: str | None = None
-    quarantined: int | None = None
-
-
-class Status(BaseModel):
-    version: str
-    auth: StatusAuth
-    pools: list[StatusPool]
-
-
-class SessionIssued(BaseModel):
-    session_token: str
-    identity: str
-    method: str
-    expires_at: str
-
-
-class _SandboxLeaseFields(BaseModel):
-    id: str
-    phase: str
-    pool: str
-    ttl: str = Field(description="The TTL asked for; without one, the TTL granted.")
-    effective_ttl: str | None = Field(
-        default=None, description="The TTL granted; present only when less than `ttl`."
-    )
-    alias: str | None = None
-    provisioning_deadline: str = Field(
-        description="The lease's creation time plus the pool's provisioningTimeout; never reset."
-    )
-
-
-class SandboxLeaseCreated(_SandboxLeaseFields):
-    """The 202 of a create (with a Location header). The handoff variant adds `status`,
-    `retry` and `statusUrl`: the outcome is not known yet; do not repeat the create, poll."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    phase: str = Field(description="Always `Pending`.")
-    provisioning_deadline: str = Field(
-        description="The lease's creation time plus the pool's provisioningTimeout; in the "
-        "handoff variant, counted from the time of the answer."
-    )
-    status: Literal["admission_pending"] | None = Field(
-        default=None, description="Handoff variant only: `admission_pending`."
-    )
-    retry: bool | None = Field(default=None, description="Handoff variant only: `false`.")
-    status_url: str | None = Field(
-        default=None, alias="statusUrl", description="Handoff variant only: the lease's path."
-    )
-
-
-class PlacementRef(BaseModel):
-    name: str
-    uid: str
-
-
-class SandboxPlacement(BaseModel):
-    lease_uid: str
-    claim: PlacementRef | None = Field(default=None, description="The agent-sandbox SandboxClaim.")
-    sandbox: PlacementRef | None = None
-    pod: PlacementRef | None = None
-
-
-class SandboxLease(_SandboxLeaseFields):
-    phase: SandboxLeasePhase
-    release_cause: ReleaseCause | None = Field(
-        default=None, description="Recorded once when teardown starts; never changed."
-    )
-    ready_at: str | None = None
-    expires_at: str | None = Field(default=None, description="Once Ready.")
-    message: str | None = None
-    extensions_count: int
-    max_extensions: int
-    placement: SandboxPlacement
-
-
-class SandboxExpiry(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    expires_at: str = Field(alias="expiresAt")
-    extensions_count: int = Field(alias="extensionsCount")
-    max_extensions: int = Field(alias="maxExtensions")
-
-
-class SandboxLogs(BaseModel):
-    id: str
-    pod: str
-    data: str
-    truncated: bool = Field(description=f"The tail reached the {LOG_BYTES_MAX // 1024} KiB cap.")
-
-
-_DEFAULT_TIMEOUT = f"{int(DEFAULT_TIMEOUT.total_seconds())}s"
-_MAX_TIMEOUT = format_duration(MAX_TIMEOUT)
-_CAP = f"{OUTPUT_CAP // (1024 * 1024)} MiB"
-
-
-class Execution(BaseModel):
-    """An execution as GET, DELETE and a detached create (202) show it: never its output."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    id: str = Field(description="`x` and 24 hex digits, derived from the lease instance and key.")
-    state: ExecutionState = Field(
-        description="`Unknown`: the outcome could not be established; do not rerun blindly."
-    )
-    exit_code: int | None = Field(
-        default=None,
-        alias="exitCode",
-        description="Only when the process reported one: absent while it runs, when it could "
-        "not start, when a signal ended it and when its outcome is unknown.",
-    )
-    started_at: str | None = Field(default=None, alias="startedAt")
-    finished_at: str | None = Field(default=None, alias="finishedAt")
-    message: str | None = Field(
-        default=None, description="Why it could not start, or why its outcome is unknown."
-    )
-    truncated: bool = Field(
-        description=f"Output past the first {_CAP} of stdout or stderr was dropped; known once "
-        "the command ended."
-    )
-    timeout: str = Field(
-        description=f"The timeout granted: the request's or {_DEFAULT_TIMEOUT}, at most "
-        f"{_MAX_TIMEOUT} and never past the lease's expiry."
-    )
-
-
-class ExecutionResult(Execution):
-    """The 200 of a wait-mode create: the execution once it ended, with its retained output."""
-
-    stdout: str = Field(
-        description=f"The first {_CAP} of the stream, as UTF-8 with invalid bytes replaced."
-    )
-    stderr: str = Field(
-        description=f"The first {_CAP} of the stream, as UTF-8 with invalid bytes replaced."
-    )
-
-
-class ExecutionWindow(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    data: str = Field(
-        description=f"At most {LOG_WINDOW // 1024} KiB of retained bytes from the offset, as "
-        "UTF-8; invalid bytes are replaced here only, never in the offsets."
-    )
-    next_offset: int = Field(
-        alias="nextOffset",
-        description="Opaque resume token (a count of raw retained bytes): pass it back "
-        "unchanged; it cannot be derived from the length of `data`.",
-    )
-    more: bool = Field(description="Another window is already available.")
-    truncated: bool = Field(
-        description=f"Output past the first {_CAP} of stdout or stderr was dropped; known once "
-        "the command ended."
-    )
-
-
-class ExecutionLogs(BaseModel):
-    """One output window per stream. A follower is drained once `state` is terminal and both
-    windows say `more: false`; a retry with the same offsets returns the same windows."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    id: str
-    state: ExecutionState
-    exit_code: int | None = Field(
-        default=None, alias="exitCode", description="As in the execution, once it is reported."
-    )
-    stdout: ExecutionWindow
-    stderr: ExecutionWindow
-
+from lessor.apiserver.sandboxes.executions import EXECUTION_BOUND, WAIT_MARGIN
+from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 
 MODELS: tuple[type[BaseModel], ...] = (
     CreateLease,
@@ -328,8 +83,8 @@ def _execution_notes(schema: Json) -> dict[str, str]:
         f"arguments of at most {command['items']['maxLength'] // 1024} KiB each, 256 KiB in "
         "all, no NUL",
         "cwd": "Absolute working directory; default the container's",
-        "timeout": f"Default {_DEFAULT_TIMEOUT}; capped at {_MAX_TIMEOUT} and at the lease's "
-        "remaining lifetime",
+        "timeout": f"Default {DEFAULT_TIMEOUT_TEXT}; capped at {MAX_TIMEOUT_TEXT} and at the "
+        "lease's remaining lifetime",
         "container": "Where the runner is executed; default the pool's `runner.container`",
         "idempotencyKey": "1 to 253 bytes, new for each deliberate execution. Reused with a "
         "different command, cwd, timeout, container or detach: 409 `idempotency_conflict`",
@@ -482,7 +237,179 @@ def _execution_logs() -> Json:
     return operation
 
 
-def document() -> Json:
+COMMON = (400, 401, 503)
+
+
+def leases() -> Json:
+    return {
+        "post": _operation(
+            "Create a cluster lease",
+            202,
+            _ref(LeaseCreated),
+            errors=(*COMMON, 403, 404, 409, 429),
+            request=CreateLease,
+        ),
+        "get": _operation(
+            "The caller's active leases",
+            200,
+            {"type": "array", "items": _ref(LeaseSummary)},
+            errors=COMMON,
+        ),
+    }
+
+
+def lease() -> Json:
+    return {
+        "get": _operation("One lease", 200, _ref(Lease), errors=(*COMMON, 404)),
+        "delete": _operation("Release", 204, None, errors=(*COMMON, 404, 409)),
+        "patch": _operation(
+            "Extend the TTL", 200, _ref(Expiry), errors=(*COMMON, 404, 409), request=ExtendLease
+        ),
+    }
+
+
+def diagnostics() -> Json:
+    return {
+        "get": _operation("Diagnostics bundle URL", 200, {"type": "object"}, errors=(*COMMON, 404)),
+    }
+
+
+def pools() -> Json:
+    return {
+        "get": _operation(
+            "Accessible pools", 200, {"type": "array", "items": _ref(PoolRecord)}, errors=COMMON
+        ),
+    }
+
+
+def pool() -> Json:
+    return {"get": _operation("One pool", 200, _ref(PoolRecord), errors=(*COMMON, 404))}
+
+
+def pool_leases() -> Json:
+    return {
+        "get": _operation(
+            "Leases of a pool",
+            200,
+            {"type": "array", "items": _ref(PoolLease)},
+            errors=(*COMMON, 404),
+        ),
+    }
+
+
+def sandbox_leases() -> Json:
+    return {
+        "post": _sandbox_create(),
+        "get": _operation(
+            "The caller's Sandbox leases (alpha)",
+            200,
+            {"type": "array", "items": _ref(SandboxLease)},
+            errors=(*COMMON, 404),  # 404: the Sandbox API is not served (SANDBOX_ONLY)
+        ),
+    }
+
+
+def sandbox_lease() -> Json:
+    return {
+        "get": _operation(
+            "One Sandbox lease (alpha)", 200, _ref(SandboxLease), errors=(*COMMON, 404)
+        ),
+        "patch": _operation(
+            "Extend a Ready Sandbox lease (alpha)",
+            200,
+            _ref(SandboxExpiry),
+            errors=(*COMMON, 404, 409),
+            request=ExtendSandboxLease,
+        ),
+        "delete": _operation("Request release (alpha)", 204, None, errors=(*COMMON, 403, 404, 409)),
+    }
+
+
+def sandbox_logs() -> Json:
+    return {"get": _sandbox_logs()}
+
+
+def attach() -> Json:
+    options: list[tuple[str, bool, Json]] = [
+        ("container", False, {"type": "string"}),
+        ("tty", False, {"type": "boolean", "default": False}),
+    ]
+    return {"get": _stream("Attach", options)}
+
+
+def port_forward() -> Json:
+    port = {"type": "string", "description": "declared number or name"}
+    return {"get": _stream("Port-forward", [("port", True, port)])}
+
+
+def executions() -> Json:
+    return {"post": _execution_create()}
+
+
+def execution() -> Json:
+    return {
+        "get": _operation(
+            "One execution, without its output (alpha)",
+            200,
+            _ref(Execution),
+            errors=(*COMMON, 404),
+        ),
+        "delete": _operation(
+            "Cancel an execution; the state that applies (alpha)",
+            200,
+            _ref(Execution),
+            errors=(*COMMON, 404),
+        ),
+    }
+
+
+def execution_logs() -> Json:
+    return {"get": _execution_logs()}
+
+
+def login() -> Json:
+    return {
+        "post": _operation(
+            "Exchange a credential for a session",
+            200,
+            _ref(SessionIssued),
+            errors=COMMON,
+            request=Login,
+        ),
+        "delete": _operation("Log out the session", 204, None, errors=COMMON),
+    }
+
+
+def status() -> Json:
+    return {
+        "get": _operation("Service status", 200, _ref(Status), errors=(401, 503), secured=False)
+    }
+
+
+def healthz() -> Json:
+    return {"get": _operation("Liveness", 200, None, errors=(), secured=False)}
+
+
+class DocumentedRoute(Protocol):
+    """A route of the app's route table (lessor.apiserver.http.app.ROUTES), as the document
+    sees it: the one table that both registers the routes and lists the document's paths."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sandbox(self) -> bool: ...
+
+    @property
+    def operations(self) -> Callable[[], Json] | None: ...
+
+    @property
+    def methods(self) -> frozenset[str]: ...
+
+
+def document(routes: Iterable[DocumentedRoute]) -> Json:
+    """The document of the routes that have `operations`. A path documents exactly the methods
+    its resource answers: anything else fails here, so in the unit test of the reference."""
     components: Json = {}
     for model in MODELS:
         schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
@@ -491,10 +418,19 @@ def document() -> Json:
     create_execution = components[CreateExecution.__name__]["properties"]
     for field, note in _execution_notes(components[CreateExecution.__name__]).items():
         create_execution[field]["description"] = note
-    common = (400, 401, 503)
-    lease_param = [_path_param("lease_id")]
-    execution_param = [*lease_param, _path_param("execution")]
-    pool_param = [_path_param("name")]
+    paths: Json = {}
+    for route in routes:
+        if route.operations is None:
+            continue
+        operations = route.operations()
+        if set(operations) != route.methods:
+            raise ValueError(
+                f"{route.path} documents {sorted(operations)}, answers {sorted(route.methods)}"
+            )
+        item: Json = {"description": SANDBOX_ONLY} if route.sandbox else {}
+        if parameters := re.findall(r"{(\w+)}", route.path):
+            item["parameters"] = [_path_param(name) for name in parameters]
+        paths[route.path] = item | operations
     return {
         "openapi": "3.1.0",
         "info": {"title": "lessor", "version": __version__},
@@ -509,153 +445,5 @@ def document() -> Json:
             },
         },
         "security": [{"bearer": []}],
-        "paths": {
-            "/v1/leases": {
-                "post": _operation(
-                    "Create a cluster lease",
-                    202,
-                    _ref(LeaseCreated),
-                    errors=(*common, 403, 404, 409, 429),
-                    request=CreateLease,
-                ),
-                "get": _operation(
-                    "The caller's active leases",
-                    200,
-                    {"type": "array", "items": _ref(LeaseSummary)},
-                    errors=common,
-                ),
-            },
-            "/v1/leases/{lease_id}": {
-                "parameters": lease_param,
-                "get": _operation("One lease", 200, _ref(Lease), errors=(*common, 404)),
-                "delete": _operation("Release", 204, None, errors=(*common, 404, 409)),
-                "patch": _operation(
-                    "Extend the TTL",
-                    200,
-                    _ref(Expiry),
-                    errors=(*common, 404, 409),
-                    request=ExtendLease,
-                ),
-            },
-            "/v1/leases/{lease_id}/diagnostics": {
-                "parameters": lease_param,
-                "get": _operation(
-                    "Diagnostics bundle URL", 200, {"type": "object"}, errors=(*common, 404)
-                ),
-            },
-            "/v1/pools": {
-                "get": _operation(
-                    "Accessible pools",
-                    200,
-                    {"type": "array", "items": _ref(PoolRecord)},
-                    errors=common,
-                ),
-            },
-            "/v1/pools/{name}": {
-                "parameters": pool_param,
-                "get": _operation("One pool", 200, _ref(PoolRecord), errors=(*common, 404)),
-            },
-            "/v1/pools/{name}/leases": {
-                "parameters": pool_param,
-                "get": _operation(
-                    "Leases of a pool",
-                    200,
-                    {"type": "array", "items": _ref(PoolLease)},
-                    errors=(*common, 404),
-                ),
-            },
-            "/v1/sandbox-leases": {
-                "description": SANDBOX_ONLY,
-                "post": _sandbox_create(),
-                "get": _operation(
-                    "The caller's Sandbox leases (alpha)",
-                    200,
-                    {"type": "array", "items": _ref(SandboxLease)},
-                    errors=(*common, 404),  # 404: the Sandbox API is not served (SANDBOX_ONLY)
-                ),
-            },
-            "/v1/sandbox-leases/{lease_id}": {
-                "description": SANDBOX_ONLY,
-                "parameters": lease_param,
-                "get": _operation(
-                    "One Sandbox lease (alpha)", 200, _ref(SandboxLease), errors=(*common, 404)
-                ),
-                "patch": _operation(
-                    "Extend a Ready Sandbox lease (alpha)",
-                    200,
-                    _ref(SandboxExpiry),
-                    errors=(*common, 404, 409),
-                    request=ExtendSandboxLease,
-                ),
-                "delete": _operation(
-                    "Request release (alpha)", 204, None, errors=(*common, 403, 404, 409)
-                ),
-            },
-            "/v1/sandbox-leases/{lease_id}/logs": {
-                "description": SANDBOX_ONLY,
-                "parameters": lease_param,
-                "get": _sandbox_logs(),
-            },
-            "/v1/sandbox-leases/{lease_id}/attach": {
-                "description": SANDBOX_ONLY,
-                "parameters": lease_param,
-                "get": _stream(
-                    "Attach",
-                    [
-                        ("container", False, {"type": "string"}),
-                        ("tty", False, {"type": "boolean", "default": False}),
-                    ],
-                ),
-            },
-            "/v1/sandbox-leases/{lease_id}/port-forward": {
-                "description": SANDBOX_ONLY,
-                "parameters": lease_param,
-                "get": _stream(
-                    "Port-forward",
-                    [("port", True, {"type": "string", "description": "declared number or name"})],
-                ),
-            },
-            "/v1/sandbox-leases/{lease_id}/executions": {
-                "description": SANDBOX_ONLY,
-                "parameters": lease_param,
-                "post": _execution_create(),
-            },
-            "/v1/sandbox-leases/{lease_id}/executions/{execution}": {
-                "description": SANDBOX_ONLY,
-                "parameters": execution_param,
-                "get": _operation(
-                    "One execution, without its output (alpha)",
-                    200,
-                    _ref(Execution),
-                    errors=(*common, 404),
-                ),
-                "delete": _operation(
-                    "Cancel an execution; the state that applies (alpha)",
-                    200,
-                    _ref(Execution),
-                    errors=(*common, 404),
-                ),
-            },
-            "/v1/sandbox-leases/{lease_id}/executions/{execution}/logs": {
-                "description": SANDBOX_ONLY,
-                "parameters": execution_param,
-                "get": _execution_logs(),
-            },
-            "/v1/login": {
-                "post": _operation(
-                    "Exchange a credential for a session",
-                    200,
-                    _ref(SessionIssued),
-                    errors=common,
-                    request=Login,
-                ),
-                "delete": _operation("Log out the session", 204, None, errors=common),
-            },
-            "/v1/status": {
-                "get": _operation(
-                    "Service status", 200, _ref(Status), errors=(401, 503), secured=False
-                ),
-            },
-            "/healthz": {"get": _operation("Liveness", 200, None, errors=(), secured=False)},
-        },
+        "paths": paths,
     }

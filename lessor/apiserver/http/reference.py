@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lessor.apiserver.http.app import api_document as document
 from lessor.apiserver.http.bodies import Json
-from lessor.apiserver.http.openapi import document
 
 _METHODS = ("get", "post", "patch", "delete")
 
