@@ -21,11 +21,10 @@ from lessor.apiserver.http.errors import (
     ForbiddenError,
     HttpConflictError,
     HttpNotFoundError,
-    TooManyRequestsError,
 )
 from lessor.apiserver.leases.reservations import Reservations
 from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
-from lessor.apiserver.state.fencing import append_operation, fenced_patch
+from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.timestamps import timestamp, utcnow
@@ -50,9 +49,9 @@ def _phase(obj: Json) -> str | None:
 class LeaseService:
     def __init__(self, kube: Kube, default_ceiling: int) -> None:
         self.kube = kube
-        self.reservations = Reservations(kube, ClusterLease)
-        # Active leases an owner may hold where its rule sets no maxConcurrentLeases.
-        self.default_ceiling = default_ceiling
+        # default_ceiling: active leases an owner may hold where its rule sets no
+        # maxConcurrentLeases.
+        self.reservations = Reservations(kube, ClusterLease, default_ceiling)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -107,27 +106,17 @@ class LeaseService:
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
-        ceiling = grant.max_concurrent_leases
-        if ceiling is None:
-            ceiling = self.default_ceiling
-        taken = []
+        taken = self.reservations.take(
+            principal.owner,
+            grant.max_concurrent_leases,
+            name,
+            request.alias,
+            too_many=lambda ceiling: (
+                f"{principal.identity} holds {ceiling} active leases, the most its policy allows"
+            ),
+            alias_used=f"alias {request.alias} is already used by one of your active leases",
+        )
         try:
-            slot = self.reservations.slot(principal.owner, ceiling, name)
-            if slot is None:
-                raise TooManyRequestsError(
-                    f"{principal.identity} holds {ceiling} active leases, the most its policy "
-                    "allows",
-                    reason="concurrency_limit",
-                )
-            taken.append(slot)
-            if request.alias:
-                alias = self.reservations.alias(principal.owner, request.alias, name)
-                if alias is None:
-                    raise HttpConflictError(
-                        f"alias {request.alias} is already used by one of your active leases",
-                        reason="alias_active",
-                    )
-                taken.append(alias)
             spec: Json = {
                 "pool": pool_name,
                 "ttl": ttl,
@@ -218,7 +207,7 @@ class LeaseService:
     # -- release and extend -----------------------------------------------------------------
 
     def release(self, principal: Principal, lease_id: str) -> None:
-        for _ in range(3):
+        def attempt() -> None:
             lease = self.owned(principal, lease_id)
             phase = _phase(lease)
             if phase == "Quarantined":
@@ -230,22 +219,18 @@ class LeaseService:
                 )
             if phase in ClusterLease.phases.finished or lease["spec"].get("releaseRequested"):
                 return
-            try:
-                fenced_patch(
-                    self.kube,
-                    ClusterLease.crd.plural,
-                    lease,
-                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-                )
-                return
-            except HttpConflictError:
-                continue
-        raise HttpConflictError(
-            "the lease changed while releasing it; retry", reason="conflict_retryable"
-        )
+            fenced_patch(
+                self.kube,
+                ClusterLease.crd.plural,
+                lease,
+                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+            )
+
+        retry_on_conflict(attempt, doing="releasing it")
 
     def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
-        for _ in range(3):
+        # A concurrent extension that wins makes the next attempt count against the fresh lease.
+        def attempt() -> Json:
             raw = self.usable(principal, lease_id)
             lease = ClusterLease.model_validate(raw)
             status = lease.status
@@ -267,12 +252,8 @@ class LeaseService:
                 )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            try:
-                fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
-            except HttpConflictError:
-                continue  # a concurrent extension won: count again against the fresh lease
+            fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
             updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, lease_id))
             return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
-        raise HttpConflictError(
-            "the lease changed while extending it; retry", reason="conflict_retryable"
-        )
+
+        return retry_on_conflict(attempt, doing="extending it")

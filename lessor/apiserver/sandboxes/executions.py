@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import random
 import time
 
 from kubernetes import client
@@ -33,7 +32,7 @@ from lessor.apiserver.http.errors import (
 )
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
-from lessor.apiserver.state.fencing import fenced_patch
+from lessor.apiserver.state.fencing import Backoff, FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED
@@ -51,6 +50,7 @@ from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call
 LEASE_LABEL = "lessor.dev/sandbox-lease"
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
+SPEND_BACKOFF = Backoff(first=0.02, cap=0.2)
 EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 MAX_TIMEOUT = datetime.timedelta(hours=1)
@@ -276,11 +276,11 @@ class ExecutionService:
             try:
                 fenced_patch(self.kube, SandboxLease.crd.plural, lease, [operation])
                 return None
-            except HttpConflictError:
+            except FenceConflictError:
                 made = self.kube.find(SandboxExecution.crd.plural, name)
                 if made is not None:
                     return made
-                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))  # noqa: S311 - jitter
+                SPEND_BACKOFF.sleep(attempt)
                 lease = self.kube.find(SandboxLease.crd.plural, lease["metadata"]["name"]) or lease
         raise HttpConflictError(
             "the lease changed while reserving; retry", reason="conflict_retryable"

@@ -47,7 +47,7 @@ from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL,
 from lessor.apiserver.leases.reservations import Reservation, Reservations
 from lessor.apiserver.policy.evaluation import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
-from lessor.apiserver.state.fencing import append_operation, fenced_patch
+from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
@@ -91,13 +91,18 @@ def placed_pod(lease: Json) -> Json:
     return pod
 
 
+def pod_namespace(pod: Json, service_namespace: str) -> str:
+    """Where a lease's pod is: the namespace its reference records, else the service
+    namespace. Written once, for every reader of a pod reference (logs, attach, port-forward)."""
+    return str(pod.get("namespace") or service_namespace)
+
+
 class SandboxLeaseService:
     def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
         self.kube = kube
         self.limiter = limiter
-        self.reservations = Reservations(kube, SandboxLease, family="sandbox-")
-        # Active Sandbox leases an owner may hold where its grant sets no ceiling.
-        self.default_ceiling = default_ceiling
+        # default_ceiling: active Sandbox leases an owner may hold where its grant sets none.
+        self.reservations = Reservations(kube, SandboxLease, default_ceiling, family="sandbox-")
 
     # -- create ----------------------------------------------------------------------------
 
@@ -221,39 +226,25 @@ class SandboxLeaseService:
     def _reserve(
         self, principal: Principal, request: CreateSandboxLease, grant: SandboxGrant, name: str
     ) -> list[Reservation]:
-        taken: list[Reservation] = []
         try:
-            ceiling = grant.max_concurrent_sandboxes
-            if ceiling is None:
-                ceiling = self.default_ceiling
-            slot = self.reservations.slot(principal.owner, ceiling, name)
-            if slot is None:
-                raise TooManyRequestsError(
-                    f"you hold {ceiling} active Sandbox leases, the most your grant allows",
-                    reason="concurrency_limit",
-                )
-            taken.append(slot)
-            if request.alias:
-                alias = self.reservations.alias(principal.owner, request.alias, name)
-                if alias is None:
-                    raise HttpConflictError(
-                        f"alias {request.alias} is already used by one of your active Sandbox"
-                        " leases",
-                        reason="alias_active",
-                    )
-                taken.append(alias)
+            return self.reservations.take(
+                principal.owner,
+                grant.max_concurrent_sandboxes,
+                name,
+                request.alias,
+                too_many=lambda ceiling: (
+                    f"you hold {ceiling} active Sandbox leases, the most your grant allows"
+                ),
+                alias_used=f"alias {request.alias} is already used by one of your active "
+                "Sandbox leases",
+            )
         except (TooManyRequestsError, HttpConflictError):
-            self._release_all(taken)
             # An identical keyed request may have created the lease while we were refused.
             if request.idempotency_key is not None and (
                 found := self.kube.find(SandboxLease.crd.plural, name)
             ):
                 raise _Replay(self._replay(principal, request, found)) from None
             raise
-        except BaseException:
-            self._release_all(taken)
-            raise
-        return taken
 
     def _release_all(self, taken: list[Reservation]) -> None:
         for reservation in taken:
@@ -419,7 +410,8 @@ class SandboxLeaseService:
 
     def extend(self, principal: Principal, lease_name: str, request: ExtendSandboxLease) -> Json:
         duration = parse_duration(request.duration)
-        for _ in range(3):
+
+        def attempt() -> Json:
             raw = self.owned(principal, lease_name)
             lease = SandboxLease.model_validate(raw)
             status = lease.status
@@ -443,24 +435,20 @@ class SandboxLeaseService:
                 )
             extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            try:
-                updated = SandboxLease.model_validate(
-                    fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
-                )
-            except HttpConflictError:
-                continue
+            updated = SandboxLease.model_validate(
+                fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
+            )
             expiry = updated.spec.expires_at(status.ready_at)
             return {
                 "expiresAt": timestamp(expiry),
                 "extensionsCount": len(updated.spec.extensions),
                 "maxExtensions": budget,
             }
-        raise HttpConflictError(
-            "the lease changed while extending it; retry", reason="conflict_retryable"
-        )
+
+        return retry_on_conflict(attempt, doing="extending it")
 
     def release(self, principal: Principal, lease_name: str) -> None:
-        for _ in range(3):
+        def attempt() -> None:
             lease = self.owned(principal, lease_name, verb="release")
             phase = _phase(lease)
             if phase == "Quarantined":
@@ -471,19 +459,14 @@ class SandboxLeaseService:
                 )
             if phase in (*ENDED, "Releasing") or lease["spec"].get("releaseRequested"):
                 return
-            try:
-                fenced_patch(
-                    self.kube,
-                    SandboxLease.crd.plural,
-                    lease,
-                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-                )
-                return
-            except HttpConflictError:
-                continue
-        raise HttpConflictError(
-            "the lease changed while releasing it; retry", reason="conflict_retryable"
-        )
+            fenced_patch(
+                self.kube,
+                SandboxLease.crd.plural,
+                lease,
+                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+            )
+
+        retry_on_conflict(attempt, doing="releasing it")
 
     def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
         lease = self.owned(principal, lease_name)
@@ -493,7 +476,7 @@ class SandboxLeaseService:
         try:
             text = self.kube.core.read_namespaced_pod_log(
                 pod["name"],
-                pod.get("namespace") or self.kube.namespace,
+                pod_namespace(pod, self.kube.namespace),
                 container=container,
                 tail_lines=tail,
                 limit_bytes=LOG_BYTES_MAX,

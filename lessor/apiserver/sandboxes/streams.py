@@ -39,7 +39,11 @@ from lessor.apiserver.http.errors import (
 )
 from lessor.apiserver.policy.evaluation import IdentityError, render_identity, sandbox_grant
 from lessor.apiserver.policy.store import PolicyStore
-from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, placed_pod
+from lessor.apiserver.sandboxes.sandbox_leases import (
+    SandboxLeaseService,
+    placed_pod,
+    pod_namespace,
+)
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
@@ -218,7 +222,7 @@ class SandboxStreamService:
     def _pod(self, placed: Json) -> Json:
         try:
             found = self.kube.core.read_namespaced_pod(
-                placed["name"], placed.get("namespace") or self.kube.namespace, _request_timeout=10
+                placed["name"], pod_namespace(placed, self.kube.namespace), _request_timeout=10
             )
         except ApiException as error:
             if error.status == 404:
