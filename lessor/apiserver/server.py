@@ -14,10 +14,10 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from lessor.apiserver import lifecycle
-from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
-from lessor.apiserver.replica_db import DIRECTORY_ENV, replica_directory
-from lessor.apiserver.settings import Settings
+from lessor.apiserver.http import lifecycle
+from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
+from lessor.apiserver.state.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.config_file import apply_defaults
 from lessor.protocol.ssh_signature import audience_of
 
@@ -35,7 +35,7 @@ class Server(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         # Imported here, in the worker, after gevent has patched the standard library: modules
         # that import ssl or sockets (the kubernetes client) must never load in the master.
-        from lessor.apiserver.app import create_app  # noqa: PLC0415
+        from lessor.apiserver.http.app import create_app  # noqa: PLC0415
 
         return create_app(self.settings)
 

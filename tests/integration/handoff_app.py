@@ -18,9 +18,9 @@ from typing import Any
 import urllib3
 from falcon import testing
 
-from lessor.apiserver.app import create_app
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.settings import Settings
+from lessor.apiserver.http.app import create_app
+from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.state.kube import Kube
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
+from lessor.apiserver.http.app import ROUTES
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
@@ -251,6 +252,43 @@ def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack) -> None:
     assert "phase" not in rows["api-warm"]
     known = stack.api.call("GET", "/v1/status", token=ALICE)
     assert {"phase", "quarantined"} <= set(known.body["pools"][0])
+
+
+# What the spec lets anyone call (5.1: /v1/status, /healthz, /metrics; /v1/status takes an
+# optional token), and the API's own document, which describes the API and nothing in it.
+PUBLIC = {"/healthz": "none", "/metrics": "none", "/openapi.json": "none", "/v1/status": "optional"}
+
+
+def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Every route of the route table, on a server that registers all of them (the Sandbox
+    routes too), without credentials: 401 wherever the resource does not declare itself public,
+    and the public ones are exactly what the spec allows."""
+    public = {
+        r.path: r.resource.authentication for r in ROUTES if r.resource.authentication != "required"
+    }
+    assert public == PUBLIC
+    mode = ("--agent-sandbox-mode=external",)
+    process, api = start_api(stack.cluster, stack.namespace, tmp_path / "api.log", mode)
+    try:
+        checked = 0
+        for route in ROUTES:
+            path = route.path.format(lease_id="sl-0123456789", name="api-warm", execution="x1")
+            for method in sorted(route.methods):
+                response = api.call(method.upper(), path, body={} if method != "get" else None)
+                checked += 1
+                if route.path in PUBLIC:
+                    assert response.status == 200, (method, path, response.body)
+                else:
+                    assert (response.status, response.body["reason"]) == (
+                        401,
+                        "unauthenticated",
+                    ), (method, path, response.body)
+        assert checked >= 26
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: Path) -> None:
@@ -586,9 +624,9 @@ def test_concurrent_extensions_never_spend_one_extension_twice(stack: Stack) -> 
 
 
 def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
-    from lessor.apiserver.expiring_records import BUCKET  # noqa: PLC0415
-    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.nonces import LABEL, ClusterNonces  # noqa: PLC0415
+    from lessor.apiserver.auth.nonces import LABEL, ClusterNonces  # noqa: PLC0415
+    from lessor.apiserver.state.expiring_records import BUCKET  # noqa: PLC0415
+    from lessor.apiserver.state.kube import kube  # noqa: PLC0415 - the server's own client
 
     nonces = ClusterNonces(kube(str(stack.cluster.kubeconfig), stack.namespace))
     assert nonces.first_use(b"key", "fresh-nonce-0123456789")
@@ -613,9 +651,9 @@ def test_the_nonce_sweep_deletes_expired_nonces_only(stack: Stack) -> None:
 
 
 def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: Stack) -> None:
-    from lessor.apiserver.expiring_records import BUCKET, BUCKET_SECONDS  # noqa: PLC0415
-    from lessor.apiserver.kube import kube  # noqa: PLC0415 - the server's own client
-    from lessor.apiserver.sessions import LABEL, Sessions  # noqa: PLC0415
+    from lessor.apiserver.auth.sessions import LABEL, Sessions  # noqa: PLC0415
+    from lessor.apiserver.state.expiring_records import BUCKET, BUCKET_SECONDS  # noqa: PLC0415
+    from lessor.apiserver.state.kube import kube  # noqa: PLC0415 - the server's own client
 
     sessions = Sessions(kube(str(stack.cluster.kubeconfig), stack.namespace))
     token, _ = sessions.issue("sweep-me", "tests", {}, method="token", credential="x", ttl=3600)

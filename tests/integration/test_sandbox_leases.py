@@ -638,7 +638,7 @@ def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: 
     """Burst 2, then refusals with Retry-After that spend nothing, a throttled keyed retry that
     recovers its lease, another principal unaffected, and a token back exactly when the charges
     alone say so. A token comes every 10 s; every expectation is computed from the timestamps
-    of the requests (lessor.apiserver.admission_limit uses the same clock, time.time())."""
+    of the requests (lessor.apiserver.state.admission_limit uses the same clock, time.time())."""
     rate = 0.1
     process, api = start_api(
         env.cluster, env.namespace, env.directory / "limited.log",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from lessor.agentsandbox.compat import FINGERPRINTS, check
-from lessor.apiserver.kube import Kube
+from lessor.apiserver.state.kube import Kube
 from lessor.controlplane.agent_sandbox import agent_sandbox_crds, install_agent_sandbox
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.test_apiserver import ALICE, Stack, stack, start_api  # noqa: F401

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from lessor.apiserver.policy import (
+from lessor.apiserver.policy.evaluation import (
     IdentityError,
     effective_ttl,
     grant_for,

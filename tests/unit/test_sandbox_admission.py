@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lessor.apiserver.admission_limit import AdmissionLimiter
-from lessor.apiserver.policy import ceiling_exceeded, sandbox_grant, sandbox_ttl
+from lessor.apiserver.policy.evaluation import ceiling_exceeded, sandbox_grant, sandbox_ttl
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.resources.access_policy import AccessPolicySpec, SandboxGrant
 from lessor.resources.cluster import Extension
 from lessor.resources.lease_time import expires_at

@@ -13,9 +13,15 @@ import pytest
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, Pong, TextMessage
 
-from lessor.apiserver.bodies import AttachQuery, ForwardQuery, parse_query
-from lessor.apiserver.errors import BadRequestError
-from lessor.apiserver.websocket import MAX_MESSAGE, HandshakeError, PeerClosed, WebSocket, handshake
+from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, parse_query
+from lessor.apiserver.http.errors import BadRequestError
+from lessor.apiserver.sandboxes.websocket import (
+    MAX_MESSAGE,
+    HandshakeError,
+    PeerClosed,
+    WebSocket,
+    handshake,
+)
 from lessor.cli.commands.streams import _ports
 from lessor.cli.errors import CliError
 from lessor.protocol.stream_frames import (

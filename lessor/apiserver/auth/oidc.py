@@ -17,7 +17,7 @@ import jwt
 
 from lessor.apiserver.auth.errors import AuthenticationError
 from lessor.apiserver.auth.jwks import JwksCache
-from lessor.apiserver.policy import claim_text
+from lessor.apiserver.policy.evaluation import claim_text
 
 ALLOWED_ALGORITHMS = frozenset({"RS256", "RS384", "ES256", "ES384"})
 LEEWAY_SECONDS = 30

@@ -28,28 +28,27 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
-from typing import Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver import metrics
-from lessor.apiserver.admission_limit import AdmissionLimiter
-from lessor.apiserver.authn import Principal
-from lessor.apiserver.bodies import CreateSandboxLease, ExtendSandboxLease
-from lessor.apiserver.errors import (
+from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http import metrics
+from lessor.apiserver.http.bodies import CreateSandboxLease, ExtendSandboxLease, Json
+from lessor.apiserver.http.errors import (
     BadRequestError,
-    ConflictError,
     ForbiddenError,
-    NotFoundError,
+    HttpConflictError,
+    HttpNotFoundError,
     TooManyRequestsError,
     UnavailableError,
 )
-from lessor.apiserver.fencing import append_operation, fenced_patch
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.policy import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
-from lessor.apiserver.reservations import Reservation, Reservations
+from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.leases.reservations import Reservation, Reservations
+from lessor.apiserver.policy.evaluation import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
+from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
+from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
 from lessor.protocol.timestamps import timestamp, utcnow
@@ -57,7 +56,6 @@ from lessor.resources.access_policy import SandboxGrant
 from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
 
-Json = dict[str, Any]
 PATH = "/v1/sandbox-leases"
 ENDED = ("Released", "Expired")
 LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
@@ -86,20 +84,25 @@ def placed_pod(lease: Json) -> Json:
     `not_ready` before it is placed."""
     phase = _phase(lease) or "Pending"
     if phase in (*ENDED, "Releasing", "Quarantined"):
-        raise ConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
+        raise HttpConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
     pod: Json | None = lease.get("status", {}).get("pod")
     if phase != "Ready" or not pod:
-        raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+        raise HttpConflictError("the sandbox is not placed yet", reason="not_ready")
     return pod
+
+
+def pod_namespace(pod: Json, service_namespace: str) -> str:
+    """Where a lease's pod is: the namespace its reference records, else the service
+    namespace. Written once, for every reader of a pod reference (logs, attach, port-forward)."""
+    return str(pod.get("namespace") or service_namespace)
 
 
 class SandboxLeaseService:
     def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
         self.kube = kube
         self.limiter = limiter
-        self.reservations = Reservations(kube, SandboxLease, family="sandbox-")
-        # Active Sandbox leases an owner may hold where its grant sets no ceiling.
-        self.default_ceiling = default_ceiling
+        # default_ceiling: active Sandbox leases an owner may hold where its grant sets none.
+        self.reservations = Reservations(kube, SandboxLease, default_ceiling, family="sandbox-")
 
     # -- create ----------------------------------------------------------------------------
 
@@ -223,39 +226,25 @@ class SandboxLeaseService:
     def _reserve(
         self, principal: Principal, request: CreateSandboxLease, grant: SandboxGrant, name: str
     ) -> list[Reservation]:
-        taken: list[Reservation] = []
         try:
-            ceiling = grant.max_concurrent_sandboxes
-            if ceiling is None:
-                ceiling = self.default_ceiling
-            slot = self.reservations.slot(principal.owner, ceiling, name)
-            if slot is None:
-                raise TooManyRequestsError(
-                    f"you hold {ceiling} active Sandbox leases, the most your grant allows",
-                    reason="concurrency_limit",
-                )
-            taken.append(slot)
-            if request.alias:
-                alias = self.reservations.alias(principal.owner, request.alias, name)
-                if alias is None:
-                    raise ConflictError(
-                        f"alias {request.alias} is already used by one of your active Sandbox"
-                        " leases",
-                        reason="alias_active",
-                    )
-                taken.append(alias)
-        except (TooManyRequestsError, ConflictError):
-            self._release_all(taken)
+            return self.reservations.take(
+                principal.owner,
+                grant.max_concurrent_sandboxes,
+                name,
+                request.alias,
+                too_many=lambda ceiling: (
+                    f"you hold {ceiling} active Sandbox leases, the most your grant allows"
+                ),
+                alias_used=f"alias {request.alias} is already used by one of your active "
+                "Sandbox leases",
+            )
+        except (TooManyRequestsError, HttpConflictError):
             # An identical keyed request may have created the lease while we were refused.
             if request.idempotency_key is not None and (
                 found := self.kube.find(SandboxLease.crd.plural, name)
             ):
                 raise _Replay(self._replay(principal, request, found)) from None
             raise
-        except BaseException:
-            self._release_all(taken)
-            raise
-        return taken
 
     def _release_all(self, taken: list[Reservation]) -> None:
         for reservation in taken:
@@ -268,17 +257,17 @@ class SandboxLeaseService:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
         spec = found.get("spec", {})
         if spec.get("requester") != principal.owner:
-            raise ConflictError(
+            raise HttpConflictError(
                 "this idempotency key cannot be used", reason="idempotency_conflict"
             )
         if spec.get("cancelled"):
-            raise ConflictError(
+            raise HttpConflictError(
                 "the lease of this idempotency key was cancelled; use a new key",
                 reason="idempotency_conflict",
             )
         sent = (request.pool, request.ttl, request.alias)
         if sent != (spec.get("pool"), spec.get("ttl"), spec.get("alias")):
-            raise ConflictError(
+            raise HttpConflictError(
                 "this idempotency key was used for a lease with a different pool, TTL or alias",
                 reason="idempotency_conflict",
             )
@@ -350,15 +339,15 @@ class SandboxLeaseService:
         """The caller's lease within its Sandbox scope; anything else is indistinguishable
         from no lease (404). A miss on a well-formed id is arbitrated (module docstring)."""
         if not OBJECT_NAME.match(lease_name):
-            raise NotFoundError(f"no Sandbox lease {lease_name[:80]}")
+            raise HttpNotFoundError(f"no Sandbox lease {lease_name[:80]}")
         found = self.kube.find(SandboxLease.crd.plural, lease_name)
         if found is None and SANDBOX_LEASE_ID.match(lease_name) and self._may_arbitrate(principal):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
         if found is None or spec.get("cancelled") or spec.get("requester") != principal.owner:
-            raise NotFoundError(f"no Sandbox lease {lease_name}")
+            raise HttpNotFoundError(f"no Sandbox lease {lease_name}")
         if self._grant(principal, spec["pool"], "lease") is None:
-            raise NotFoundError(f"no Sandbox lease {lease_name}")  # outside the caller's scope
+            raise HttpNotFoundError(f"no Sandbox lease {lease_name}")  # outside the caller's scope
         if verb != "lease" and self._grant(principal, spec["pool"], verb) is None:
             raise ForbiddenError(
                 f"you may not {verb} Sandbox leases of {spec['pool']}",
@@ -421,71 +410,63 @@ class SandboxLeaseService:
 
     def extend(self, principal: Principal, lease_name: str, request: ExtendSandboxLease) -> Json:
         duration = parse_duration(request.duration)
-        for _ in range(3):
+
+        def attempt() -> Json:
             raw = self.owned(principal, lease_name)
             lease = SandboxLease.model_validate(raw)
             status = lease.status
             if status is None or status.phase != "Ready" or status.ready_at is None:
-                raise ConflictError(
+                raise HttpConflictError(
                     "only a Ready Sandbox lease can be extended", reason="not_ready"
                 )
             grant = self._grant(principal, lease.spec.pool, "lease")
             budget = min(lease.spec.max_extensions, grant.max_extensions if grant else 0)
             if len(lease.spec.extensions) >= budget:
-                raise ConflictError(
+                raise HttpConflictError(
                     f"this lease allows {budget} extensions and has used them",
                     reason="extension_budget_exhausted",
                 )
             current = status.expires_at or status.ready_at
             ceiling = status.ready_at + parse_duration(lease.spec.max_ttl or "24h")
             if current + duration > ceiling:
-                raise ConflictError(
+                raise HttpConflictError(
                     f"the lease cannot live past {timestamp(ceiling)}, its maxTtl from readiness",
                     reason="max_ttl_ceiling",
                 )
             extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            try:
-                updated = SandboxLease.model_validate(
-                    fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
-                )
-            except ConflictError:
-                continue
+            updated = SandboxLease.model_validate(
+                fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
+            )
             expiry = updated.spec.expires_at(status.ready_at)
             return {
                 "expiresAt": timestamp(expiry),
                 "extensionsCount": len(updated.spec.extensions),
                 "maxExtensions": budget,
             }
-        raise ConflictError(
-            "the lease changed while extending it; retry", reason="conflict_retryable"
-        )
+
+        return retry_on_conflict(attempt, doing="extending it")
 
     def release(self, principal: Principal, lease_name: str) -> None:
-        for _ in range(3):
+        def attempt() -> None:
             lease = self.owned(principal, lease_name, verb="release")
             phase = _phase(lease)
             if phase == "Quarantined":
-                raise ConflictError(
+                raise HttpConflictError(
                     "the sandbox's cleanup could not be verified; an administrator must resolve "
                     "it first",
                     reason="teardown_quarantined",
                 )
             if phase in (*ENDED, "Releasing") or lease["spec"].get("releaseRequested"):
                 return
-            try:
-                fenced_patch(
-                    self.kube,
-                    SandboxLease.crd.plural,
-                    lease,
-                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-                )
-                return
-            except ConflictError:
-                continue
-        raise ConflictError(
-            "the lease changed while releasing it; retry", reason="conflict_retryable"
-        )
+            fenced_patch(
+                self.kube,
+                SandboxLease.crd.plural,
+                lease,
+                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+            )
+
+        retry_on_conflict(attempt, doing="releasing it")
 
     def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
         lease = self.owned(principal, lease_name)
@@ -495,7 +476,7 @@ class SandboxLeaseService:
         try:
             text = self.kube.core.read_namespaced_pod_log(
                 pod["name"],
-                pod.get("namespace") or self.kube.namespace,
+                pod_namespace(pod, self.kube.namespace),
                 container=container,
                 tail_lines=tail,
                 limit_bytes=LOG_BYTES_MAX,
@@ -523,7 +504,7 @@ class SandboxLeaseService:
         pool is gone."""
         try:
             return self.pool(pool_name).spec.containers()
-        except NotFoundError:
+        except HttpNotFoundError:
             return []
 
     def pool(self, name: str) -> SandboxPool:
@@ -531,7 +512,7 @@ class SandboxLeaseService:
             return SandboxPool.model_validate(self.kube.get(SandboxPool.crd.plural, name))
         except ApiException as error:
             if error.status == 404:
-                raise NotFoundError(f"no SandboxPool {name}") from error
+                raise HttpNotFoundError(f"no SandboxPool {name}") from error
             raise
 
 

@@ -51,11 +51,11 @@ class ForbiddenError(HttpError):
     status, error = 403, "forbidden"
 
 
-class NotFoundError(HttpError):
+class HttpNotFoundError(HttpError):
     status, error, reason = 404, "not found", "not_found"
 
 
-class ConflictError(HttpError):
+class HttpConflictError(HttpError):
     status, error = 409, "conflict"
 
 

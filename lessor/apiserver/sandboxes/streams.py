@@ -28,19 +28,23 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import portforward, stream
 
-from lessor.apiserver.authn import Principal
-from lessor.apiserver.bodies import AttachQuery, ForwardQuery, parse_query
-from lessor.apiserver.errors import (
+from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, Json, parse_query
+from lessor.apiserver.http.errors import (
     BadRequestError,
-    ConflictError,
     ForbiddenError,
+    HttpConflictError,
     HttpError,
     UnavailableError,
 )
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.policies import PolicyStore
-from lessor.apiserver.policy import IdentityError, render_identity, sandbox_grant
-from lessor.apiserver.sandbox_leases import SandboxLeaseService, placed_pod
+from lessor.apiserver.policy.evaluation import IdentityError, render_identity, sandbox_grant
+from lessor.apiserver.policy.store import PolicyStore
+from lessor.apiserver.sandboxes.sandbox_leases import (
+    SandboxLeaseService,
+    placed_pod,
+    pod_namespace,
+)
+from lessor.apiserver.state.kube import Kube
 from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     BACKEND_ERROR,
@@ -55,7 +59,6 @@ from lessor.protocol.stream_frames import (
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.sandbox import SandboxLease
 
-Json = dict[str, Any]
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 15
 
@@ -219,15 +222,17 @@ class SandboxStreamService:
     def _pod(self, placed: Json) -> Json:
         try:
             found = self.kube.core.read_namespaced_pod(
-                placed["name"], placed.get("namespace") or self.kube.namespace, _request_timeout=10
+                placed["name"], pod_namespace(placed, self.kube.namespace), _request_timeout=10
             )
         except ApiException as error:
             if error.status == 404:
-                raise ConflictError("the sandbox is not placed yet", reason="not_ready") from None
+                raise HttpConflictError(
+                    "the sandbox is not placed yet", reason="not_ready"
+                ) from None
             raise
         pod: Json = self.kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
         if pod["metadata"]["uid"] != placed["uid"]:
-            raise ConflictError("the sandbox is not placed yet", reason="not_ready")
+            raise HttpConflictError("the sandbox is not placed yet", reason="not_ready")
         return pod
 
     def _declared_port(self, pool_name: str, wanted: str) -> int:

@@ -12,22 +12,20 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.authn import Principal
-from lessor.apiserver.bodies import CreateLease, ExtendLease
-from lessor.apiserver.errors import (
-    ConflictError,
+from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.bodies import CreateLease, ExtendLease, Json
+from lessor.apiserver.http.errors import (
     ForbiddenError,
-    NotFoundError,
-    TooManyRequestsError,
+    HttpConflictError,
+    HttpNotFoundError,
 )
-from lessor.apiserver.fencing import append_operation, fenced_patch
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.policy import effective_ttl, grant_for
-from lessor.apiserver.reservations import Reservations
+from lessor.apiserver.leases.reservations import Reservations
+from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
+from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
+from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
@@ -36,7 +34,6 @@ REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
 # A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-Json = dict[str, Any]
 
 
 def requester_label(identity: str) -> str:
@@ -52,9 +49,9 @@ def _phase(obj: Json) -> str | None:
 class LeaseService:
     def __init__(self, kube: Kube, default_ceiling: int) -> None:
         self.kube = kube
-        self.reservations = Reservations(kube, ClusterLease)
-        # Active leases an owner may hold where its rule sets no maxConcurrentLeases.
-        self.default_ceiling = default_ceiling
+        # default_ceiling: active leases an owner may hold where its rule sets no
+        # maxConcurrentLeases.
+        self.reservations = Reservations(kube, ClusterLease, default_ceiling)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -64,7 +61,7 @@ class LeaseService:
         administrator narrowing a policy cuts off kubeconfigs and extensions at once."""
         lease = self.owned(principal, lease_id)
         if not self.granted(principal, lease):
-            raise NotFoundError(f"no lease {lease_id}")
+            raise HttpNotFoundError(f"no lease {lease_id}")
         return lease
 
     @staticmethod
@@ -76,25 +73,25 @@ class LeaseService:
         """The caller's lease; another identity's lease is indistinguishable from none (404).
         Release takes it even out of the policy's grant (ending a lease never hurts)."""
         if not OBJECT_NAME.match(lease_id):
-            raise NotFoundError(f"no lease {lease_id[:80]}")
+            raise HttpNotFoundError(f"no lease {lease_id[:80]}")
         try:
             obj = self.kube.get(ClusterLease.crd.plural, lease_id)
         except ApiException as error:
             if error.status == 404:
-                raise NotFoundError(f"no lease {lease_id}") from error
+                raise HttpNotFoundError(f"no lease {lease_id}") from error
             raise
         if obj.get("spec", {}).get("requester") != principal.owner:
-            raise NotFoundError(f"no lease {lease_id}")
+            raise HttpNotFoundError(f"no lease {lease_id}")
         return obj
 
     def pool(self, name: str) -> ClusterPool:
         if not OBJECT_NAME.match(name):
-            raise NotFoundError(f"no pool {name[:80]}")
+            raise HttpNotFoundError(f"no pool {name[:80]}")
         try:
             return ClusterPool.model_validate(self.kube.get(ClusterPool.crd.plural, name))
         except ApiException as error:
             if error.status == 404:
-                raise NotFoundError(f"no pool {name}") from error
+                raise HttpNotFoundError(f"no pool {name}") from error
             raise
 
     # -- create ----------------------------------------------------------------------------
@@ -109,27 +106,17 @@ class LeaseService:
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
-        ceiling = grant.max_concurrent_leases
-        if ceiling is None:
-            ceiling = self.default_ceiling
-        taken = []
+        taken = self.reservations.take(
+            principal.owner,
+            grant.max_concurrent_leases,
+            name,
+            request.alias,
+            too_many=lambda ceiling: (
+                f"{principal.identity} holds {ceiling} active leases, the most its policy allows"
+            ),
+            alias_used=f"alias {request.alias} is already used by one of your active leases",
+        )
         try:
-            slot = self.reservations.slot(principal.owner, ceiling, name)
-            if slot is None:
-                raise TooManyRequestsError(
-                    f"{principal.identity} holds {ceiling} active leases, the most its policy "
-                    "allows",
-                    reason="concurrency_limit",
-                )
-            taken.append(slot)
-            if request.alias:
-                alias = self.reservations.alias(principal.owner, request.alias, name)
-                if alias is None:
-                    raise ConflictError(
-                        f"alias {request.alias} is already used by one of your active leases",
-                        reason="alias_active",
-                    )
-                taken.append(alias)
             spec: Json = {
                 "pool": pool_name,
                 "ttl": ttl,
@@ -220,11 +207,11 @@ class LeaseService:
     # -- release and extend -----------------------------------------------------------------
 
     def release(self, principal: Principal, lease_id: str) -> None:
-        for _ in range(3):
+        def attempt() -> None:
             lease = self.owned(principal, lease_id)
             phase = _phase(lease)
             if phase == "Quarantined":
-                raise ConflictError(
+                raise HttpConflictError(
                     "the lease's cluster could not be verified as cleaned up; cleanup evidence "
                     "is kept for an administrator",
                     reason="teardown_quarantined",
@@ -232,29 +219,25 @@ class LeaseService:
                 )
             if phase in ClusterLease.phases.finished or lease["spec"].get("releaseRequested"):
                 return
-            try:
-                fenced_patch(
-                    self.kube,
-                    ClusterLease.crd.plural,
-                    lease,
-                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-                )
-                return
-            except ConflictError:
-                continue
-        raise ConflictError(
-            "the lease changed while releasing it; retry", reason="conflict_retryable"
-        )
+            fenced_patch(
+                self.kube,
+                ClusterLease.crd.plural,
+                lease,
+                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+            )
+
+        retry_on_conflict(attempt, doing="releasing it")
 
     def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
-        for _ in range(3):
+        # A concurrent extension that wins makes the next attempt count against the fresh lease.
+        def attempt() -> Json:
             raw = self.usable(principal, lease_id)
             lease = ClusterLease.model_validate(raw)
             status = lease.status
             if status is None or status.phase != "Bound" or status.bound_at is None:
-                raise ConflictError("only a Bound lease can be extended", reason="not_ready")
+                raise HttpConflictError("only a Bound lease can be extended", reason="not_ready")
             if len(lease.spec.extensions) >= lease.spec.max_extensions:
-                raise ConflictError(
+                raise HttpConflictError(
                     f"this lease allows {lease.spec.max_extensions} extensions and has used them",
                     reason="extension_budget_exhausted",
                 )
@@ -263,18 +246,14 @@ class LeaseService:
             if max_ttl and lease.spec.expires_at(status.bound_at, ttl) >= status.bound_at + (
                 parse_duration(max_ttl)
             ):
-                raise ConflictError(
+                raise HttpConflictError(
                     f"this lease already lasts {max_ttl} from binding, the most its policy allows",
                     reason="max_ttl_ceiling",
                 )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            try:
-                fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
-            except ConflictError:
-                continue  # a concurrent extension won: count again against the fresh lease
+            fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
             updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, lease_id))
             return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
-        raise ConflictError(
-            "the lease changed while extending it; retry", reason="conflict_retryable"
-        )
+
+        return retry_on_conflict(attempt, doing="extending it")

@@ -9,12 +9,15 @@ from urllib.parse import parse_qsl
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from lessor.apiserver.errors import BadRequestError
+from lessor.apiserver.http.errors import BadRequestError
 from lessor.protocol.durations import PositiveDuration
 from lessor.resources.base import DNS_LABEL, POOL_NAME
 from lessor.resources.sandbox import IdempotencyKey
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+# A JSON object as the API reads and writes it (Kubernetes objects, response bodies): declared
+# once, here, for every module of the API server.
+Json = dict[str, Any]
 MAX_METADATA_BYTES = 8 * 1024
 MAX_METADATA_KEYS = 32
 MAX_METADATA_DEPTH = 4

@@ -8,7 +8,7 @@ concurrent-lease limit, it clears when the caller closes a session, not after a 
 
 Counted per replica, like the admission rate limit, so the ceiling does not depend on which
 worker the kernel hands a connection to: one row per open session in an SQLite file of the
-replica (lessor.apiserver.replica_db), each claim one `BEGIN IMMEDIATE` transaction. A row
+replica (lessor.apiserver.state.replica_db), each claim one `BEGIN IMMEDIATE` transaction. A row
 names the worker process that holds it; a worker killed without closing its sessions (kill -9,
 OOM) leaves rows whose process is gone, and the next claim deletes them, so a crash never leaks
 a slot. Identities are stored as digests.
@@ -20,7 +20,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from lessor.apiserver.replica_db import ReplicaDatabase
+from lessor.apiserver.state.replica_db import ReplicaDatabase
 
 DEFAULT_PER_IDENTITY = 32
 

@@ -3,7 +3,7 @@ or another replica is refused as surely as one sent to the same process.
 
 A nonce is taken by creating a ConfigMap named after it, an atomic create that only one request
 can win. Records older than twice the clock-skew window can no longer matter (their timestamps
-are refused anyway), and are swept by their expiry bucket (lessor.apiserver.expiring_records).
+are refused anyway), and are swept by their expiry bucket (lessor.apiserver.state.expiring_records).
 
 Since every signed request leaves one object for ten minutes, a key's signed requests pass a
 token bucket per key and replica (`apiserver.sshSignedRate`, `sshSignedBurst`) before their
@@ -19,11 +19,11 @@ import time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.auth.ssh import MAX_SKEW_SECONDS, NonceCache
-from lessor.apiserver.errors import TooManyRequestsError
-from lessor.apiserver.expiring_records import ExpiringRecords
-from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.apiserver.http.errors import TooManyRequestsError
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
+from lessor.apiserver.state.expiring_records import ExpiringRecords
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 
 LABEL = "lessor.dev/ssh-nonce"
 SWEPT_BUCKETS = 144  # a day: older buckets were swept by someone long ago

@@ -16,26 +16,24 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import random
 import time
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.authn import Principal
-from lessor.apiserver.bodies import CreateExecution
-from lessor.apiserver.errors import (
+from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.bodies import CreateExecution, Json
+from lessor.apiserver.http.errors import (
     BadRequestError,
-    ConflictError,
-    NotFoundError,
+    HttpConflictError,
+    HttpNotFoundError,
     NotImplementedYetError,
     UnavailableError,
 )
-from lessor.apiserver.fencing import fenced_patch
-from lessor.apiserver.kube import TIMEOUT, Kube
-from lessor.apiserver.leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.sandbox_leases import SandboxLeaseService
+from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
+from lessor.apiserver.state.fencing import Backoff, FenceConflictError, fenced_patch
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.runner import OUTPUT_CAP
@@ -49,10 +47,10 @@ from lessor.resources.sandbox import (
 )
 from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
-Json = dict[str, Any]
 LEASE_LABEL = "lessor.dev/sandbox-lease"
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
+SPEND_BACKOFF = Backoff(first=0.02, cap=0.2)
 EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 MAX_TIMEOUT = datetime.timedelta(hours=1)
@@ -134,9 +132,9 @@ class ExecutionService:
         status = lease.get("status", {})
         phase = status.get("phase") or "Pending"
         if phase in SandboxLease.phases.ended:
-            raise ConflictError(f"the lease is {phase}; request a new lease", reason="expired")
+            raise HttpConflictError(f"the lease is {phase}; request a new lease", reason="expired")
         if phase != "Ready":
-            raise ConflictError("the sandbox is not Ready yet", reason="not_ready")
+            raise HttpConflictError("the sandbox is not Ready yet", reason="not_ready")
         pool = self._pool(lease["spec"]["pool"])
         if pool.spec.runner is None:
             raise NotImplementedYetError(
@@ -146,7 +144,9 @@ class ExecutionService:
             raise BadRequestError(f"the sandbox has no container {request.container}")
         pod = status.get("pod")
         if not pod:
-            raise ConflictError("the sandbox's pod is not known yet", reason="target_unresolved")
+            raise HttpConflictError(
+                "the sandbox's pod is not known yet", reason="target_unresolved"
+            )
         timeout = self._timeout(request, status)
         made_meanwhile = self._spend_one(lease, name)
         if made_meanwhile is not None:
@@ -184,7 +184,7 @@ class ExecutionService:
             # A request with this key won the name.
             found = self.kube.find(SandboxExecution.crd.plural, name)
             if found is None:
-                raise ConflictError(
+                raise HttpConflictError(
                     "the idempotency key is in use", reason="idempotency_conflict"
                 ) from error
             return found
@@ -222,7 +222,7 @@ class ExecutionService:
         try:
             ExecutionCommand.from_secret(found.data, command.digest())
         except ValueError:
-            raise ConflictError(
+            raise HttpConflictError(
                 "the idempotency key is in use", reason="idempotency_conflict"
             ) from None
 
@@ -232,7 +232,7 @@ class ExecutionService:
         read as "no such lease"."""
         try:
             return self.leases.pool(name)
-        except NotFoundError:
+        except HttpNotFoundError:
             raise UnavailableError(
                 f"SandboxPool {name} of this lease no longer exists, so it runs no executions",
                 reason="pool_unresolvable",
@@ -254,7 +254,9 @@ class ExecutionService:
         if expires:
             left = datetime.datetime.fromisoformat(expires) - utcnow()
             if left.total_seconds() < 1:
-                raise ConflictError("the lease expires now; request a new lease", reason="expired")
+                raise HttpConflictError(
+                    "the lease expires now; request a new lease", reason="expired"
+                )
             timeout = min(timeout, datetime.timedelta(seconds=int(left.total_seconds())))
         return format_duration(timeout)
 
@@ -266,7 +268,7 @@ class ExecutionService:
         for attempt in range(SPEND_ATTEMPTS):
             spent = int(lease["spec"].get("executionsReserved") or 0)
             if spent >= EXECUTION_BOUND:
-                raise ConflictError(
+                raise HttpConflictError(
                     f"this lease has run its {EXECUTION_BOUND} executions; request a new lease",
                     reason="execution_limit_exhausted",
                 )
@@ -274,13 +276,15 @@ class ExecutionService:
             try:
                 fenced_patch(self.kube, SandboxLease.crd.plural, lease, [operation])
                 return None
-            except ConflictError:
+            except FenceConflictError:
                 made = self.kube.find(SandboxExecution.crd.plural, name)
                 if made is not None:
                     return made
-                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))  # noqa: S311 - jitter
+                SPEND_BACKOFF.sleep(attempt)
                 lease = self.kube.find(SandboxLease.crd.plural, lease["metadata"]["name"]) or lease
-        raise ConflictError("the lease changed while reserving; retry", reason="conflict_retryable")
+        raise HttpConflictError(
+            "the lease changed while reserving; retry", reason="conflict_retryable"
+        )
 
     @staticmethod
     def _require_same_intent(
@@ -292,7 +296,7 @@ class ExecutionService:
                   spec.get("container"), bool(spec.get("detach")))  # fmt: skip
         sent = (command.digest(), request.timeout, request.container, request.detach)
         if stored != sent:
-            raise ConflictError(
+            raise HttpConflictError(
                 "this idempotency key was used for an execution with a different command, cwd,"
                 " timeout, container or detach",
                 reason="idempotency_conflict",
@@ -387,7 +391,7 @@ class ExecutionService:
             or spec.get("lease", {}).get("uid") != lease["metadata"]["uid"]
             or spec.get("requester") != principal.owner
         ):
-            raise NotFoundError(f"no execution {execution[:80]} in this lease")
+            raise HttpNotFoundError(f"no execution {execution[:80]} in this lease")
         return found
 
     def read(self, principal: Principal, lease_name: str, execution: str) -> Json:
@@ -415,7 +419,7 @@ class ExecutionService:
         if not found["spec"].get("cancelRequested"):
             # The intent, for the operator; if the execution changed meanwhile (another cancel,
             # a status update), the runner below has the last word all the same.
-            with contextlib.suppress(ConflictError):
+            with contextlib.suppress(HttpConflictError):
                 request = [{"op": "add", "path": "/spec/cancelRequested", "value": True}]
                 fenced_patch(self.kube, SandboxExecution.crd.plural, found, request)
         return _merge(body, self._runner(found, {"op": "cancel"}))

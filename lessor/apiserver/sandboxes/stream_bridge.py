@@ -4,7 +4,7 @@ Two workers copy frames, one each way, while the session's own thread enforces t
 data either way for `idle` seconds, a session older than `longest`, and every `recheck` seconds
 the lease and the caller's grant (`check`, which revokes the session when the lease leaves Ready
 or expires, or the AccessPolicy no longer grants its pool); and a
-stopping worker closes its sessions at once (lessor.apiserver.lifecycle). Under
+stopping worker closes its sessions at once (lessor.apiserver.http.lifecycle). Under
 gunicorn's gevent worker the threads are greenlets. Whatever ends the session, the workers are
 joined before the close handshake, so no two of them ever read one socket, and the client is
 told why with an error frame and the close frame's code and reason (lessor.protocol.stream_frames).
@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lessor.apiserver import lifecycle
-from lessor.apiserver.sandbox_streams import PodStream, StreamEnded
-from lessor.apiserver.websocket import PeerClosed, WebSocket
+from lessor.apiserver.http import lifecycle
+from lessor.apiserver.sandboxes.streams import PodStream, StreamEnded
+from lessor.apiserver.sandboxes.websocket import PeerClosed, WebSocket
 from lessor.protocol.stream_frames import (
     BACKEND_ERROR,
     CLOSE_REASONS,
@@ -58,7 +58,7 @@ class Outcome:
         return "closed" if self.by_client else CLOSE_REASONS.get(self.code, "ended")
 
 
-class Session:
+class StreamSession:
     def __init__(
         self,
         websocket: WebSocket,

@@ -14,8 +14,8 @@ sessions, deleting a record ends that session on every replica (each trusts a re
 for two seconds at most), and logout deletes it. Records carry the ten minutes their expiry falls
 in as a label, and each process deletes the expired ones at most once a minute, as for nonces.
 
-Whether the credential is still good is the authenticator's question (lessor.apiserver.authn),
-asked on every use of the session.
+Whether the credential is still good is the authenticator's question
+(lessor.apiserver.auth.authenticator), asked on every use of the session.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.errors import AuthenticationError
-from lessor.apiserver.expiring_records import ExpiringRecords
-from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.apiserver.state.expiring_records import ExpiringRecords
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 
 PREFIX = "lsess."
 KEY_SECRET = "lessor-session-key"  # noqa: S105 - the name of a Secret, not a secret
@@ -59,7 +59,7 @@ def _unb64(text: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class Session:
+class LoginSession:
     session_id: str
     identity: str
     policy: str
@@ -151,7 +151,7 @@ class Sessions:
         # worker of every replica, reading the key again on a failed MAC, then accepts it.
         return f"{PREFIX}{encoded}.{_b64(self._mac(encoded, max_age=0))}", expires
 
-    def verify(self, token: str) -> Session:
+    def verify(self, token: str) -> LoginSession:
         try:
             encoded, mac = token.removeprefix(PREFIX).split(".")
             if not hmac.compare_digest(self._mac(encoded), _unb64(mac)) and not (
@@ -159,7 +159,7 @@ class Sessions:
             ):
                 raise AuthenticationError("bad session signature")
             payload = json.loads(_unb64(encoded))
-            session = Session(
+            session = LoginSession(
                 session_id=str(payload["sid"]),
                 identity=str(payload["sub"]),
                 policy=str(payload["pol"]),
@@ -176,7 +176,7 @@ class Sessions:
             raise AuthenticationError("session revoked")
         return session
 
-    def revoke(self, session: Session) -> None:
+    def revoke(self, session: LoginSession) -> None:
         """End the session on every replica: its record goes."""
         self._recorded.pop(session.session_id, None)
         try:

@@ -19,23 +19,23 @@ from typing import Any
 import cachetools
 from prometheus_client import Counter
 
-from lessor.apiserver.admission_limit import AdmissionLimiter
 from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
+from lessor.apiserver.auth.nonces import ClusterNonces
 from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+from lessor.apiserver.auth.sessions import PREFIX as SESSION_PREFIX
+from lessor.apiserver.auth.sessions import LoginSession, Sessions
 from lessor.apiserver.auth.ssh import (
     key_blob_from_openssh,
     parse_authorization,
     verify_request,
 )
 from lessor.apiserver.auth.static_tokens import MalformedDigestError, stored_digest, token_digest
-from lessor.apiserver.errors import ForbiddenError, UnauthorizedError, UnavailableError
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.nonces import ClusterNonces
-from lessor.apiserver.policies import NamedPolicy, PolicyStore
-from lessor.apiserver.policy import IdentityError, render_identity
-from lessor.apiserver.sessions import PREFIX as SESSION_PREFIX
-from lessor.apiserver.sessions import Session, Sessions
+from lessor.apiserver.http.errors import ForbiddenError, UnauthorizedError, UnavailableError
+from lessor.apiserver.policy.evaluation import IdentityError, render_identity
+from lessor.apiserver.policy.store import NamedPolicy, PolicyStore
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
+from lessor.apiserver.state.kube import Kube
 from lessor.protocol.ssh_signature import SCHEME
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Principal:
     method: str
     claims: Mapping[str, Any]
     policy: NamedPolicy
-    session: Session | None = None
+    session: LoginSession | None = None
     # Which of the policy's credentials it authenticated with (the OIDC issuer, a static
     # token's Secret key and token digest, an SSH key's digest): a session made from it lasts
     # only as long as the policy still has that credential.
@@ -151,7 +151,7 @@ class Authenticator:
             session.identity, "session", claims, policy, session, credential=session.credential
         )
 
-    def _current_claims(self, policy: NamedPolicy, session: Session) -> Mapping[str, Any]:
+    def _current_claims(self, policy: NamedPolicy, session: LoginSession) -> Mapping[str, Any]:
         kind, _, which = session.credential.partition(":")
         auth = policy.spec.auth
         if kind == "oidc" and auth.oidc is not None and auth.oidc.issuer == which:

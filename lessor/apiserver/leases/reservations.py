@@ -22,13 +22,15 @@ import itertools
 import json
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.apiserver.http.errors import HttpConflictError, TooManyRequestsError
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.resources.cluster import ClusterLease
 from lessor.resources.sandbox import SandboxLease
 
@@ -52,14 +54,53 @@ class Reservation:
 
 class Reservations:
     """`lease_kind`: the kind of lease whose phases free a reservation; `family` keeps each
-    kind's slots and aliases apart (a caller's cluster and Sandbox limits are independent)."""
+    kind's slots and aliases apart (a caller's cluster and Sandbox limits are independent);
+    `default_ceiling`: the active leases of this kind an owner may hold where its grant sets no
+    ceiling, so that every owner has one."""
 
     def __init__(
-        self, kube: Kube, lease_kind: type[ClusterLease | SandboxLease], family: str = ""
+        self,
+        kube: Kube,
+        lease_kind: type[ClusterLease | SandboxLease],
+        default_ceiling: int,
+        family: str = "",
     ) -> None:
         self.kube = kube
         self.lease_kind = lease_kind
+        self.default_ceiling = default_ceiling
         self.family = family
+
+    def take(
+        self,
+        owner: str,
+        ceiling: int | None,
+        lease: str,
+        alias: str | None,
+        *,
+        too_many: Callable[[int], str],
+        alias_used: str,
+    ) -> list[Reservation]:
+        """What a new lease needs before it is created: a slot under the owner's ceiling (its
+        grant's, else the default) and, when it asks for one, its alias. All of them, or none:
+        a refusal (429 `concurrency_limit` with `too_many(ceiling)`, 409 `alias_active` with
+        `alias_used`) or any failure first releases what was taken."""
+        limit = self.default_ceiling if ceiling is None else ceiling
+        taken: list[Reservation] = []
+        try:
+            slot = self.slot(owner, limit, lease)
+            if slot is None:
+                raise TooManyRequestsError(too_many(limit), reason="concurrency_limit")
+            taken.append(slot)
+            if alias:
+                reserved = self.alias(owner, alias, lease)
+                if reserved is None:
+                    raise HttpConflictError(alias_used, reason="alias_active")
+                taken.append(reserved)
+        except BaseException:
+            for reservation in taken:
+                self.release(reservation)
+            raise
+        return taken
 
     def slot(self, identity: str, limit: int, lease: str) -> Reservation | None:
         """Take a free slot for `lease`, or None when all `limit` slots are held."""

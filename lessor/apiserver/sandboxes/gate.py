@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lessor.agentsandbox.compat import Compatibility, check
-from lessor.apiserver.kube import Kube
+from lessor.apiserver.state.kube import Kube
 
 log = logging.getLogger(__name__)
 RECHECK_SECONDS = 60.0

@@ -4,29 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lessor.apiserver.admission_limit import DEFAULT_BURST, DEFAULT_RATE
-from lessor.apiserver.session_slots import DEFAULT_PER_IDENTITY
+from lessor.apiserver.sandboxes.stream_slots import DEFAULT_PER_IDENTITY
+from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 
 
 @dataclass(frozen=True)
 class Settings:
     namespace: str = "lessor-system"
     kubeconfig: str | None = None
-    agent_sandbox_mode: str = "disabled"  # or "external": see lessor.apiserver.sandbox_gate
-    # Per principal and replica (lessor.apiserver.admission_limit): tokens a second, and burst.
+    agent_sandbox_mode: str = "disabled"  # or "external": see lessor.apiserver.sandboxes.gate
+    # Per principal and replica (lessor.apiserver.state.admission_limit): tokens a second, and
+    # burst.
     sandbox_admission_rate: float = DEFAULT_RATE
     sandbox_admission_burst: int = DEFAULT_BURST
-    # Attach and port-forward sessions (lessor.apiserver.stream_bridge), in seconds: the longest
-    # time without data either way, and the longest session.
+    # Attach and port-forward sessions (lessor.apiserver.sandboxes.stream_bridge), in seconds:
+    # the longest time without data either way, and the longest session.
     sandbox_stream_idle_timeout: float = 900
     sandbox_stream_max_duration: float = 4 * 3600
-    # Open sessions per identity and replica (lessor.apiserver.session_slots).
+    # Open sessions per identity and replica (lessor.apiserver.sandboxes.stream_slots).
     sandbox_stream_max_per_identity: int = DEFAULT_PER_IDENTITY
     # The URLs clients reach this deployment by, normalized (lessor.protocol.ssh_signature):
     # the only audiences an SSH request signature may name. None: SSH signatures are refused.
     ssh_audiences: frozenset[str] = frozenset()
     # SSH-signed requests a second per key and replica, and burst: each one's nonce is an object
-    # in the cluster (lessor.apiserver.nonces), so a key's holder must not make them unbounded.
+    # in the cluster (lessor.apiserver.auth.nonces), so a key's holder must not make them unbounded.
     ssh_signed_rate: float = 5.0
     ssh_signed_burst: int = 100
     # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.

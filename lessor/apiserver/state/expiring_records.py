@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from lessor.apiserver.kube import TIMEOUT, Kube
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 
 BUCKET = "lessor.dev/expiry-bucket"
 BUCKET_SECONDS = 600

@@ -3,7 +3,7 @@
 On SIGTERM gunicorn clears the worker's `alive` flag and lets requests finish within the
 graceful timeout; the master then kills what is left without a word to the client. A WebSocket
 session never finishes by itself, so sessions watch this flag and close at once with 1001
-(lessor.apiserver.stream_bridge), telling the client to reconnect to another replica.
+(lessor.apiserver.sandboxes.stream_bridge), telling the client to reconnect to another replica.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 Stateless: everything a request needs is in the Kubernetes API (leases, pools, policies,
 reservations) or recomputable from it, so any replica can serve any request.
+
+Authentication is the `Authenticate` middleware's, not each responder's: every route requires a
+principal unless its resource declares otherwise (`authentication = "none"` or `"optional"`),
+so a responder cannot forget it and a new route is private until someone says it is public.
 """
 
 from __future__ import annotations
@@ -9,48 +13,74 @@ from __future__ import annotations
 import datetime
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import falcon
 import gevent
 from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
-from lessor.apiserver import metrics, openapi
-from lessor.apiserver.admission_limit import AdmissionLimiter
-from lessor.apiserver.authn import Authenticator, Principal
-from lessor.apiserver.bodies import (
+from lessor.apiserver.auth.authenticator import Authenticator, Principal
+from lessor.apiserver.auth.sessions import DEFAULT_TTL
+from lessor.apiserver.http import metrics, openapi
+from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateLease,
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
+    Json,
     Login,
     parse,
 )
-from lessor.apiserver.errors import (
+from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
-    NotFoundError,
+    HttpNotFoundError,
     PayloadTooLargeError,
     RequestTimeoutError,
     UnavailableError,
     UpgradeRequiredError,
 )
-from lessor.apiserver.executions import ExecutionService
-from lessor.apiserver.kube import Kube, kube
-from lessor.apiserver.leases import LeaseService
-from lessor.apiserver.policies import PolicyStore
-from lessor.apiserver.pools import PoolService
-from lessor.apiserver.sandbox_gate import SandboxGate
-from lessor.apiserver.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX, SandboxLeaseService
-from lessor.apiserver.sandbox_streams import SandboxStreamService
-from lessor.apiserver.session_slots import SessionSlots
-from lessor.apiserver.sessions import DEFAULT_TTL
-from lessor.apiserver.settings import Settings
-from lessor.apiserver.stream_bridge import Limits
-from lessor.apiserver.upgrade import StreamRoutes
+from lessor.apiserver.http.responses import (
+    Execution,
+    ExecutionLogs,
+    ExecutionResult,
+    Expiry,
+    Lease,
+    LeaseCreated,
+    LeaseSummary,
+    PoolLease,
+    PoolRecord,
+    SandboxExpiry,
+    SandboxLease,
+    SandboxLeaseCreated,
+    SandboxLogs,
+    SessionIssued,
+    Status,
+    conform,
+    conform_each,
+)
+from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.leases.cluster_leases import LeaseService
+from lessor.apiserver.leases.pools import PoolService
+from lessor.apiserver.policy.store import PolicyStore
+from lessor.apiserver.sandboxes.executions import ExecutionService
+from lessor.apiserver.sandboxes.gate import SandboxGate
+from lessor.apiserver.sandboxes.sandbox_leases import (
+    LOG_TAIL_DEFAULT,
+    LOG_TAIL_MAX,
+    SandboxLeaseService,
+)
+from lessor.apiserver.sandboxes.stream_bridge import Limits
+from lessor.apiserver.sandboxes.stream_slots import SessionSlots
+from lessor.apiserver.sandboxes.streams import SandboxStreamService
+from lessor.apiserver.sandboxes.upgrade import StreamRoutes
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
+from lessor.apiserver.state.kube import Kube, kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.timestamps import timestamp
 
@@ -115,61 +145,101 @@ def _target(req: falcon.Request) -> str:
     return req.path + (f"?{req.query_string}" if req.query_string else "")
 
 
+Authentication = Literal["required", "optional", "none"]
+
+
 class Base:
+    """A resource. Its responders need an authenticated caller unless the class says otherwise:
+    `"optional"` authenticates a request that sends credentials and lets others through with no
+    principal; `"none"` never looks at credentials (liveness, metrics, the API's document)."""
+
+    authentication: ClassVar[Authentication] = "required"
+
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def principal(self, req: falcon.Request) -> Principal:
-        return self.services.auth.authenticate(
-            req.method, _target(req), req.get_header("Authorization"), req.context.body
+
+def principal(req: falcon.Request) -> Principal:
+    """The caller `Authenticate` established before the responder ran."""
+    found: Principal = req.context.principal
+    return found
+
+
+class Authenticate:
+    """Authenticates the caller before any responder of a route that requires it runs, and puts
+    the principal in `req.context.principal` (None where the route lets the caller be unknown).
+
+    A request for which no responder exists (no such path, a method the resource does not
+    answer, Falcon's own OPTIONS) is left to Falcon's 404 or 405 as before, unauthenticated: it
+    reaches no service, and the answer says nothing about any object."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def process_resource(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        resource: object,
+        params: dict[str, Any],
+    ) -> None:
+        req.context.principal = None
+        if resource is None or not hasattr(resource, f"on_{req.method.lower()}"):
+            return
+        needs: Authentication = getattr(resource, "authentication", "required")
+        header = req.get_header("Authorization")
+        if needs == "none" or (needs == "optional" and not header):
+            return
+        req.context.principal = self.services.auth.authenticate(
+            req.method, _target(req), header, req.context.body
         )
 
 
 class LeasesResource(Base):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal = self.principal(req)
+        caller = principal(req)
         request = parse(CreateLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.create(principal, request)
+        resp.media = conform(LeaseCreated, self.services.leases.create(caller, request))
         resp.status = falcon.HTTP_202
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.services.leases.list_mine(self.principal(req))
+        resp.media = conform_each(LeaseSummary, self.services.leases.list_mine(principal(req)))
 
 
 class LeaseResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        resp.media = self.services.leases.read(self.principal(req), lease_id)
+        resp.media = conform(Lease, self.services.leases.read(principal(req), lease_id))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        self.services.leases.release(self.principal(req), lease_id)
+        self.services.leases.release(principal(req), lease_id)
         resp.status = falcon.HTTP_204
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal = self.principal(req)
+        caller = principal(req)
         request = parse(ExtendLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.extend(principal, lease_id, request)
+        resp.media = conform(Expiry, self.services.leases.extend(caller, lease_id, request))
 
 
 class DiagnosticsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        self.services.leases.usable(self.principal(req), lease_id)
+        self.services.leases.usable(principal(req), lease_id)
         # No backend captures bundles yet, so none exists (spec 4.2: 404 when no bundle exists).
-        raise NotFoundError("no diagnostics bundle was captured for this lease")
+        raise HttpNotFoundError("no diagnostics bundle was captured for this lease")
 
 
 class PoolsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.services.pools.records(self.principal(req))
+        resp.media = conform_each(PoolRecord, self.services.pools.records(principal(req)))
 
 
 class PoolResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = self.services.pools.one(self.principal(req), name)
+        resp.media = conform(PoolRecord, self.services.pools.one(principal(req), name))
 
 
 class PoolLeasesResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = self.services.pools.leases(self.principal(req), name)
+        resp.media = conform_each(PoolLease, self.services.pools.leases(principal(req), name))
 
 
 class LoginResource(Base):
@@ -178,49 +248,57 @@ class LoginResource(Base):
     DELETE with the session token logs it out on every replica."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal = self.principal(req)
-        if principal.session is not None:
+        caller = principal(req)
+        if caller.session is not None:
             raise BadRequestError("log in with a credential, not with a session token")
         request = parse(Login, req.context.body, req.content_type) if req.context.body else Login()
         ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
-        if principal.method == "oidc":  # never longer than the token it was exchanged for
-            ttl = min(ttl, int(principal.claims["exp"]) - int(time.time()))
+        if caller.method == "oidc":  # never longer than the token it was exchanged for
+            ttl = min(ttl, int(caller.claims["exp"]) - int(time.time()))
         token, expires = self.services.auth.sessions.issue(
-            principal.identity,
-            principal.policy.name,
-            dict(principal.claims),
-            method=principal.method,
-            credential=principal.credential,
+            caller.identity,
+            caller.policy.name,
+            dict(caller.claims),
+            method=caller.method,
+            credential=caller.credential,
             ttl=ttl,
         )
-        resp.media = {
-            "session_token": token,
-            "identity": principal.identity,
-            "method": principal.method,
-            "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
-        }
+        resp.media = conform(
+            SessionIssued,
+            {
+                "session_token": token,
+                "identity": caller.identity,
+                "method": caller.method,
+                "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
+            },
+        )
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal = self.principal(req)
-        if principal.session is None:
+        session = principal(req).session
+        if session is None:
             raise BadRequestError("log out with the session token itself")
-        self.services.auth.sessions.revoke(principal.session)
+        self.services.auth.sessions.revoke(session)
         resp.status = falcon.HTTP_204
 
 
 class StatusResource(Base):
+    """Anyone may ask (spec 5.1); a caller who sends credentials sees its own pools' rows."""
+
+    authentication = "optional"
+
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal = None
-        if req.get_header("Authorization"):
-            principal = self.principal(req)
+        caller: Principal | None = req.context.principal
         methods = self.services.auth.methods()
-        resp.media = {
-            "version": __version__,
-            # Every configured method can be exchanged for a session at POST /v1/login.
-            "auth": {"methods": methods, "sessions": methods},
-            "pools": self.services.pools.status_rows(principal),
-            "sandbox": self.services.sandbox.status(),
-        }
+        resp.media = conform(
+            Status,
+            {
+                "version": __version__,
+                # Every configured method can be exchanged for a session at POST /v1/login.
+                "auth": {"methods": methods, "sessions": methods},
+                "pools": self.services.pools.status_rows(caller),
+                "sandbox": self.services.sandbox.status(),
+            },
+        )
 
 
 class SandboxBase(Base):
@@ -229,57 +307,59 @@ class SandboxBase(Base):
     installed agent-sandbox is not usable (503 backend_error)."""
 
     def served(self, req: falcon.Request) -> tuple[Principal, SandboxLeaseService]:
-        principal = self.principal(req)
+        caller = principal(req)
         verdict = self.services.sandbox.verdict()
         if not verdict.served:
             raise UnavailableError(verdict.reason)
-        return principal, self.services.sandbox_leases
+        return caller, self.services.sandbox_leases
 
 
 class SandboxLeasesResource(SandboxBase):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal, service = self.served(req)
+        caller, service = self.served(req)
         request = parse(CreateSandboxLease, req.context.body, req.content_type)
-        body = service.create(principal, request)
+        body = conform(SandboxLeaseCreated, service.create(caller, request))
         resp.media = body
         resp.status = falcon.HTTP_202
         resp.set_header("Location", f"/v1/sandbox-leases/{body['id']}")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        principal, service = self.served(req)
-        resp.media = service.list_mine(principal)
+        caller, service = self.served(req)
+        resp.media = conform_each(SandboxLease, service.list_mine(caller))
 
 
 class SandboxLeaseResource(SandboxBase):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal, service = self.served(req)
-        resp.media = service.read(principal, lease_id)
+        caller, service = self.served(req)
+        resp.media = conform(SandboxLease, service.read(caller, lease_id))
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal, service = self.served(req)
+        caller, service = self.served(req)
         request = parse(ExtendSandboxLease, req.context.body, req.content_type)
-        resp.media = service.extend(principal, lease_id, request)
+        resp.media = conform(SandboxExpiry, service.extend(caller, lease_id, request))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal, service = self.served(req)
-        service.release(principal, lease_id)
+        caller, service = self.served(req)
+        service.release(caller, lease_id)
         resp.status = falcon.HTTP_204
 
 
 class SandboxLogsResource(SandboxBase):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal, service = self.served(req)
+        caller, service = self.served(req)
         tail = _int_param(req, "tailLines", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
-        resp.media = service.logs(principal, lease_id, tail, req.get_param("container"))
+        logs = service.logs(caller, lease_id, tail, req.get_param("container"))
+        resp.media = conform(SandboxLogs, logs)
 
 
 class ExecutionsResource(SandboxBase):
     def on_post(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        principal, _ = self.served(req)
+        caller, _ = self.served(req)
         request = parse(CreateExecution, req.context.body, req.content_type)
-        status, body = self.services.executions.create(principal, lease_id, request)
+        status, body = self.services.executions.create(caller, lease_id, request)
         resp.status = falcon.code_to_http_status(status)
-        resp.media = body
+        # 200: it ended, with its output; 202: detached, or no outcome yet (openapi.py).
+        resp.media = conform(ExecutionResult if status == 200 else Execution, body)
         resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{body['id']}")
 
 
@@ -287,29 +367,32 @@ class ExecutionResource(SandboxBase):
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
     ) -> None:
-        principal, _ = self.served(req)
-        resp.media = self.services.executions.read(principal, lease_id, execution)
+        caller, _ = self.served(req)
+        resp.media = conform(Execution, self.services.executions.read(caller, lease_id, execution))
 
     def on_delete(
         self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
     ) -> None:
-        principal, _ = self.served(req)
-        resp.media = self.services.executions.cancel(principal, lease_id, execution)
+        caller, _ = self.served(req)
+        cancelled = self.services.executions.cancel(caller, lease_id, execution)
+        resp.media = conform(Execution, cancelled)
 
 
 class ExecutionLogsResource(SandboxBase):
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, lease_id: str, execution: str
     ) -> None:
-        principal, _ = self.served(req)
+        caller, _ = self.served(req)
         stdout = _int_param(req, "stdoutOffset", 0, 0, 1 << 40)
         stderr = _int_param(req, "stderrOffset", 0, 0, 1 << 40)
-        resp.media = self.services.executions.logs(principal, lease_id, execution, stdout, stderr)
+        logs = self.services.executions.logs(caller, lease_id, execution, stdout, stderr)
+        resp.media = conform(ExecutionLogs, logs)
 
 
 class SandboxStreamResource(SandboxBase):
     """Attach and port-forward without `Upgrade: websocket` (the upgrade itself never reaches
-    Falcon: lessor.apiserver.upgrade): 426 once the caller is known and the API is served."""
+    Falcon: lessor.apiserver.sandboxes.upgrade): 426 once the caller is known and the API is
+    served."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.served(req)
@@ -329,21 +412,28 @@ def _int_param(req: falcon.Request, name: str, default: int, low: int, high: int
     return int(raw)
 
 
-class HealthResource:
+class HealthResource(Base):
+    authentication = "none"
+
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = falcon.MEDIA_TEXT
         resp.text = "ok\n"
 
 
-class OpenApiResource:
-    def __init__(self) -> None:
-        self.document = openapi.document()
+class OpenApiResource(Base):
+    authentication = "none"
+
+    def __init__(self, services: Services) -> None:
+        super().__init__(services)
+        self.document = api_document()
 
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = self.document
 
 
-class MetricsResource:
+class MetricsResource(Base):
+    authentication = "none"
+
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
         body, content_type = metrics.exposition()
         resp.data = body
@@ -445,32 +535,74 @@ def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception,
     resp.media = {"error": "internal error", "detail": "the failure was logged"}
 
 
+RESPONDERS = ("get", "post", "put", "patch", "delete")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One path: the resource that answers it, and its OpenAPI operations (None: a path the
+    document leaves out, as it describes the API, not the service's plumbing)."""
+
+    path: str
+    resource: type[Base]
+    operations: Callable[[], Json] | None
+    sandbox: bool = False  # served only with `agentSandbox.mode: external` (sandboxes.gate)
+
+    @property
+    def methods(self) -> frozenset[str]:
+        """The methods the resource answers, as the document names them."""
+        return frozenset(m for m in RESPONDERS if hasattr(self.resource, f"on_{m}"))
+
+
+_SANDBOX = "/v1/sandbox-leases/{lease_id}"
+_EXECUTIONS = _SANDBOX + "/executions"
+
+# Every route the Falcon app serves, and every path of its OpenAPI document, in the document's
+# order (the WebSocket upgrades of attach and port-forward are answered in front of Falcon, by
+# lessor.apiserver.sandboxes.upgrade; a plain GET of them comes here).
+ROUTES: tuple[Route, ...] = (
+    Route("/v1/leases", LeasesResource, openapi.leases),
+    Route("/v1/leases/{lease_id}", LeaseResource, openapi.lease),
+    Route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource, openapi.diagnostics),
+    Route("/v1/pools", PoolsResource, openapi.pools),
+    Route("/v1/pools/{name}", PoolResource, openapi.pool),
+    Route("/v1/pools/{name}/leases", PoolLeasesResource, openapi.pool_leases),
+    Route("/v1/sandbox-leases", SandboxLeasesResource, openapi.sandbox_leases, sandbox=True),
+    Route(_SANDBOX, SandboxLeaseResource, openapi.sandbox_lease, sandbox=True),
+    Route(_SANDBOX + "/logs", SandboxLogsResource, openapi.sandbox_logs, sandbox=True),
+    Route(_SANDBOX + "/attach", SandboxStreamResource, openapi.attach, sandbox=True),
+    Route(_SANDBOX + "/port-forward", SandboxStreamResource, openapi.port_forward, sandbox=True),
+    Route(_EXECUTIONS, ExecutionsResource, openapi.executions, sandbox=True),
+    Route(_EXECUTIONS + "/{execution}", ExecutionResource, openapi.execution, sandbox=True),
+    Route(
+        _EXECUTIONS + "/{execution}/logs",
+        ExecutionLogsResource,
+        openapi.execution_logs,
+        sandbox=True,
+    ),
+    Route("/v1/login", LoginResource, openapi.login),
+    Route("/v1/status", StatusResource, openapi.status),
+    Route("/healthz", HealthResource, openapi.healthz),
+    Route("/metrics", MetricsResource, None),
+    Route("/openapi.json", OpenApiResource, None),
+)
+
+
+def api_document() -> Json:
+    """The OpenAPI document of ROUTES, as /openapi.json serves it."""
+    return openapi.document(ROUTES)
+
+
 def create_app(settings: Settings) -> StreamRoutes:
     """The WSGI application: the WebSocket routes in front of the Falcon app."""
     services = Services(settings)
-    app = falcon.App(middleware=[Observe()])
-    app.add_route("/healthz", HealthResource())
-    app.add_route("/metrics", MetricsResource())
-    app.add_route("/openapi.json", OpenApiResource())
-    app.add_route("/v1/status", StatusResource(services))
-    app.add_route("/v1/login", LoginResource(services))
-    app.add_route("/v1/leases", LeasesResource(services))
-    app.add_route("/v1/leases/{lease_id}", LeaseResource(services))
-    app.add_route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource(services))
-    app.add_route("/v1/pools", PoolsResource(services))
-    app.add_route("/v1/pools/{name}", PoolResource(services))
-    app.add_route("/v1/pools/{name}/leases", PoolLeasesResource(services))
-    if settings.agent_sandbox_mode == "external":
-        app.add_route("/v1/sandbox-leases", SandboxLeasesResource(services))
-        app.add_route("/v1/sandbox-leases/{lease_id}", SandboxLeaseResource(services))
-        app.add_route("/v1/sandbox-leases/{lease_id}/logs", SandboxLogsResource(services))
-        executions = "/v1/sandbox-leases/{lease_id}/executions"
-        app.add_route(executions, ExecutionsResource(services))
-        app.add_route(executions + "/{execution}", ExecutionResource(services))
-        app.add_route(executions + "/{execution}/logs", ExecutionLogsResource(services))
-        streams = SandboxStreamResource(services)
-        app.add_route("/v1/sandbox-leases/{lease_id}/attach", streams)
-        app.add_route("/v1/sandbox-leases/{lease_id}/port-forward", streams)
+    middleware: list[Observe | Authenticate] = [Observe(), Authenticate(services)]
+    app = falcon.App(middleware=middleware)
+    sandbox = settings.agent_sandbox_mode == "external"
+    for route in ROUTES:
+        if sandbox or not route.sandbox:
+            app.add_route(route.path, route.resource(services))
+    if sandbox:
         services.sandbox.verdict()  # checked (and logged) as the worker starts
     app.add_error_handler(Exception, _on_unexpected)
     app.add_error_handler(falcon.HTTPError, _on_falcon_error)

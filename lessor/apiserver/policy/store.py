@@ -19,11 +19,14 @@ from typing import Any
 from kubernetes import watch
 from pydantic import ValidationError
 
-from lessor.apiserver.kube import Kube
+from lessor.apiserver.state.fencing import Backoff
+from lessor.apiserver.state.kube import Kube
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
 from lessor.resources.base import GROUP, VERSION
 
 log = logging.getLogger(__name__)
+# After a failed list or watch: 0.25-0.5 s, doubling up to 15-30 s; reset by a good watch.
+RELIST_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
 
 
 @dataclass(frozen=True)
@@ -55,15 +58,16 @@ class PolicyStore:
             self._thread.start()
 
     def _run(self) -> None:
-        delay = 0.5
+        failures = 0
         while True:
             try:
                 self._list_and_watch()
-                delay = 0.5
+                failures = 0
             except Exception as error:
+                delay = RELIST_BACKOFF.delay(failures)
                 log.warning("access policies: %s; relisting in %.1fs", error, delay)
-                time.sleep(random.uniform(delay / 2, delay))  # noqa: S311 - jitter
-                delay = min(delay * 2, 30.0)
+                time.sleep(delay)
+                failures += 1
 
     def _list_and_watch(self) -> None:
         kube = self._kube_factory()

@@ -6,10 +6,10 @@ these two requests are taken before Falcon sees them. Everything that can be ref
 first, as an ordinary JSON error in the service's shape (400, 401, 403, 404, 409, 429, 503),
 exactly as the REST routes would answer: the handshake, the credential, the Sandbox gate, the
 lease and its pod, the declared port, the identity's ceiling of open sessions
-(lessor.apiserver.session_slots), and opening the pod's stream. Only then is the 101 written on
-the socket gunicorn hands over, and the session runs on it (lessor.apiserver.stream_bridge);
-gunicorn is told the response was already written. A plain GET of these paths goes on to
-Falcon, which answers 426.
+(lessor.apiserver.sandboxes.stream_slots), and opening the pod's stream. Only then is the 101
+written on the socket gunicorn hands over, and the session runs on it
+(lessor.apiserver.sandboxes.stream_bridge); gunicorn is told the response was already written.
+A plain GET of these paths goes on to Falcon, which answers 426.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver import metrics
-from lessor.apiserver.errors import (
+from lessor.apiserver.http import metrics
+from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
     TooManyRequestsError,
     UnavailableError,
 )
-from lessor.apiserver.sandbox_streams import PodStream, SandboxStreamService
-from lessor.apiserver.session_slots import SessionSlots
-from lessor.apiserver.stream_bridge import Limits, Session
-from lessor.apiserver.websocket import HandshakeError, WebSocket, handshake, is_upgrade
+from lessor.apiserver.sandboxes.stream_bridge import Limits, StreamSession
+from lessor.apiserver.sandboxes.stream_slots import SessionSlots
+from lessor.apiserver.sandboxes.streams import PodStream, SandboxStreamService
+from lessor.apiserver.sandboxes.websocket import HandshakeError, WebSocket, handshake, is_upgrade
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"^/v1/sandbox-leases/([^/]+)/(attach|port-forward)$")
@@ -47,7 +47,7 @@ Wsgi = Callable[[Environ, StartResponse], Iterable[bytes]]
 class StreamRoutes:
     def __init__(self, app: Wsgi, services: Any, limits: Limits, slots: SessionSlots) -> None:
         self.app = app
-        self.services = services  # lessor.apiserver.app.Services
+        self.services = services  # lessor.apiserver.http.app.Services
         self.limits = limits
         self.slots = slots
 
@@ -128,7 +128,7 @@ class StreamRoutes:
         open_sessions = metrics.SANDBOX_STREAMS_OPEN.labels(kind)
         open_sessions.inc()
         try:
-            session = Session(websocket, pod, self.limits, check)
+            session = StreamSession(websocket, pod, self.limits, check)
             outcome = session.run()
         finally:
             open_sessions.dec()

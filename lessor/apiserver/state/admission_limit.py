@@ -6,7 +6,7 @@ seconds until a token will be there (Retry-After) and spends nothing, so a clien
 throttled endpoint does not push its own recovery further away.
 
 "Per replica" means per server, not per gunicorn worker: the buckets live in one SQLite file of
-the replica (lessor.apiserver.replica_db), and each take is one `BEGIN IMMEDIATE` transaction,
+the replica (lessor.apiserver.state.replica_db), and each take is one `BEGIN IMMEDIATE` transaction,
 so the workers of a replica share one bucket per principal exactly. Buckets are keyed by a
 digest of the identity, never the identity itself.
 """
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lessor.apiserver.replica_db import ReplicaDatabase
+from lessor.apiserver.state.replica_db import ReplicaDatabase
 
 DEFAULT_RATE = 0.5  # tokens per second: 30 creates a minute, sustained
 DEFAULT_BURST = 10

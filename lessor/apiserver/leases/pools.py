@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import cachetools
 
-from lessor.apiserver.authn import Principal
-from lessor.apiserver.errors import NotFoundError
-from lessor.apiserver.kube import Kube
-from lessor.apiserver.policy import sandbox_grant, visible_pools
+from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.bodies import Json
+from lessor.apiserver.http.errors import HttpNotFoundError
+from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
+from lessor.apiserver.state.kube import Kube
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 
-Json = dict[str, Any]
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
 SANDBOX_CAPABILITIES = ["lease", "extend", "release", "logs", "attach"]
 REDACTED = "redacted"
@@ -121,7 +120,7 @@ class PoolService:
         for record in self.records(principal):
             if record["name"] == name:
                 return record
-        raise NotFoundError(f"no pool {name}")
+        raise HttpNotFoundError(f"no pool {name}")
 
     def leases(self, principal: Principal, name: str) -> list[Json]:
         """Active leases of a shared pool; other tenants' requester, alias and metadata are

@@ -1,0 +1,1 @@
+"""The HTTP surface: the Falcon app, its routes, bodies, errors and OpenAPI document."""

@@ -1,0 +1,309 @@
+"""The response bodies of the API, as pydantic models: what the OpenAPI document describes and
+what the responders validate their answers through, so an answer cannot drift from the
+document (lessor.apiserver.http.openapi)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lessor.apiserver.http.bodies import Json
+from lessor.apiserver.sandboxes.executions import DEFAULT_TIMEOUT, MAX_TIMEOUT
+from lessor.apiserver.sandboxes.sandbox_leases import LOG_BYTES_MAX
+from lessor.protocol.durations import format_duration
+from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
+from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
+from lessor.resources.sandbox import ReleaseCause
+
+
+class Error(BaseModel):
+    error: str
+    detail: str | None = None
+    reason: str | None = None
+
+
+class LeaseCreated(BaseModel):
+    id: str
+    phase: str
+    profile: str
+    queue_position: int
+    effective_ttl: str
+    alias: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class LeaseSummary(BaseModel):
+    id: str
+    phase: str
+    profile: str
+    expires_at: str | None = None
+    alias: str | None = None
+
+
+class Lease(LeaseSummary):
+    metadata: dict[str, Any] | None = None
+    queue_position: int | None = Field(default=None, description="1-based, while Pending.")
+    kubeconfig: str | None = Field(default=None, description="Present once the lease is Bound.")
+
+
+class Expiry(BaseModel):
+    expires_at: str
+
+
+class PoolPolicy(BaseModel):
+    mode: str
+    ttl: str
+    warm_target: int = Field(alias="warmTarget")
+
+
+class PoolRecord(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    resource_kind: Literal["Cluster", "Sandbox"] = Field(
+        alias="resourceKind",
+        description="Sandbox pools are listed while the Sandbox API is served; their "
+        "creating, recycling, unhealthy and queueDepth are 0.",
+    )
+    capabilities: list[str] = Field(
+        description="Cluster: lease, kubeconfig, extend, release. Sandbox: lease, extend, "
+        "release, logs, attach, and exec (with a runner) and port-forward (with declared ports)."
+    )
+    phase: str
+    ready: int
+    leased: int
+    creating: int
+    recycling: int
+    unhealthy: int
+    quarantined: int
+    queue_depth: int = Field(alias="queueDepth")
+    policy: PoolPolicy
+
+
+class PoolLease(BaseModel):
+    id: str
+    phase: str
+    profile: str
+    cluster_name: str | None = None
+    requester: str | None = Field(
+        default=None,
+        description="\"redacted\" for other tenants' leases; absent for a Sandbox pool's leases.",
+    )
+    expires_at: str | None = None
+    alias: str | None = Field(default=None, description="The caller's own leases only.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="The caller's own leases only."
+    )
+
+
+class StatusAuth(BaseModel):
+    methods: list[str]
+    sessions: list[str]
+
+
+class StatusPool(BaseModel):
+    name: str
+    ready: int
+    leased: int
+    creating: int
+    phase: str | None = None
+    quarantined: int | None = None
+
+
+class StatusSandbox(BaseModel):
+    mode: Literal["disabled", "external"]
+    served: bool = Field(description="Whether the /v1/sandbox-leases paths are served.")
+    reason: str | None = Field(default=None, description="External mode: the check's verdict.")
+
+
+class Status(BaseModel):
+    version: str
+    auth: StatusAuth
+    pools: list[StatusPool]
+    sandbox: StatusSandbox
+
+
+class SessionIssued(BaseModel):
+    session_token: str
+    identity: str
+    method: str
+    expires_at: str
+
+
+class _SandboxLeaseFields(BaseModel):
+    id: str
+    phase: str
+    pool: str
+    ttl: str = Field(description="The TTL asked for; without one, the TTL granted.")
+    effective_ttl: str | None = Field(
+        default=None, description="The TTL granted; present only when less than `ttl`."
+    )
+    alias: str | None = None
+    provisioning_deadline: str = Field(
+        description="The lease's creation time plus the pool's provisioningTimeout; never reset."
+    )
+
+
+class SandboxLeaseCreated(_SandboxLeaseFields):
+    """The 202 of a create (with a Location header). The handoff variant adds `status`,
+    `retry` and `statusUrl`: the outcome is not known yet; do not repeat the create, poll."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    phase: str = Field(description="Always `Pending`.")
+    provisioning_deadline: str = Field(
+        description="The lease's creation time plus the pool's provisioningTimeout; in the "
+        "handoff variant, counted from the time of the answer."
+    )
+    status: Literal["admission_pending"] | None = Field(
+        default=None, description="Handoff variant only: `admission_pending`."
+    )
+    retry: bool | None = Field(default=None, description="Handoff variant only: `false`.")
+    status_url: str | None = Field(
+        default=None, alias="statusUrl", description="Handoff variant only: the lease's path."
+    )
+
+
+class PlacementRef(BaseModel):
+    name: str
+    uid: str
+
+
+class SandboxPlacement(BaseModel):
+    lease_uid: str
+    claim: PlacementRef | None = Field(default=None, description="The agent-sandbox SandboxClaim.")
+    sandbox: PlacementRef | None = None
+    pod: PlacementRef | None = None
+
+
+class SandboxLease(_SandboxLeaseFields):
+    phase: SandboxLeasePhase
+    release_cause: ReleaseCause | None = Field(
+        default=None, description="Recorded once when teardown starts; never changed."
+    )
+    ready_at: str | None = None
+    expires_at: str | None = Field(default=None, description="Once Ready.")
+    message: str | None = None
+    extensions_count: int
+    max_extensions: int
+    placement: SandboxPlacement
+
+
+class SandboxExpiry(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    expires_at: str = Field(alias="expiresAt")
+    extensions_count: int = Field(alias="extensionsCount")
+    max_extensions: int = Field(alias="maxExtensions")
+
+
+class SandboxLogs(BaseModel):
+    id: str
+    pod: str
+    data: str
+    truncated: bool = Field(description=f"The tail reached the {LOG_BYTES_MAX // 1024} KiB cap.")
+
+
+DEFAULT_TIMEOUT_TEXT = f"{int(DEFAULT_TIMEOUT.total_seconds())}s"
+MAX_TIMEOUT_TEXT = format_duration(MAX_TIMEOUT)
+CAP = f"{OUTPUT_CAP // (1024 * 1024)} MiB"
+
+
+class Execution(BaseModel):
+    """An execution as GET, DELETE and a detached create (202) show it: never its output."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str = Field(description="`x` and 24 hex digits, derived from the lease instance and key.")
+    state: ExecutionState = Field(
+        description="`Unknown`: the outcome could not be established; do not rerun blindly."
+    )
+    exit_code: int | None = Field(
+        default=None,
+        alias="exitCode",
+        description="Only when the process reported one: absent while it runs, when it could "
+        "not start, when a signal ended it and when its outcome is unknown.",
+    )
+    started_at: str | None = Field(default=None, alias="startedAt")
+    finished_at: str | None = Field(default=None, alias="finishedAt")
+    message: str | None = Field(
+        default=None, description="Why it could not start, or why its outcome is unknown."
+    )
+    truncated: bool = Field(
+        description=f"Output past the first {CAP} of stdout or stderr was dropped; known once "
+        "the command ended."
+    )
+    timeout: str = Field(
+        description=f"The timeout granted: the request's or {DEFAULT_TIMEOUT_TEXT}, at most "
+        f"{MAX_TIMEOUT_TEXT} and never past the lease's expiry."
+    )
+
+
+class ExecutionResult(Execution):
+    """The 200 of a wait-mode create: the execution once it ended, with its retained output."""
+
+    stdout: str = Field(
+        description=f"The first {CAP} of the stream, as UTF-8 with invalid bytes replaced."
+    )
+    stderr: str = Field(
+        description=f"The first {CAP} of the stream, as UTF-8 with invalid bytes replaced."
+    )
+
+
+class ExecutionWindow(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    data: str = Field(
+        description=f"At most {LOG_WINDOW // 1024} KiB of retained bytes from the offset, as "
+        "UTF-8; invalid bytes are replaced here only, never in the offsets."
+    )
+    next_offset: int = Field(
+        alias="nextOffset",
+        description="Opaque resume token (a count of raw retained bytes): pass it back "
+        "unchanged; it cannot be derived from the length of `data`.",
+    )
+    more: bool = Field(description="Another window is already available.")
+    truncated: bool = Field(
+        description=f"Output past the first {CAP} of stdout or stderr was dropped; known once "
+        "the command ended."
+    )
+
+
+class ExecutionLogs(BaseModel):
+    """One output window per stream. A follower is drained once `state` is terminal and both
+    windows say `more: false`; a retry with the same offsets returns the same windows."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str
+    state: ExecutionState
+    exit_code: int | None = Field(
+        default=None, alias="exitCode", description="As in the execution, once it is reported."
+    )
+    stdout: ExecutionWindow
+    stderr: ExecutionWindow
+
+
+class ResponseDriftError(Exception):
+    """An answer its model does not describe: a bug in this server, so a 500 (logged), never a
+    body that disagrees with the document."""
+
+
+def conform(model: type[BaseModel], body: Json) -> Json:
+    """`body`, once it is what the document calls `model`: each field of its type, every
+    required one present, and none the model does not name. The body itself is answered, not
+    the model re-serialized, so checking it changes no byte of any answer."""
+    try:
+        model.model_validate(body)
+    except ValidationError as error:
+        raise ResponseDriftError(f"{model.__name__}: {error}") from None
+    names = {field.alias or name for name, field in model.model_fields.items()}
+    if unknown := set(body) - names:
+        raise ResponseDriftError(f"{model.__name__} does not name {sorted(unknown)}")
+    return body
+
+
+def conform_each(model: type[BaseModel], bodies: list[Json]) -> list[Json]:
+    """A list of `model`s, each checked as `conform` checks one."""
+    return [conform(model, body) for body in bodies]

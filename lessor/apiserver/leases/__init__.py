@@ -1,0 +1,1 @@
+"""Cluster leases, pools, and the ceilings that span API replicas."""

@@ -1,0 +1,1 @@
+"""AccessPolicies: kept in memory (`store`) and evaluated for a caller (`evaluation`)."""

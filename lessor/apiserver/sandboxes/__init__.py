@@ -1,0 +1,1 @@
+"""Sandbox leases, their executions, and attach and port-forward sessions."""

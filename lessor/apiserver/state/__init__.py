@@ -1,0 +1,1 @@
+"""Where the stateless API server keeps state: the Kubernetes API and the replica's files."""

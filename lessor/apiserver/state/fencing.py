@@ -1,0 +1,89 @@
+"""Writes of intent that apply only to the version of an object they were computed from, and
+the one way the API retries them when another writer got there first."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.http.bodies import Json
+from lessor.apiserver.http.errors import HttpConflictError
+from lessor.apiserver.state.kube import Kube
+
+T = TypeVar("T")
+
+
+class FenceConflictError(HttpConflictError):
+    """A fenced write lost a race: the object changed since it was read. Retryable, unlike the
+    other 409s (a phase, a spent budget), which re-reading does not change."""
+
+    def __init__(self) -> None:
+        super().__init__("it changed meanwhile", reason="conflict_retryable")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long to wait before attempt `n + 1` (client-go's `wait.Backoff`): `first * factor**n`,
+    at most `cap`, less a random part of up to `jitter` of it, so that the writers who lost one
+    race do not meet again in the next."""
+
+    first: float
+    factor: float = 2.0
+    cap: float = math.inf
+    jitter: float = 1.0  # 0: exactly the delay; 1: anything from 0 to the delay
+
+    def delay(self, attempt: int) -> float:
+        # The exponent is bounded: a thread that retries for ever must not overflow a float.
+        longest = min(self.first * self.factor ** min(attempt, 64), self.cap)
+        return random.uniform(longest * (1 - self.jitter), longest)  # noqa: S311 - jitter
+
+    def sleep(self, attempt: int) -> None:
+        time.sleep(self.delay(attempt))
+
+
+def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> Json:
+    """A JSON patch led by `test` operations on the object's uid and resourceVersion, so a
+    concurrent change (or a successor of the same name) makes it a 409 `conflict_retryable`
+    instead of an update of something the caller never saw."""
+    metadata = obj["metadata"]
+    fence = [
+        {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+    ]
+    try:
+        return kube.json_patch(plural, metadata["name"], [*fence, *operations])
+    except ApiException as error:
+        # A failed `test` is a 422 from the API server; a changed object, a 409.
+        if error.status in (409, 422):
+            raise FenceConflictError from error
+        raise
+
+
+def retry_on_conflict(
+    attempt: Callable[[], T], *, doing: str, attempts: int = 3, backoff: Backoff | None = None
+) -> T:
+    """`attempt()` (which reads the object afresh, checks it, and makes one fenced write) until
+    its write is not refused as stale, at most `attempts` times; then a 409
+    `conflict_retryable` saying what was being done (client-go's `RetryOnConflict`). Any other
+    error, a 409 of another reason included, ends it at once."""
+    for n in range(attempts):
+        try:
+            return attempt()
+        except FenceConflictError:
+            if backoff is not None and n + 1 < attempts:
+                backoff.sleep(n)
+    raise HttpConflictError(f"the lease changed while {doing}; retry", reason="conflict_retryable")
+
+
+def append_operation(path: str, items: list[Any], value: Json) -> Json:
+    """The JSON-patch operation adding `value` to the list at `path`, which `items` shows as
+    read: `/-` appends to a list that exists; a missing one is created with the value."""
+    if items:
+        return {"op": "add", "path": f"{path}/-", "value": value}
+    return {"op": "add", "path": path, "value": [value]}
