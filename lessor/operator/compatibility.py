@@ -9,7 +9,8 @@ import logging
 import time
 
 from lessor.agentsandbox.compat import FINGERPRINTS, Compatibility, evaluate
-from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
+from lessor.protocol.json_object import Json
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class CompatibilityCache:
             wait = RECHECK_SECONDS if self._verdict.ok else RECHECK_FAILING_SECONDS
             if time.monotonic() - self._checked < wait:
                 return self._verdict
-        found: dict[str, JSON | Exception | None] = {}
+        found: dict[str, Json | Exception | None] = {}
         for name in FINGERPRINTS:
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
             try:

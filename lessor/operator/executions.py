@@ -19,11 +19,12 @@ from kubernetes import client as kubernetes
 
 from lessor.operator.context import Context
 from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
-from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError
+from lessor.operator.runtime.client import KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.sandbox import (
@@ -97,7 +98,7 @@ class ExecutionReconciler:
         status = execution.status.model_copy() if execution.status else SandboxExecutionStatus()
         if status.state in EXECUTION_FINISHED:
             return Result()
-        request: JSON = {"op": "status"}
+        request: Json = {"op": "status"}
         refused = None  # why it must not start, if it must not
         if execution.spec.cancel_requested:
             request = {"op": "cancel"}  # never started: the runner knows none, and none starts
@@ -123,7 +124,7 @@ class ExecutionReconciler:
             return Result()
         return Result(requeue_after=_poll_interval(status.started_at))
 
-    async def _start(self, obj: JSON, spec: SandboxExecutionSpec) -> tuple[JSON, str | None]:
+    async def _start(self, obj: Json, spec: SandboxExecutionSpec) -> tuple[Json, str | None]:
         """`start` with the argv and cwd of the execution's Secret once they have its
         commandDigest. Without such a Secret (deleted, or changed since) nothing is started:
         `status` then asks whether the API started it (with the caller's request, checked
@@ -143,13 +144,13 @@ class ExecutionReconciler:
         start = {"op": "start", "argv": command.command, "cwd": command.cwd}
         return {**start, "timeout": parse_duration(spec.timeout).total_seconds()}, None
 
-    async def _call(self, obj: JSON, request: JSON) -> RunnerAnswer:
+    async def _call(self, obj: Json, request: Json) -> RunnerAnswer:
         request = {"id": obj["metadata"]["name"], **request}
         return await asyncio.to_thread(call_runner, self.exec_settings, Runner.of(obj), request)
 
     async def _unreachable(
         self,
-        obj: JSON,
+        obj: Json,
         execution: SandboxExecution,
         status: SandboxExecutionStatus,
         why: str,

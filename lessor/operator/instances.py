@@ -27,7 +27,7 @@ from lessor.operator.kinds import (
     SECRETS,
     index_by_claim,
 )
-from lessor.operator.runtime.client import JSON, ConflictError, KubeClient
+from lessor.operator.runtime.client import ConflictError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
@@ -40,6 +40,7 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Teardown
 
@@ -76,7 +77,7 @@ def setup(context: Context) -> Controller:
         teardown_grace=settings.teardown_grace,
     )
 
-    def claimed_by(lease: JSON) -> list[str]:
+    def claimed_by(lease: Json) -> list[str]:
         uid = lease["metadata"].get("uid", "")
         return [key_of(instance) for instance in instances.store.by_index(BY_CLAIM, uid)]
 
@@ -166,7 +167,7 @@ class InstanceReconciler:
         return lease is None or lease["metadata"].get("uid") != claim.uid
 
     async def _publish_kubeconfig(
-        self, obj: JSON, ref: InstanceRef, backend: ClusterBackend
+        self, obj: Json, ref: InstanceRef, backend: ClusterBackend
     ) -> None:
         name = kubeconfig_secret_name(ref.name)
         kubeconfig = await backend.kubeconfig(ref)
@@ -186,7 +187,7 @@ class InstanceReconciler:
         with contextlib.suppress(ConflictError):
             await self.client.create(SECRETS.path(ref.namespace), secret)
 
-    async def _tear_down(self, obj: JSON, instance: ClusterInstance, ref: InstanceRef) -> Result:
+    async def _tear_down(self, obj: Json, instance: ClusterInstance, ref: InstanceRef) -> Result:
         if INSTANCE_FINALIZER not in instance.metadata.finalizers:
             return Result()
         backend = self.backends.for_spec(instance.spec.backend)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lessor.operator.runtime.client import JSON, ResourceType
+from lessor.operator.runtime.client import ResourceType
+from lessor.protocol.json_object import Json
 from lessor.resources.base import GROUP, VERSION, Resource
 from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxExecution, SandboxLease, SandboxPool
@@ -41,15 +42,15 @@ INSTANCE_FINALIZER = "lessor.dev/teardown"
 LEASE_FINALIZER = "lessor.dev/release"
 
 
-def pool_key(obj: JSON) -> str:
+def pool_key(obj: Json) -> str:
     """`namespace/pool` of an instance or lease, the key of the pool that owns it."""
     return f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"
 
 
-def index_by_pool(obj: JSON) -> Iterable[str]:
+def index_by_pool(obj: Json) -> Iterable[str]:
     return [pool_key(obj)]
 
 
-def index_by_claim(obj: JSON) -> Iterable[str]:
+def index_by_claim(obj: Json) -> Iterable[str]:
     claim = obj.get("spec", {}).get("claimRef")
     return [claim["uid"]] if claim else []

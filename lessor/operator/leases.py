@@ -33,7 +33,7 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import JSON, ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
@@ -48,6 +48,7 @@ from lessor.operator.writes import (
     write_status,
 )
 from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.base import ObjectRef
 from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
@@ -59,7 +60,7 @@ def lease_kubeconfig_secret(lease_name: str) -> str:
     return f"lease-{lease_name}-kubeconfig"
 
 
-def _created(obj: JSON) -> tuple[str, str]:
+def _created(obj: Json) -> tuple[str, str]:
     return (obj["metadata"].get("creationTimestamp", ""), obj["metadata"]["name"])
 
 
@@ -68,7 +69,7 @@ def _status(lease: ClusterLease) -> ClusterLeaseStatus:
     return lease.status.model_copy() if lease.status else ClusterLeaseStatus()
 
 
-def _is_free(instance: JSON) -> bool:
+def _is_free(instance: Json) -> bool:
     return (
         instance.get("status", {}).get("phase") == "Ready"
         and not instance.get("spec", {}).get("claimRef")
@@ -94,10 +95,10 @@ def setup(context: Context) -> Controller:
     )
     controller = context.controller("clusterlease", reconciler.reconcile)
 
-    def of_pool(pool: JSON) -> list[str]:
+    def of_pool(pool: Json) -> list[str]:
         return [key_of(lease) for lease in leases.store.by_index(BY_POOL, key_of(pool))]
 
-    def of_instance(instance: JSON) -> list[str]:
+    def of_instance(instance: Json) -> list[str]:
         keys = []
         claim = instance.get("spec", {}).get("claimRef")
         if claim:
@@ -131,7 +132,7 @@ class LeaseReconciler:
         self.events = events
         self._enqueue_key = enqueue
 
-    def queue_of(self, pool_key: str) -> list[JSON]:
+    def queue_of(self, pool_key: str) -> list[Json]:
         """Pending leases of a pool without a reserved instance, oldest first (FIFO)."""
         waiting = [
             lease
@@ -165,7 +166,7 @@ class LeaseReconciler:
 
     # -- Pending ----------------------------------------------------------------------------
 
-    async def _pending(self, obj: JSON, lease: ClusterLease, release: bool) -> Result:
+    async def _pending(self, obj: Json, lease: ClusterLease, release: bool) -> Result:
         namespace = lease.metadata.namespace or ""
         pool_key = f"{namespace}/{lease.spec.pool}"
         claimed = self.instances.store.by_index(BY_CLAIM, lease.metadata.uid or "")
@@ -220,9 +221,9 @@ class LeaseReconciler:
 
     async def _bind(
         self,
-        obj: JSON,
+        obj: Json,
         lease: ClusterLease,
-        instance: JSON,
+        instance: Json,
         status: ClusterLeaseStatus,
         pool_key: str,
     ) -> Result:
@@ -275,12 +276,12 @@ class LeaseReconciler:
             self._enqueue(waiting)
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
 
-    def _enqueue(self, obj: JSON) -> None:
+    def _enqueue(self, obj: Json) -> None:
         self._enqueue_key(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
 
     # -- Bound ------------------------------------------------------------------------------
 
-    async def _bound(self, obj: JSON, lease: ClusterLease, release: bool) -> Result:
+    async def _bound(self, obj: Json, lease: ClusterLease, release: bool) -> Result:
         assert lease.status is not None and lease.status.bound_at is not None
         status = _status(lease)
         ttl = lease.status.effective_ttl or lease.spec.ttl or "1h"
@@ -304,7 +305,7 @@ class LeaseReconciler:
 
     # -- Recycling --------------------------------------------------------------------------
 
-    async def _ending(self, obj: JSON, lease: ClusterLease) -> Result:
+    async def _ending(self, obj: Json, lease: ClusterLease) -> Result:
         assert lease.status is not None
         status = _status(lease)
         reference = lease.status.instance
@@ -342,7 +343,7 @@ class LeaseReconciler:
         await self._finish(obj, status, reason)
         return Result()
 
-    async def _retain(self, obj: JSON, lease: ClusterLease) -> Result:
+    async def _retain(self, obj: Json, lease: ClusterLease) -> Result:
         """Keep an ended lease for the retention period (its owner can still read how it
         ended), then delete it, so that listings do not grow with history."""
         if self.retention is None:
@@ -362,7 +363,7 @@ class LeaseReconciler:
         await delete_fenced(self.client, LEASES, obj)
         return Result()
 
-    async def _finish(self, obj: JSON, status: ClusterLeaseStatus, reason: str) -> None:
+    async def _finish(self, obj: Json, status: ClusterLeaseStatus, reason: str) -> None:
         if status.ended_at is None:
             status.ended_at = now_seconds()
         obj = await write_status(self.client, LEASES, obj, status)

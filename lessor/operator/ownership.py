@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lessor.operator.runtime.client import JSON
 from lessor.operator.writes import owner_reference
+from lessor.protocol.json_object import Json
 
 OWNER_UID = "lessor.dev/owner-uid"
 
 
-def owned_metadata(owner: JSON, namespace: str) -> dict[str, Any]:
+def owned_metadata(owner: Json, namespace: str) -> dict[str, Any]:
     """The annotation, and the owner reference where Kubernetes allows one, for a child of
     `owner` made in `namespace`."""
     metadata: dict[str, Any] = {"annotations": {OWNER_UID: owner["metadata"]["uid"]}}
@@ -28,7 +28,7 @@ def owned_metadata(owner: JSON, namespace: str) -> dict[str, Any]:
     return metadata
 
 
-def owned_by(child: JSON, owner: JSON) -> bool:
+def owned_by(child: Json, owner: Json) -> bool:
     uid = owner["metadata"]["uid"]
     metadata = child["metadata"]
     if (metadata.get("annotations") or {}).get(OWNER_UID) == uid:

@@ -20,11 +20,12 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import JSON, KubeClient
+from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import delete_fenced, owner_reference, write_status
+from lessor.protocol.json_object import Json
 from lessor.resources.cluster import ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ MAX_CREATES_PER_PASS = 5
 EXPECTATION_TIMEOUT = 60.0
 
 
-def count_instances(instances: list[JSON]) -> dict[str, int]:
+def count_instances(instances: list[Json]) -> dict[str, int]:
     counts = dict.fromkeys(
         ("ready", "leased", "creating", "recycling", "unhealthy", "quarantined"), 0
     )
@@ -143,7 +144,7 @@ class PoolReconciler:
         more = deficit > MAX_CREATES_PER_PASS
         return Result(requeue_after=1.0 if more else None)
 
-    async def _create_instance(self, pool_obj: JSON, pool: ClusterPool) -> str:
+    async def _create_instance(self, pool_obj: Json, pool: ClusterPool) -> str:
         name = pool.metadata.name or ""
         namespace = pool.metadata.namespace or ""
         body = {

@@ -36,13 +36,7 @@ from lessor.operator.compatibility import CompatibilityCache
 from lessor.operator.context import Context
 from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOX_POOLS, SANDBOXES, SERVICES
 from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.runtime.client import (
-    JSON,
-    ConflictError,
-    KubeClient,
-    NotFoundError,
-    ResourceType,
-)
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
@@ -56,6 +50,7 @@ from lessor.operator.writes import (
     without,
     write_status,
 )
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.base import ObjectRef
 from lessor.resources.lease_time import provisioning_deadline
@@ -74,14 +69,14 @@ POLL_SECONDS = 0.5  # agent-sandbox objects are polled, not watched (see the mod
 TOMBSTONE_RETENTION = datetime.timedelta(minutes=10)
 
 
-def _ready(claim: JSON) -> bool:
+def _ready(claim: Json) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in claim.get("status", {}).get("conditions", [])
     )
 
 
-def _ref(obj: JSON) -> ObjectRef:
+def _ref(obj: Json) -> ObjectRef:
     metadata = obj["metadata"]
     return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])
 
@@ -108,7 +103,7 @@ def setup(context: Context) -> Controller:
         retention=settings.lease_retention,
     )
 
-    def pending_of(pool: JSON) -> list[str]:
+    def pending_of(pool: Json) -> list[str]:
         return [
             key_of(lease)
             for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(pool))
@@ -158,7 +153,7 @@ class SandboxLeaseReconciler:
             return Result()  # cleanup is uncertain: nothing is returned until a person acts
         return await self._active(obj, lease, phase)
 
-    async def _active(self, obj: JSON, lease: SandboxLease, phase: str | None) -> Result:
+    async def _active(self, obj: Json, lease: SandboxLease, phase: str | None) -> Result:
         deleting = bool(obj["metadata"].get("deletionTimestamp"))
         if not deleting:
             obj = await add_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
@@ -181,7 +176,7 @@ class SandboxLeaseReconciler:
     # -- deciding -------------------------------------------------------------------------
 
     @staticmethod
-    def _deadline(obj: JSON, lease: SandboxLease) -> datetime.datetime:
+    def _deadline(obj: Json, lease: SandboxLease) -> datetime.datetime:
         if lease.status and lease.status.provisioning_deadline:
             return lease.status.provisioning_deadline
         created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
@@ -219,7 +214,7 @@ class SandboxLeaseReconciler:
 
     async def _provision(
         self,
-        obj: JSON,
+        obj: Json,
         lease: SandboxLease,
         status: SandboxLeaseStatus,
         now: datetime.datetime,
@@ -287,7 +282,7 @@ class SandboxLeaseReconciler:
             return f"SandboxPool {pool_name} has no warm pool yet"
         return None
 
-    async def _create_claim(self, obj: JSON, lease: SandboxLease) -> JSON:
+    async def _create_claim(self, obj: Json, lease: SandboxLease) -> Json:
         namespace, name = self.sandboxes, obj["metadata"]["name"]
         body = {
             "apiVersion": CLAIMS.api_version,
@@ -311,7 +306,7 @@ class SandboxLeaseReconciler:
     # -- Ready -------------------------------------------------------------------------
 
     async def _ready(
-        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus, now: datetime.datetime
+        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus, now: datetime.datetime
     ) -> Result:
         expiry = self._expiry(lease)
         assert expiry is not None
@@ -327,7 +322,7 @@ class SandboxLeaseReconciler:
     # -- Releasing -----------------------------------------------------------------------
 
     async def _start_release(
-        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus, cause: ReleaseCause
+        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus, cause: ReleaseCause
     ) -> Result:
         # The one place a cause is written, with the phase, in one fenced status write; a later
         # pass reads Releasing and never comes back here.
@@ -340,7 +335,7 @@ class SandboxLeaseReconciler:
         return await self._releasing(obj, lease, _status(lease))
 
     async def _releasing(
-        self, obj: JSON, lease: SandboxLease, status: SandboxLeaseStatus
+        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus
     ) -> Result:
         recorded = lease.status.claim if lease.status else None
         namespace = (recorded.namespace if recorded else None) or self.sandboxes
@@ -377,12 +372,12 @@ class SandboxLeaseReconciler:
         return Result(requeue_after=POLL_SECONDS)
 
     async def _left_behind(
-        self, namespace: str, obj: JSON, lease: SandboxLease
-    ) -> list[tuple[ResourceType, JSON]]:
+        self, namespace: str, obj: Json, lease: SandboxLease
+    ) -> list[tuple[ResourceType, Json]]:
         """Every object of this lease that still exists: its claim, and the sandbox, pod and
         service it was placed on, matched by uid (or, for the service, by owner), so that a
         successor of the same name is never mistaken for what was left."""
-        left: list[tuple[ResourceType, JSON]] = []
+        left: list[tuple[ResourceType, Json]] = []
         claim = await self._get(CLAIMS.path(namespace, obj["metadata"]["name"]))
         if claim is not None and owned_by(claim, obj):
             left.append((CLAIMS, claim))
@@ -410,7 +405,7 @@ class SandboxLeaseReconciler:
 
     # -- ended leases and tombstones -----------------------------------------------------
 
-    async def _ended(self, obj: JSON, lease: SandboxLease) -> Result:
+    async def _ended(self, obj: Json, lease: SandboxLease) -> Result:
         """Released or Expired: let a deletion through, else keep the lease for the retention
         period (its owner can still read how it ended), then delete it."""
         if obj["metadata"].get("deletionTimestamp"):
@@ -427,7 +422,7 @@ class SandboxLeaseReconciler:
         await delete_fenced(self.client, SANDBOX_LEASES, obj)
         return Result()
 
-    async def _expire_tombstone(self, obj: JSON) -> Result:
+    async def _expire_tombstone(self, obj: Json) -> Result:
         """A tombstone only has to outlive any create that could still be in flight (the API
         gives up on a create after seconds; Kubernetes times requests out after a minute)."""
         created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
@@ -437,7 +432,7 @@ class SandboxLeaseReconciler:
         await delete_fenced(self.client, SANDBOX_LEASES, obj)
         return Result()
 
-    async def _get(self, path: str) -> JSON | None:
+    async def _get(self, path: str) -> Json | None:
         try:
             return await self.client.get(path)
         except NotFoundError:

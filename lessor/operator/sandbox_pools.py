@@ -22,7 +22,7 @@ from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, Compatibility
 from lessor.operator.context import Context
 from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.runtime.client import JSON, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.client import KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import (
@@ -32,6 +32,7 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.protocol.json_object import Json
 from lessor.resources.base import Condition, ObjectRef
 from lessor.resources.sandbox import SandboxPool, SandboxPoolStatus
 
@@ -70,7 +71,7 @@ BY_SANDBOX_POOL = "by-sandbox-pool"
 HOLDING = ("Provisioning", "Ready", "Releasing")
 
 
-def index_by_sandbox_pool(obj: JSON) -> list[str]:
+def index_by_sandbox_pool(obj: Json) -> list[str]:
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
 
 
@@ -157,7 +158,7 @@ class SandboxPoolReconciler:
         await write_status(self.client, SANDBOX_POOLS, obj, status)
         return Result(requeue_after=REFRESH_SECONDS)
 
-    async def _remove_children(self, obj: JSON) -> Result:
+    async def _remove_children(self, obj: Json) -> Result:
         """Delete the pool's template and warm pool (agent-sandbox removes the warm sandboxes),
         then let the pool go. Only children this pool made are deleted, by uid."""
         name = child_name(obj["metadata"]["name"])
@@ -171,7 +172,7 @@ class SandboxPoolReconciler:
         await remove_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
         return Result()
 
-    async def _apply(self, kind: ResourceType, owner: JSON, spec: JSON) -> JSON:
+    async def _apply(self, kind: ResourceType, owner: Json, spec: Json) -> Json:
         namespace, pool = self.sandboxes, owner["metadata"]["name"]
         name = child_name(pool)
         body = {
@@ -194,6 +195,6 @@ class SandboxPoolReconciler:
         )
 
 
-def _reference(obj: JSON) -> ObjectRef:
+def _reference(obj: Json) -> ObjectRef:
     metadata = obj["metadata"]
     return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])

@@ -14,20 +14,20 @@ import datetime
 from typing import Any, TypeVar
 
 from lessor.operator.runtime.client import (
-    JSON,
     ApiError,
     ConflictError,
     KubeClient,
     NotFoundError,
     ResourceType,
 )
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.base import StatusModel
 
 S = TypeVar("S", bound=StatusModel)
 
 
-def _fence(obj: JSON) -> list[JSON]:
+def _fence(obj: Json) -> list[Json]:
     metadata = obj["metadata"]
     return [
         {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
@@ -35,16 +35,16 @@ def _fence(obj: JSON) -> list[JSON]:
     ]
 
 
-def _path(resource: ResourceType, obj: JSON, subresource: str | None = None) -> str:
+def _path(resource: ResourceType, obj: Json, subresource: str | None = None) -> str:
     metadata = obj["metadata"]
     return resource.path(metadata.get("namespace"), metadata["name"], subresource)
 
 
-def status_json(status: StatusModel) -> JSON:
+def status_json(status: StatusModel) -> Json:
     """The status as written: the fields read from the stored status or set since, never a
     default that nobody set (a reconcile adds only what it decided), and never a null (omitted
     and null read the same, and only omission compares equal to what the API server keeps)."""
-    dumped: JSON = status.model_dump(
+    dumped: Json = status.model_dump(
         mode="json", by_alias=True, exclude_unset=True, exclude_none=True
     )
     return dumped
@@ -64,8 +64,8 @@ def now_seconds() -> datetime.datetime:
 
 
 async def write_status(
-    client: KubeClient, resource: ResourceType, obj: JSON, status: StatusModel
-) -> JSON:
+    client: KubeClient, resource: ResourceType, obj: Json, status: StatusModel
+) -> Json:
     """Replace the status if it differs; returns the object as stored."""
     written = status_json(status)
     if obj.get("status") == written:
@@ -76,8 +76,8 @@ async def write_status(
 
 
 async def patch_fenced(
-    client: KubeClient, resource: ResourceType, obj: JSON, operations: list[JSON]
-) -> JSON:
+    client: KubeClient, resource: ResourceType, obj: Json, operations: list[Json]
+) -> Json:
     """A JSON patch that applies only to the version of `obj` it was computed from.
 
     kube-apiserver answers a failed `test` operation with 422 Invalid and no details, as it does
@@ -100,7 +100,7 @@ async def patch_fenced(
         raise
 
 
-async def add_finalizer(client: KubeClient, resource: ResourceType, obj: JSON, name: str) -> JSON:
+async def add_finalizer(client: KubeClient, resource: ResourceType, obj: Json, name: str) -> Json:
     finalizers = list(obj["metadata"].get("finalizers") or [])
     if name in finalizers:
         return obj
@@ -113,7 +113,7 @@ async def add_finalizer(client: KubeClient, resource: ResourceType, obj: JSON, n
 
 
 async def remove_finalizer(
-    client: KubeClient, resource: ResourceType, obj: JSON, name: str
+    client: KubeClient, resource: ResourceType, obj: Json, name: str
 ) -> None:
     finalizers = list(obj["metadata"].get("finalizers") or [])
     if name not in finalizers:
@@ -128,13 +128,13 @@ async def remove_finalizer(
         )
 
 
-async def delete_fenced(client: KubeClient, resource: ResourceType, obj: JSON) -> None:
+async def delete_fenced(client: KubeClient, resource: ResourceType, obj: Json) -> None:
     """Delete this object and no other: a uid precondition protects a successor of the same name."""
     with contextlib.suppress(NotFoundError):
         await client.delete(_path(resource, obj), preconditions={"uid": obj["metadata"]["uid"]})
 
 
-def owner_reference(obj: JSON, *, controller: bool = True) -> dict[str, Any]:
+def owner_reference(obj: Json, *, controller: bool = True) -> dict[str, Any]:
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],

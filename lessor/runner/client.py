@@ -22,7 +22,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Literal, cast
 from urllib.parse import quote
 
 from kubernetes import client, config
@@ -30,6 +30,7 @@ from kubernetes.stream.ws_client import get_websocket_url
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from websocket import ABNF, WebSocket, WebSocketException
 
+from lessor.protocol.json_object import Json
 from lessor.protocol.runner import LOG_WINDOW
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 # The largest honest answer is two windows of LOG_WINDOW bytes, base64-encoded, and a few fields.
 MAX_ANSWER_BYTES = 4 * LOG_WINDOW
 MAX_MESSAGE = 1000
-Json = dict[str, Any]
 Timestamp = Annotated[str, Field(max_length=40, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$")]
 State = Literal["Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"]
 

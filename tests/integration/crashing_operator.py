@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lessor.operator.main import main
-from lessor.operator.runtime.client import JSON, KubeClient
+from lessor.operator.runtime.client import KubeClient
+from lessor.protocol.json_object import Json
 
 
 def describe(method: str, path: str) -> str:
@@ -42,7 +43,7 @@ def crash_at(when: str, nth: int, resource: str, record: Path) -> None:
             out.write(json.dumps({"write": write, "when": moment, "nth": nth}) + "\n")
         os.kill(os.getpid(), signal.SIGKILL)
 
-    async def request(self: KubeClient, method: str, path: str, **kwargs: Any) -> JSON:
+    async def request(self: KubeClient, method: str, path: str, **kwargs: Any) -> Json:
         nonlocal writes
         write = describe(method, path)
         if method == "GET" or resource not in ("any", write.split()[1].split("/")[0]):

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.ports import PortReservation
+from lessor.protocol.json_object import Json
 
 T = TypeVar("T")
-JSON = dict[str, Any]
 
 
 def wait_for(
@@ -130,22 +130,22 @@ class Objects:
         self.cluster = cluster
         self.namespace = namespace
 
-    def apply(self, document: JSON) -> None:
+    def apply(self, document: Json) -> None:
         document.setdefault("metadata", {})["namespace"] = self.namespace
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
 
-    def get(self, kind: str, name: str) -> JSON | None:
+    def get(self, kind: str, name: str) -> Json | None:
         result = self.cluster.kubectl(
             "get", kind, name, "-n", self.namespace, "-o", "json", check=False
         )
         return json.loads(result.stdout) if result.returncode == 0 else None
 
-    def list(self, kind: str) -> list[JSON]:
+    def list(self, kind: str) -> list[Json]:
         result = self.cluster.kubectl("get", kind, "-n", self.namespace, "-o", "json")
-        items: list[JSON] = json.loads(result.stdout)["items"]
+        items: list[Json] = json.loads(result.stdout)["items"]
         return items
 
-    def patch(self, kind: str, name: str, patch: JSON) -> None:
+    def patch(self, kind: str, name: str, patch: Json) -> None:
         self.cluster.kubectl(
             "patch", kind, name, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch)
         )
@@ -174,20 +174,20 @@ class Objects:
         obj = self.get(kind, name)
         return (obj or {}).get("status", {}).get("phase")
 
-    def wait_phase(self, name: str, phase: str, timeout: float = 120.0) -> JSON:
+    def wait_phase(self, name: str, phase: str, timeout: float = 120.0) -> Json:
         """The lease once it reaches `phase`."""
 
-        def probe() -> JSON | None:
+        def probe() -> Json | None:
             lease = self.get("clusterlease", name)
             return lease if lease and lease.get("status", {}).get("phase") == phase else None
 
         return wait_for(f"lease {name} {phase}", probe, timeout)
 
-    def status(self, kind: str, name: str) -> JSON:
-        status: JSON = (self.get(kind, name) or {}).get("status", {})
+    def status(self, kind: str, name: str) -> Json:
+        status: Json = (self.get(kind, name) or {}).get("status", {})
         return status
 
-    def pool_status(self, name: str) -> JSON:
+    def pool_status(self, name: str) -> Json:
         return (self.get("clusterpool", name) or {}).get("status", {})
 
     def events(self, name: str) -> list[str]:
@@ -203,7 +203,7 @@ class Objects:
         return result.stdout.split()
 
 
-def pids_of(instance: JSON) -> list[int]:
+def pids_of(instance: Json) -> list[int]:
     details = instance.get("status", {}).get("backendDetails", {}).get("pids", "")
     return [int(part.split("=")[1]) for part in details.split(",") if "=" in part]
 

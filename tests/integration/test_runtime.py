@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from lessor.controlplane.kubectl import Cluster
-from lessor.operator.runtime.client import JSON, ApiError, ConflictError, KubeClient, ResourceType
+from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LEASES, LeaderElector
 from lessor.operator.runtime.store import Handler
 from lessor.operator.writes import patch_fenced
+from lessor.protocol.json_object import Json
 
 pytestmark = pytest.mark.integration
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap")
@@ -169,7 +170,7 @@ class CountingClient(KubeClient):
 
     reads = 0
 
-    async def get(self, path: str) -> JSON:
+    async def get(self, path: str) -> Json:
         self.reads += 1
         return await super().get(path)
 

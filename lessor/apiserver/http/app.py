@@ -32,7 +32,6 @@ from lessor.apiserver.http.bodies import (
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
-    Json,
     Login,
     parse,
 )
@@ -82,6 +81,7 @@ from lessor.apiserver.sandboxes.upgrade import StreamRoutes
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.kube import Kube, kube
 from lessor.protocol.durations import parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from lessor.resources.sandbox import IdempotencyKey
 ModelT = TypeVar("ModelT", bound=BaseModel)
 # A JSON object as the API reads and writes it (Kubernetes objects, response bodies): declared
 # once, here, for every module of the API server.
-Json = dict[str, Any]
 MAX_METADATA_BYTES = 8 * 1024
 MAX_METADATA_KEYS = 32
 MAX_METADATA_DEPTH = 4

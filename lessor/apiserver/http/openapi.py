@@ -16,7 +16,6 @@ from lessor.apiserver.http.bodies import (
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
-    Json,
     Login,
 )
 from lessor.apiserver.http.responses import (
@@ -41,6 +40,7 @@ from lessor.apiserver.http.responses import (
 )
 from lessor.apiserver.sandboxes.executions import EXECUTION_BOUND, WAIT_MARGIN
 from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
+from lessor.protocol.json_object import Json
 
 MODELS: tuple[type[BaseModel], ...] = (
     CreateLease,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lessor.apiserver.http.app import api_document as document
-from lessor.apiserver.http.bodies import Json
+from lessor.protocol.json_object import Json
 
 _METHODS = ("get", "post", "patch", "delete")
 

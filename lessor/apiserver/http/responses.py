@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lessor.apiserver.http.bodies import Json
 from lessor.apiserver.sandboxes.executions import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from lessor.apiserver.sandboxes.sandbox_leases import LOG_BYTES_MAX
 from lessor.protocol.durations import format_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
 from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
 from lessor.resources.sandbox import ReleaseCause

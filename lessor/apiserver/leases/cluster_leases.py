@@ -16,7 +16,7 @@ import secrets
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.bodies import CreateLease, ExtendLease, Json
+from lessor.apiserver.http.bodies import CreateLease, ExtendLease
 from lessor.apiserver.http.errors import (
     ForbiddenError,
     HttpConflictError,
@@ -27,6 +27,7 @@ from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import cachetools
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.bodies import Json
 from lessor.apiserver.http.errors import HttpNotFoundError
 from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.json_object import Json
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 

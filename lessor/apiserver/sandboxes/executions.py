@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.bodies import CreateExecution, Json
+from lessor.apiserver.http.bodies import CreateExecution
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpConflictError,
@@ -35,6 +35,7 @@ from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
 from lessor.apiserver.state.fencing import Backoff, FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.runner import OUTPUT_CAP
 from lessor.protocol.timestamps import utcnow

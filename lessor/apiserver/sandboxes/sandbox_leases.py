@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import metrics
-from lessor.apiserver.http.bodies import CreateSandboxLease, ExtendSandboxLease, Json
+from lessor.apiserver.http.bodies import CreateSandboxLease, ExtendSandboxLease
 from lessor.apiserver.http.errors import (
     BadRequestError,
     ForbiddenError,
@@ -50,6 +50,7 @@ from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import parse_duration
+from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.access_policy import SandboxGrant

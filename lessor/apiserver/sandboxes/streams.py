@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import portforward, stream
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, Json, parse_query
+from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, parse_query
 from lessor.apiserver.http.errors import (
     BadRequestError,
     ForbiddenError,
@@ -45,6 +45,7 @@ from lessor.apiserver.sandboxes.sandbox_leases import (
     pod_namespace,
 )
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.json_object import Json
 from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     BACKEND_ERROR,

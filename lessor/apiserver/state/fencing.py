@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.http.bodies import Json
 from lessor.apiserver.http.errors import HttpConflictError
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.json_object import Json
 
 T = TypeVar("T")
 

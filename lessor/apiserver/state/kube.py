@@ -11,15 +11,15 @@ from __future__ import annotations
 import base64
 import os
 import threading
-from typing import Any, cast
+from typing import cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from lessor.protocol.json_object import Json
 from lessor.resources.base import GROUP, VERSION
 
 TIMEOUT = 10
-JSON = dict[str, Any]
 
 
 class Kube:
@@ -39,7 +39,7 @@ class Kube:
         self.core = client.CoreV1Api(self.api_client)
         self.extensions = client.ApiextensionsV1Api(self.api_client)
 
-    def crd(self, name: str) -> JSON | None:
+    def crd(self, name: str) -> Json | None:
         """A CustomResourceDefinition as plain JSON, or None when it does not exist."""
         try:
             found = self.extensions.read_custom_resource_definition(name, _request_timeout=TIMEOUT)
@@ -47,17 +47,17 @@ class Kube:
             if error.status == 404:
                 return None
             raise
-        return cast(JSON, self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
+        return cast(Json, self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
 
     # -- lessor resources in the service namespace ---------------------------------------
 
-    def get(self, plural: str, name: str) -> JSON:
+    def get(self, plural: str, name: str) -> Json:
         result = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, self.namespace, plural, name, _request_timeout=TIMEOUT
         )
-        return cast(JSON, result)
+        return cast(Json, result)
 
-    def find(self, plural: str, name: str) -> JSON | None:
+    def find(self, plural: str, name: str) -> Json | None:
         """The object, or None when it does not exist."""
         try:
             return self.get(plural, name)
@@ -68,7 +68,7 @@ class Kube:
 
     def list_objects(
         self, plural: str, label_selector: str = "", *, cached: bool = False
-    ) -> list[JSON]:
+    ) -> list[Json]:
         """`cached`: from the API server's watch cache as it is (resourceVersion "0"). A
         consistent list made right after a write waits for that cache to catch up with etcd,
         about 100 ms on kube-apiserver 1.35, which reads that may lag a moment do not need."""
@@ -81,15 +81,15 @@ class Kube:
             resource_version="0" if cached else None,
             _request_timeout=TIMEOUT,
         )
-        return cast(list[JSON], cast(JSON, result).get("items", []))
+        return cast(list[Json], cast(Json, result).get("items", []))
 
-    def create(self, plural: str, body: JSON) -> JSON:
+    def create(self, plural: str, body: Json) -> Json:
         result = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, plural, body, _request_timeout=TIMEOUT
         )
-        return cast(JSON, result)
+        return cast(Json, result)
 
-    def json_patch(self, plural: str, name: str, operations: list[JSON]) -> JSON:
+    def json_patch(self, plural: str, name: str, operations: list[Json]) -> Json:
         """A JSON patch; lead with `test` operations on uid and resourceVersion to fence it."""
         result = self.custom.patch_namespaced_custom_object(
             GROUP,
@@ -101,7 +101,7 @@ class Kube:
             _content_type="application/json-patch+json",
             _request_timeout=TIMEOUT,
         )
-        return cast(JSON, result)
+        return cast(Json, result)
 
     # -- core objects --------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import kr8s.asyncio
 
-JSON = dict[str, Any]
+from lessor.protocol.json_object import Json
+
 REQUEST_TIMEOUT = 30.0
 
 
@@ -98,10 +99,10 @@ class KubeClient:
         method: str,
         path: str,
         *,
-        body: JSON | list[JSON] | None = None,
+        body: Json | list[Json] | None = None,
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
-    ) -> JSON:
+    ) -> Json:
         # kr8s joins base, version and url with "/"; an absolute path goes in as base + last part.
         base, _, last = path.rpartition("/")
         extra: dict[str, Any] = {"timeout": REQUEST_TIMEOUT}
@@ -120,27 +121,27 @@ class KubeClient:
             ) as response:
                 if response.is_error:
                     raise error_from(response.status_code, response.text)
-                document: JSON = response.json() if response.content else {}
+                document: Json = response.json() if response.content else {}
                 return document
         except httpx.TransportError as error:
             raise ApiError(0, "TransportError", str(error)) from error
 
-    async def get(self, path: str) -> JSON:
+    async def get(self, path: str) -> Json:
         return await self.request("GET", path)
 
-    async def create(self, path: str, body: JSON) -> JSON:
+    async def create(self, path: str, body: Json) -> Json:
         return await self.request("POST", path, body=body)
 
-    async def replace(self, path: str, body: JSON) -> JSON:
+    async def replace(self, path: str, body: Json) -> Json:
         """PUT: carries metadata.resourceVersion, so a concurrent change makes it a 409."""
         return await self.request("PUT", path, body=body)
 
-    async def merge_patch(self, path: str, patch: JSON) -> JSON:
+    async def merge_patch(self, path: str, patch: Json) -> Json:
         return await self.request(
             "PATCH", path, body=patch, content_type="application/merge-patch+json"
         )
 
-    async def json_patch(self, path: str, operations: list[JSON]) -> JSON:
+    async def json_patch(self, path: str, operations: list[Json]) -> Json:
         """RFC 6902 patch; a leading `test` operation on /metadata/resourceVersion or uid makes it
         conditional, which is how writes are fenced without sending the whole object."""
         return await self.request(
@@ -150,8 +151,8 @@ class KubeClient:
             content_type="application/json-patch+json",
         )
 
-    async def delete(self, path: str, preconditions: JSON | None = None) -> JSON:
-        body: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+    async def delete(self, path: str, preconditions: Json | None = None) -> Json:
+        body: Json = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if preconditions:
             body["preconditions"] = preconditions
         return await self.request("DELETE", path, body=body)

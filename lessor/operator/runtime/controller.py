@@ -13,10 +13,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lessor.operator.runtime import metrics
-from lessor.operator.runtime.client import JSON, ConflictError
+from lessor.operator.runtime.client import ConflictError
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.store import Handler, key_of
 from lessor.operator.runtime.workqueue import WorkQueue
+from lessor.protocol.json_object import Json
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class Result:
 
 
 Reconcile = Callable[[str], Awaitable[Result]]
-MapFunc = Callable[[JSON], Iterable[str]]
+MapFunc = Callable[[Json], Iterable[str]]
 
 
 class Controller:
@@ -52,11 +53,11 @@ class Controller:
         version, a deletion the last one known."""
         to_keys: MapFunc = keys or (lambda obj: [key_of(obj)])
 
-        def enqueue_all(obj: JSON) -> None:
+        def enqueue_all(obj: Json) -> None:
             for key in to_keys(obj):
                 self.enqueue(key)
 
-        def on_update(_old: JSON, new: JSON) -> None:
+        def on_update(_old: Json, new: Json) -> None:
             enqueue_all(new)
 
         informer.store.add_handler(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import secrets
 
-from lessor.operator.runtime.client import JSON, ApiError, KubeClient, ResourceType
+from lessor.operator.runtime.client import ApiError, KubeClient, ResourceType
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ class EventRecorder:
         self._series: dict[tuple[str, str, str], tuple[str, int]] = {}
 
     async def record(
-        self, obj: JSON, event_type: str, reason: str, note: str, action: str | None = None
+        self, obj: Json, event_type: str, reason: str, note: str, action: str | None = None
     ) -> None:
         metadata = obj["metadata"]
         namespace = metadata.get("namespace") or "default"

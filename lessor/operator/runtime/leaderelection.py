@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 
 from lessor.operator.runtime import metrics
-from lessor.operator.runtime.client import JSON, ApiError, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError, ResourceType
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.is_leader = False
         self._observed_at = 0.0
-        self._observed: JSON | None = None
+        self._observed: Json | None = None
 
     async def run(self, lead: Callable[[], asyncio.Task[None]]) -> None:
         """Acquire, start `lead()`, keep renewing; return when leadership is lost (the caller then
@@ -87,7 +88,7 @@ class LeaderElector:
                 log.error("leader election: %s lost the lease %s", self.identity, self.name)
                 return
 
-    def _spec(self, acquire_time: str, transitions: int) -> JSON:
+    def _spec(self, acquire_time: str, transitions: int) -> Json:
         now = micro_timestamp(utcnow())
         return {
             "holderIdentity": self.identity,

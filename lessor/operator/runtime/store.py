@@ -11,14 +11,14 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from lessor.operator.runtime.client import JSON
+from lessor.protocol.json_object import Json
 
 log = logging.getLogger(__name__)
 
-IndexFunc = Callable[[JSON], Iterable[str]]
+IndexFunc = Callable[[Json], Iterable[str]]
 
 
-def key_of(obj: JSON) -> str:
+def key_of(obj: Json) -> str:
     metadata = obj["metadata"]
     namespace = metadata.get("namespace")
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
@@ -26,14 +26,14 @@ def key_of(obj: JSON) -> str:
 
 @dataclass(frozen=True)
 class Handler:
-    on_add: Callable[[JSON], None] | None = None
-    on_update: Callable[[JSON, JSON], None] | None = None
-    on_delete: Callable[[JSON], None] | None = None
+    on_add: Callable[[Json], None] | None = None
+    on_update: Callable[[Json, Json], None] | None = None
+    on_delete: Callable[[Json], None] | None = None
 
 
 class Store:
     def __init__(self, indexers: dict[str, IndexFunc] | None = None) -> None:
-        self._items: dict[str, JSON] = {}
+        self._items: dict[str, Json] = {}
         self._indexers = dict(indexers or {})
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
         self._handlers: list[Handler] = []
@@ -57,16 +57,16 @@ class Store:
             for value in function(obj):
                 self._indices[name].setdefault(value, set()).add(key)
 
-    def get(self, key: str) -> JSON | None:
+    def get(self, key: str) -> Json | None:
         return self._items.get(key)
 
-    def list(self) -> builtins.list[JSON]:
+    def list(self) -> builtins.list[Json]:
         return list(self._items.values())
 
-    def by_index(self, index: str, value: str) -> builtins.list[JSON]:
+    def by_index(self, index: str, value: str) -> builtins.list[Json]:
         return [self._items[k] for k in sorted(self._indices[index].get(value, ()))]
 
-    def upsert(self, obj: JSON) -> None:
+    def upsert(self, obj: Json) -> None:
         key = key_of(obj)
         old = self._items.get(key)
         self._unindex(key, old)
@@ -78,7 +78,7 @@ class Store:
             elif old is not None and handler.on_update:
                 _safely(handler.on_update, old, obj)
 
-    def remove(self, obj: JSON) -> None:
+    def remove(self, obj: Json) -> None:
         key = key_of(obj)
         old = self._items.pop(key, None)
         self._unindex(key, old)
@@ -86,7 +86,7 @@ class Store:
             if handler.on_delete:
                 _safely(handler.on_delete, old or obj)
 
-    def replace(self, objects: builtins.list[JSON]) -> None:
+    def replace(self, objects: builtins.list[Json]) -> None:
         """A relist: objects that vanished while we were not watching are reported as deleted."""
         fresh = {key_of(obj): obj for obj in objects}
         for key, old in list(self._items.items()):
@@ -98,12 +98,12 @@ class Store:
                 self.upsert(obj)
         self.has_synced = True
 
-    def _index(self, key: str, obj: JSON) -> None:
+    def _index(self, key: str, obj: Json) -> None:
         for name, function in self._indexers.items():
             for value in function(obj):
                 self._indices[name].setdefault(value, set()).add(key)
 
-    def _unindex(self, key: str, obj: JSON | None) -> None:
+    def _unindex(self, key: str, obj: Json | None) -> None:
         if obj is None:
             return
         for name, function in self._indexers.items():
@@ -115,11 +115,11 @@ class Store:
                         del self._indices[name][value]
 
 
-def _version(obj: JSON) -> str:
+def _version(obj: Json) -> str:
     return str(obj["metadata"].get("resourceVersion", ""))
 
 
-def _safely(function: Callable[..., None], *args: JSON) -> None:
+def _safely(function: Callable[..., None], *args: Json) -> None:
     try:
         function(*args)
     except Exception:

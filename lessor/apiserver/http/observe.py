@@ -1,0 +1,125 @@
+"""What wraps every request before and after its route: the body read once and bounded, the
+request counted and timed, and every failure answered in the service's error shape (never a
+stack trace, never a 500 for a client's mistake)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import falcon
+import gevent
+from kubernetes.client.exceptions import ApiException
+
+from lessor.apiserver.http import metrics
+from lessor.apiserver.http.errors import (
+    HttpError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    UnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+BODY_LIMIT = 1 << 20  # bytes
+BODY_TIMEOUT = 10.0  # seconds for the whole body, however it trickles in
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class Observe:
+    """Reads the body once (SSH signatures cover it), and counts and times every request."""
+
+    def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
+        req.context.started = time.perf_counter()
+        req.context.body = _read_body(req)
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, _resource: object, _ok: bool
+    ) -> None:
+        # Bounded labels only: any word can be a method, and every label value is a series.
+        route = req.uri_template or "unmatched"
+        method = req.method if req.method in METHODS else "other"
+        metrics.REQUESTS.labels(route, method, str(resp.status_code)).inc()
+        started = getattr(req.context, "started", None)
+        if started is not None:
+            metrics.LATENCY.labels(route, method).observe(time.perf_counter() - started)
+
+
+class _BodyTimeoutError(Exception):
+    pass
+
+
+def _read_body(req: falcon.Request) -> bytes:
+    """The request's body, read before anyone is authenticated (an SSH signature covers it), so
+    bounded for anyone: at most BODY_LIMIT bytes (413 beyond, unread), within BODY_TIMEOUT for
+    the whole of it (408, and the connection closed). A body announced and never sent used to
+    hold its connection for ever, and enough of them every connection of the workers."""
+    length = req.content_length
+    if not length:
+        return b""
+    if length > BODY_LIMIT:
+        raise PayloadTooLargeError(
+            f"a request body is at most {BODY_LIMIT} bytes", headers={"Connection": "close"}
+        )
+    try:
+        with gevent.Timeout(BODY_TIMEOUT, _BodyTimeoutError):
+            body: bytes = req.bounded_stream.read(length)
+    except _BodyTimeoutError:
+        raise RequestTimeoutError(
+            f"the request body did not arrive within {BODY_TIMEOUT:g}s",
+            headers={"Connection": "close"},
+        ) from None
+    return body
+
+
+def _send(resp: falcon.Response, error: HttpError) -> None:
+    resp.status = error.status
+    resp.media = error.body()
+    for name, value in error.headers.items():
+        resp.set_header(name, value)
+
+
+def _on_http_error(req: falcon.Request, resp: falcon.Response, error: HttpError, _p: Any) -> None:
+    _send(resp, error)
+
+
+def _on_falcon_error(
+    req: falcon.Request, resp: falcon.Response, error: falcon.HTTPError, _p: Any
+) -> None:
+    """Falcon's own refusals (no such route, method not allowed) in the service's error shape."""
+    reason = "not_found" if error.status_code == 404 else None
+    title = str(error.title or "error")
+    body = {"error": (title.partition(" ")[2] if title[:3].isdigit() else title).lower()}
+    if error.description:
+        body["detail"] = error.description
+    if reason:
+        body["reason"] = reason
+    resp.status = error.status
+    resp.media = body
+    resp.set_headers(error.headers or {})
+
+
+def _on_kube_error(
+    req: falcon.Request, resp: falcon.Response, error: ApiException, _p: Any
+) -> None:
+    log.warning(
+        "kubernetes API error on %s %s: %s %s", req.method, req.path, error.status, error.reason
+    )
+    _send(resp, UnavailableError("the cluster API did not answer as expected; retry"))
+
+
+def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception, _p: Any) -> None:
+    if isinstance(error, falcon.HTTPError | HttpError):
+        raise error
+    log.exception("unexpected error on %s %s", req.method, req.path)
+    resp.status = 500
+    resp.media = {"error": "internal error", "detail": "the failure was logged"}
+
+
+def add_error_handlers(app: falcon.App[falcon.Request, falcon.Response]) -> None:
+    """Falcon picks the handler of the most specific class the error is an instance of."""
+    app.add_error_handler(Exception, _on_unexpected)
+    app.add_error_handler(falcon.HTTPError, _on_falcon_error)
+    app.add_error_handler(ApiException, _on_kube_error)
+    app.add_error_handler(HttpError, _on_http_error)
