@@ -106,7 +106,7 @@ def setup(context: Context) -> Controller:
         return keys + [
             key_of(lease)
             for lease in leases.store.by_index(BY_POOL, pool_key(instance))
-            if lease.get("status", {}).get("phase") in (None, "Pending")
+            if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
 
     return controller.watch(leases).watch(pools, of_pool).watch(instances, of_instance)
@@ -137,7 +137,7 @@ class LeaseReconciler:
         waiting = [
             lease
             for lease in self.leases.store.by_index(BY_POOL, pool_key)
-            if lease.get("status", {}).get("phase") in (None, "Pending")
+            if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
             and not lease["metadata"].get("deletionTimestamp")
             and not self.instances.store.by_index(BY_CLAIM, lease["metadata"]["uid"])
         ]
@@ -158,7 +158,7 @@ class LeaseReconciler:
         if not deleting:
             obj = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
         release = lease.spec.release_requested or deleting
-        if phase in (None, "Pending"):
+        if ClusterLease.phases.waiting(phase):
             return await self._pending(obj, lease, release)
         if phase == "Bound":
             return await self._bound(obj, lease, release)

@@ -26,7 +26,7 @@ from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import delete_fenced, owner_reference, write_status
 from lessor.protocol.json_object import Json
-from lessor.resources.cluster import ClusterPool, ClusterPoolStatus
+from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class PoolReconciler:
         pending = [
             lease
             for lease in self.leases.store.by_index(BY_POOL, key)
-            if lease.get("status", {}).get("phase") in (None, "Pending")
+            if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
         deficit = pool.spec.warm_target - counts["ready"] - counts["creating"]
         if pool.spec.max_instances is not None:

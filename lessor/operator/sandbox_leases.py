@@ -107,7 +107,7 @@ def setup(context: Context) -> Controller:
         return [
             key_of(lease)
             for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(pool))
-            if lease.get("status", {}).get("phase") in (None, "Pending")
+            if SandboxLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
 
     return (

@@ -40,6 +40,11 @@ class LeasePhases:
     def holds_slot(self, phase: str | None) -> bool:
         return phase not in self.released_slot
 
+    @staticmethod
+    def waiting(phase: str | None) -> bool:
+        """Not yet given anything: new (no phase yet) or Pending, so in its pool's queue."""
+        return phase in (None, "Pending")
+
 
 CLUSTER_LEASE = LeasePhases(
     usable="Bound",

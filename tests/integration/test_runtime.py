@@ -18,7 +18,7 @@ from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, 
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.runtime.leaderelection import LEASES, LeaderElector
+from lessor.operator.runtime.leaderelection import COORDINATION_LEASES, LeaderElector
 from lessor.operator.runtime.store import Handler
 from lessor.operator.writes import patch_fenced
 from lessor.protocol.json_object import Json
@@ -232,7 +232,7 @@ def test_leader_election_takeover_waits_out_the_lease_of_a_silent_leader(
         _, task_b = elector("b")
         task_a.cancel()  # stops renewing; no release
         await asyncio.gather(task_a, return_exceptions=True)
-        lease = await client.get(LEASES.path(namespace, "silent"))
+        lease = await client.get(COORDINATION_LEASES.path(namespace, "silent"))
         last_renewal = datetime.datetime.fromisoformat(lease["spec"]["renewTime"]).timestamp()
         await until(lambda: "b" in leaders, timeout=60)
         if lease["spec"]["holderIdentity"] == "a":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lessor.apiserver.http.errors import HttpConflictError
-from lessor.apiserver.state.fencing import Backoff, FenceConflictError, retry_on_conflict
+from lessor.apiserver.state.fencing import FenceConflictError, retry_on_conflict
 
 
 def test_a_lost_race_is_tried_again_and_the_winner_returned() -> None:
@@ -41,11 +41,3 @@ def test_a_409_of_another_reason_is_not_retried() -> None:
     with pytest.raises(HttpConflictError, match="Bound"):
         retry_on_conflict(attempt, doing="extending it")
     assert len(calls) == 1
-
-
-def test_the_backoff_doubles_up_to_its_cap_less_its_jitter() -> None:
-    backoff = Backoff(first=0.5, cap=30.0, jitter=0.5)
-    for attempt, longest in ((0, 0.5), (1, 1.0), (2, 2.0), (10, 30.0), (5000, 30.0)):
-        for _ in range(20):
-            assert longest / 2 <= backoff.delay(attempt) <= longest
-    assert Backoff(first=1.0, jitter=0.0).delay(3) == 8.0

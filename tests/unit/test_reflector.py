@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lessor.operator.runtime.client import ApiError, GoneError, ResourceType
-from lessor.operator.runtime.reflector import Backoff, Reflector
+from lessor.operator.runtime.reflector import Reflector
 from lessor.operator.runtime.store import Store
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap")
@@ -52,12 +52,3 @@ def test_an_expired_error_event_is_gone_and_others_are_errors() -> None:
     with pytest.raises(ApiError) as caught:
         reflector()._handle({"type": "ERROR", "object": {**status, "code": 500}})
     assert not isinstance(caught.value, GoneError)
-
-
-def test_backoff_grows_with_jitter_up_to_its_cap_and_resets() -> None:
-    backoff = Backoff(initial=1.0, cap=8.0)
-    delays = [backoff.next() for _ in range(6)]
-    assert 0.5 <= delays[0] <= 1.0
-    assert all(4.0 <= d <= 8.0 for d in delays[4:])
-    backoff.reset()
-    assert backoff.next() <= 1.0

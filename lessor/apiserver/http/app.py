@@ -1,4 +1,5 @@
-"""The Falcon WSGI application: routes, authentication, and the error contract.
+"""The Falcon WSGI application: its routes, and authentication (the error contract is
+lessor.apiserver.http.observe's).
 
 Stateless: everything a request needs is in the Kubernetes API (leases, pools, policies,
 reservations) or recomputable from it, so any replica can serve any request.
@@ -19,8 +20,6 @@ from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 import falcon
-import gevent
-from kubernetes.client.exceptions import ApiException
 
 from lessor import __version__
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
@@ -37,13 +36,11 @@ from lessor.apiserver.http.bodies import (
 )
 from lessor.apiserver.http.errors import (
     BadRequestError,
-    HttpError,
     HttpNotFoundError,
-    PayloadTooLargeError,
-    RequestTimeoutError,
     UnavailableError,
     UpgradeRequiredError,
 )
+from lessor.apiserver.http.observe import Observe, add_error_handlers
 from lessor.apiserver.http.responses import (
     Execution,
     ExecutionLogs,
@@ -440,101 +437,6 @@ class MetricsResource(Base):
         resp.content_type = content_type
 
 
-BODY_LIMIT = 1 << 20  # bytes
-BODY_TIMEOUT = 10.0  # seconds for the whole body, however it trickles in
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-
-class Observe:
-    """Reads the body once (SSH signatures cover it), and counts and times every request."""
-
-    def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
-        req.context.started = time.perf_counter()
-        req.context.body = _read_body(req)
-
-    def process_response(
-        self, req: falcon.Request, resp: falcon.Response, _resource: object, _ok: bool
-    ) -> None:
-        # Bounded labels only: any word can be a method, and every label value is a series.
-        route = req.uri_template or "unmatched"
-        method = req.method if req.method in METHODS else "other"
-        metrics.REQUESTS.labels(route, method, str(resp.status_code)).inc()
-        started = getattr(req.context, "started", None)
-        if started is not None:
-            metrics.LATENCY.labels(route, method).observe(time.perf_counter() - started)
-
-
-class _BodyTimeoutError(Exception):
-    pass
-
-
-def _read_body(req: falcon.Request) -> bytes:
-    """The request's body, read before anyone is authenticated (an SSH signature covers it), so
-    bounded for anyone: at most BODY_LIMIT bytes (413 beyond, unread), within BODY_TIMEOUT for
-    the whole of it (408, and the connection closed). A body announced and never sent used to
-    hold its connection for ever, and enough of them every connection of the workers."""
-    length = req.content_length
-    if not length:
-        return b""
-    if length > BODY_LIMIT:
-        raise PayloadTooLargeError(
-            f"a request body is at most {BODY_LIMIT} bytes", headers={"Connection": "close"}
-        )
-    try:
-        with gevent.Timeout(BODY_TIMEOUT, _BodyTimeoutError):
-            body: bytes = req.bounded_stream.read(length)
-    except _BodyTimeoutError:
-        raise RequestTimeoutError(
-            f"the request body did not arrive within {BODY_TIMEOUT:g}s",
-            headers={"Connection": "close"},
-        ) from None
-    return body
-
-
-def _send(resp: falcon.Response, error: HttpError) -> None:
-    resp.status = error.status
-    resp.media = error.body()
-    for name, value in error.headers.items():
-        resp.set_header(name, value)
-
-
-def _on_http_error(req: falcon.Request, resp: falcon.Response, error: HttpError, _p: Any) -> None:
-    _send(resp, error)
-
-
-def _on_falcon_error(
-    req: falcon.Request, resp: falcon.Response, error: falcon.HTTPError, _p: Any
-) -> None:
-    """Falcon's own refusals (no such route, method not allowed) in the service's error shape."""
-    reason = "not_found" if error.status_code == 404 else None
-    title = str(error.title or "error")
-    body = {"error": (title.partition(" ")[2] if title[:3].isdigit() else title).lower()}
-    if error.description:
-        body["detail"] = error.description
-    if reason:
-        body["reason"] = reason
-    resp.status = error.status
-    resp.media = body
-    resp.set_headers(error.headers or {})
-
-
-def _on_kube_error(
-    req: falcon.Request, resp: falcon.Response, error: ApiException, _p: Any
-) -> None:
-    log.warning(
-        "kubernetes API error on %s %s: %s %s", req.method, req.path, error.status, error.reason
-    )
-    _send(resp, UnavailableError("the cluster API did not answer as expected; retry"))
-
-
-def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception, _p: Any) -> None:
-    if isinstance(error, falcon.HTTPError | HttpError):
-        raise error
-    log.exception("unexpected error on %s %s", req.method, req.path)
-    resp.status = 500
-    resp.media = {"error": "internal error", "detail": "the failure was logged"}
-
-
 RESPONDERS = ("get", "post", "put", "patch", "delete")
 
 
@@ -604,10 +506,7 @@ def create_app(settings: Settings) -> StreamRoutes:
             app.add_route(route.path, route.resource(services))
     if sandbox:
         services.sandbox.verdict()  # checked (and logged) as the worker starts
-    app.add_error_handler(Exception, _on_unexpected)
-    app.add_error_handler(falcon.HTTPError, _on_falcon_error)
-    app.add_error_handler(ApiException, _on_kube_error)
-    app.add_error_handler(HttpError, _on_http_error)
+    add_error_handlers(app)
     limits = Limits(settings.sandbox_stream_idle_timeout, settings.sandbox_stream_max_duration)
     slots = SessionSlots(settings.sandbox_stream_max_per_identity)
     return StreamRoutes(app, services, limits, slots)

@@ -19,8 +19,8 @@ from typing import Any
 from kubernetes import watch
 from pydantic import ValidationError
 
-from lessor.apiserver.state.fencing import Backoff
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.backoff import Backoff
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
 from lessor.resources.base import GROUP, VERSION
 

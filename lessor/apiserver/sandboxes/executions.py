@@ -32,8 +32,9 @@ from lessor.apiserver.http.errors import (
 )
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
-from lessor.apiserver.state.fencing import Backoff, FenceConflictError, fenced_patch
+from lessor.apiserver.state.fencing import FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
+from lessor.protocol.backoff import Backoff
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
@@ -281,7 +282,7 @@ class ExecutionService:
                 made = self.kube.find(SandboxExecution.crd.plural, name)
                 if made is not None:
                     return made
-                SPEND_BACKOFF.sleep(attempt)
+                time.sleep(SPEND_BACKOFF.delay(attempt))
                 lease = self.kube.find(SandboxLease.crd.plural, lease["metadata"]["name"]) or lease
         raise HttpConflictError(
             "the lease changed while reserving; retry", reason="conflict_retryable"

@@ -3,17 +3,15 @@ the one way the API retries them when another writer got there first."""
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http.errors import HttpConflictError
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.backoff import Backoff
 from lessor.protocol.json_object import Json
 
 T = TypeVar("T")
@@ -25,26 +23,6 @@ class FenceConflictError(HttpConflictError):
 
     def __init__(self) -> None:
         super().__init__("it changed meanwhile", reason="conflict_retryable")
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How long to wait before attempt `n + 1` (client-go's `wait.Backoff`): `first * factor**n`,
-    at most `cap`, less a random part of up to `jitter` of it, so that the writers who lost one
-    race do not meet again in the next."""
-
-    first: float
-    factor: float = 2.0
-    cap: float = math.inf
-    jitter: float = 1.0  # 0: exactly the delay; 1: anything from 0 to the delay
-
-    def delay(self, attempt: int) -> float:
-        # The exponent is bounded: a thread that retries for ever must not overflow a float.
-        longest = min(self.first * self.factor ** min(attempt, 64), self.cap)
-        return random.uniform(longest * (1 - self.jitter), longest)  # noqa: S311 - jitter
-
-    def sleep(self, attempt: int) -> None:
-        time.sleep(self.delay(attempt))
 
 
 def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> Json:
@@ -77,7 +55,7 @@ def retry_on_conflict(
             return attempt()
         except FenceConflictError:
             if backoff is not None and n + 1 < attempts:
-                backoff.sleep(n)
+                time.sleep(backoff.delay(n))
     raise HttpConflictError(f"the lease changed while {doing}; retry", reason="conflict_retryable")
 
 

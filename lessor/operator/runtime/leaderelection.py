@@ -25,7 +25,7 @@ from lessor.protocol.timestamps import micro_timestamp, utcnow
 
 log = logging.getLogger(__name__)
 
-LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+COORDINATION_LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 
 
 def default_identity() -> str:
@@ -47,8 +47,8 @@ class LeaderElector:
         if not lease_duration > renew_deadline > 1.2 * retry_period:
             raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period")
         self.client = client
-        self.path = LEASES.path(namespace, name)
-        self.collection = LEASES.path(namespace)
+        self.path = COORDINATION_LEASES.path(namespace, name)
+        self.collection = COORDINATION_LEASES.path(namespace)
         self.namespace, self.name = namespace, name
         self.identity = identity or default_identity()
         self.lease_duration = lease_duration

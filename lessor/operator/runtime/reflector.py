@@ -21,23 +21,13 @@ import httpx
 
 from lessor.operator.runtime.client import ApiError, GoneError, KubeClient, ResourceType
 from lessor.operator.runtime.store import Store
+from lessor.protocol.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 
-class Backoff:
-    """Exponential backoff with full jitter, reset after a success."""
-
-    def __init__(self, initial: float = 0.8, cap: float = 30.0) -> None:
-        self.initial, self.cap, self.attempt = initial, cap, 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.initial * 2**self.attempt)
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)  # noqa: S311 - jitter, not security
-
-    def reset(self) -> None:
-        self.attempt = 0
+# Watches that fail are retried after 0.4-0.8 s, doubling up to 15-30 s; a success resets it.
+RETRY = Backoff(first=0.8, cap=30.0, jitter=0.5)
 
 
 class Reflector:
@@ -69,16 +59,17 @@ class Reflector:
         return params
 
     async def run(self) -> None:
-        backoff = Backoff()
+        failures = 0
         while True:
             try:
                 await self.list()
                 await self.watch()
-                backoff.reset()
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except (ApiError, httpx.HTTPError, ValueError) as error:
-                delay = backoff.next()
+                delay = RETRY.delay(failures)
+                failures += 1
                 log.warning(
                     "reflector %s: %s; retrying in %.1fs", self.resource.plural, error, delay
                 )
@@ -106,7 +97,7 @@ class Reflector:
 
     async def watch(self) -> None:
         """Watch until the resourceVersion is too old (return to relist) or an error (raise)."""
-        backoff = Backoff()
+        failures = 0
         while True:
             timeout = random.uniform(self.min_watch_timeout, 2 * self.min_watch_timeout)  # noqa: S311
             params = self._params(
@@ -120,14 +111,15 @@ class Reflector:
                     self.resource.path(self.namespace), params, read_timeout=timeout + 30
                 ):
                     self._handle(json.loads(line))
-                    backoff.reset()
+                    failures = 0
             except GoneError:
                 log.info("reflector %s: resourceVersion too old, relisting", self.resource.plural)
                 return
             except (httpx.TransportError, ApiError) as error:
                 if isinstance(error, ApiError) and error.status not in (0, 429, 500, 503, 504):
                     raise
-                delay = backoff.next()
+                delay = RETRY.delay(failures)
+                failures += 1
                 log.info(
                     "reflector %s: watch ended (%s); again in %.1fs",
                     self.resource.plural,
