@@ -40,3 +40,10 @@ def test_a_route_documenting_other_methods_than_it_answers_is_refused() -> None:
     wrong = Route(pools.path, pools.resource, lease)  # documents get, delete and patch
     with pytest.raises(ValueError, match="/v1/pools"):
         document([wrong])
+
+
+def test_a_drift_names_the_field_but_never_its_value() -> None:
+    secret = "token-that-must-not-be-logged"
+    with pytest.raises(ResponseDriftError, match="phase") as caught:
+        conform(LeaseSummary, {"id": "l-1", "phase": {"x": secret}, "profile": "p"})
+    assert secret not in str(caught.value)

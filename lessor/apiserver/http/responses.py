@@ -297,7 +297,12 @@ def conform(model: type[BaseModel], body: Json) -> Json:
     try:
         model.model_validate(body)
     except ValidationError as error:
-        raise ResponseDriftError(f"{model.__name__}: {error}") from None
+        # Where and what, never the values: an answer may carry a kubeconfig or a token.
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+            for e in error.errors(include_input=False, include_url=False)
+        )
+        raise ResponseDriftError(f"{model.__name__}: {problems}") from None
     names = {field.alias or name for name, field in model.model_fields.items()}
     if unknown := set(body) - names:
         raise ResponseDriftError(f"{model.__name__} does not name {sorted(unknown)}")
