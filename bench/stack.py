@@ -34,6 +34,7 @@ from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import wait_established
+from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import PortReservation
 from lessor.protocol.ssh_signature import SCHEME, audience_of, canonical_request
 
@@ -291,7 +292,7 @@ def local_stack(
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=120)
             ports.release()
-            for leftover in (work / "instances").glob("*"):
+            for leftover in every_cluster(work / "instances"):
                 LocalControlPlane(leftover).destroy()
             cluster.destroy()
 

@@ -14,6 +14,7 @@ import pytest
 from e2e.installation import Installation, install_kind, install_local
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.local_clusters import every_cluster
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +45,6 @@ def installation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installat
 
 
 def _destroy_local_clusters(directory: Path) -> None:
-    for instance in directory.glob("*") if directory.exists() else []:
+    for instance in every_cluster(directory):
         subprocess.run(["chattr", "-R", "-i", str(instance)], check=False, capture_output=True)
         LocalControlPlane(instance).destroy()

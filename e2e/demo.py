@@ -25,6 +25,7 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.kubectl import wait_established
+from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +179,7 @@ def main() -> int:
             for process in reversed(processes):
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=60)
-            for leftover in (work / "instances").glob("*"):
+            for leftover in every_cluster(work / "instances"):
                 LocalControlPlane(leftover).destroy()
             cluster.destroy()
     step("done")

@@ -21,6 +21,7 @@ import pytest
 
 from e2e.installation import NAMESPACE, Installation, operator_process, pid_of, wait_for
 from lessor.controlplane.binaries import find_binaries
+from lessor.controlplane.local_clusters import every_cluster
 
 pytestmark = pytest.mark.e2e
 ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
@@ -181,7 +182,8 @@ def test_an_unverifiable_teardown_quarantines_and_withholds_the_cluster(alice: P
     lease = alice.json("lease", "e2e-warm")
     rows = alice.http("GET", "/v1/pools/e2e-warm/leases")[1]
     cluster_name = next(row["cluster_name"] for row in rows if row["id"] == lease["id"])
-    [directory] = [d for d in (installation.work / "instances").iterdir() if cluster_name in d.name]
+    clusters = every_cluster(installation.work / "instances")
+    [directory] = [d for d in clusters if cluster_name in d.name]
     pinned = directory / "pki" / "ca.crt"
     if subprocess.run(["chattr", "+i", str(pinned)], check=False).returncode != 0:
         pytest.skip("chattr +i is not permitted here")

@@ -16,7 +16,6 @@ import datetime
 import logging
 
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef
-from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.registry import Backends
 from lessor.operator.context import Context
 from lessor.operator.kinds import (
@@ -70,9 +69,7 @@ def setup(context: Context) -> Controller:
         context.client,
         instances=instances,
         leases=leases,
-        backends=Backends(
-            context.client, LocalBackend(settings.local_backend_dir), settings.test_backends
-        ),
+        backends=Backends(context.client, context.local_backend, settings.test_backends),
         events=context.events,
         teardown_grace=settings.teardown_grace,
     )

@@ -14,7 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lessor.config_file import apply_defaults
-from lessor.operator import executions, instances, leases, pools, sandbox_leases, sandbox_pools
+from lessor.controlplane.local_clusters import Host
+from lessor.operator import (
+    executions,
+    instances,
+    leases,
+    local_orphans,
+    pools,
+    sandbox_leases,
+    sandbox_pools,
+)
 from lessor.operator.context import Context
 from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller
@@ -28,6 +37,7 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     pools.setup,
     instances.setup,
     leases.setup,
+    local_orphans.setup,
 )
 # SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
 # SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.
@@ -56,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--renew-deadline", type=float, default=10.0)
     parser.add_argument("--retry-period", type=float, default=2.0)
     parser.add_argument("--local-backend-dir", type=Path, help="where `local` clusters live")
+    parser.add_argument(
+        "--local-orphan-grace",
+        type=float,
+        default=120.0,
+        help="seconds a `local` cluster without a ClusterInstance is left before it is stopped",
+    )
     parser.add_argument("--workers", type=int, default=4, help="workers per controller")
     parser.add_argument(
         "--teardown-grace",
@@ -79,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build(client: KubeClient, settings: Settings, identity: str) -> Manager:
+def build(client: KubeClient, settings: Settings, identity: str, host: Host) -> Manager:
     elector = None
     if settings.leader_election_id is not None:
         elector = LeaderElector(
@@ -92,7 +108,7 @@ def build(client: KubeClient, settings: Settings, identity: str) -> Manager:
             retry_period=settings.retry_period,
         )
     manager = Manager(elector=elector, http_host=settings.http_host, http_port=settings.http_port)
-    context = Context(manager, client, settings, EventRecorder(client, identity))
+    context = Context(manager, client, settings, EventRecorder(client, identity), host)
     for setup in CLUSTER_CONTROLLERS:
         setup(context)
     if settings.agent_sandbox_mode == "external":
@@ -107,7 +123,8 @@ async def run(settings: Settings) -> int:
     logging.getLogger(__name__).info(
         "operator %s starting in namespace %s", identity, settings.namespace
     )
-    return await build(client, settings, identity).run()
+    host = await local_orphans.identify_host(client)
+    return await build(client, settings, identity, host).run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,9 @@ class Settings:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     local_backend_dir: Path | None = None
+    # How old a `local` cluster's directory must be before it counts as an orphan: its
+    # ClusterInstance may be being created (lessor.operator.local_orphans).
+    local_orphan_grace: datetime.timedelta = datetime.timedelta(minutes=2)
     workers: int = 4
     teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2)
     # None: ended leases are kept forever (`--lease-retention 0`).
@@ -49,6 +52,7 @@ class Settings:
             renew_deadline=args.renew_deadline,
             retry_period=args.retry_period,
             local_backend_dir=args.local_backend_dir,
+            local_orphan_grace=datetime.timedelta(seconds=args.local_orphan_grace),
             workers=args.workers,
             teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
             lease_retention=(

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
+from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import PortReservation
 from lessor.protocol.json_object import Json
 
@@ -218,8 +219,6 @@ def alive(pid: int) -> bool:
 
 def destroy_local_clusters(backend_dir: Path) -> None:
     """Test cleanup: stop every local cluster the operator left (quarantined ones included)."""
-    if not backend_dir.exists():
-        return
-    for directory in backend_dir.iterdir():
+    for directory in every_cluster(backend_dir):
         subprocess.run(["chattr", "-R", "-i", str(directory)], check=False, capture_output=True)
         LocalControlPlane(directory).destroy()

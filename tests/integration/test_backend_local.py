@@ -12,10 +12,14 @@ from pathlib import Path
 import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.local_clusters import Host, every_cluster
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.local import LocalBackend, _processes_mentioning
 
 pytestmark = pytest.mark.integration
+
+# No operator here, so no host to ask: one that never answers names the clusters' directory.
+HOST = Host(uid="test-host", server="https://127.0.0.1:1")
 
 
 @pytest.fixture
@@ -25,9 +29,9 @@ def instance() -> InstanceRef:
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[LocalBackend]:
-    backend = LocalBackend(tmp_path / "instances")
+    backend = LocalBackend(HOST, tmp_path / "instances")
     yield backend
-    for directory in backend.root.glob("*"):
+    for directory in every_cluster(backend.root):
         subprocess.run(["chattr", "-R", "-i", str(directory)], check=False)
 
 
@@ -53,9 +57,11 @@ def test_provisioned_cluster_serves_kubectl_and_teardown_is_verified(
     result = kubectl(str(config), "get", "namespaces", "-o", "name")
     assert result.returncode == 0, result.stderr
     assert "namespace/default" in result.stdout.split()
+    assert backend.directory(instance).parent == backend.root / HOST.uid
+    assert (backend.root / HOST.uid / "host.json").exists(), "gc can ask whether the host lives"
 
     # A restarted operator is a new backend object: it adopts the running cluster as it is.
-    restarted = LocalBackend(backend.root)
+    restarted = LocalBackend(HOST, backend.root)
     pids_before = readiness.details["pids"]
     asyncio.run(restarted.provision(instance))
     assert asyncio.run(restarted.readiness(instance)).details["pids"] == pids_before

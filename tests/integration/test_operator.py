@@ -18,6 +18,7 @@ import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.local_clusters import every_cluster
 from lessor.operator.pools import count_instances
 from tests.integration.operator_harness import (
     CrashPoint,
@@ -205,7 +206,7 @@ def test_quarantine_when_teardown_cannot_be_verified(
     objects.lease("stuck", "q")
     bound = objects.wait_phase("stuck", "Bound")
     name = bound["status"]["clusterName"]
-    [directory] = [d for d in (tmp_path / "instances").iterdir() if f"_{name}_" in d.name]
+    [directory] = [d for d in every_cluster(tmp_path / "instances") if f"_{name}_" in d.name]
     # A real fault: an immutable file that even root cannot delete survives the teardown.
     subprocess.run(["chattr", "+i", str(directory / "pki" / "ca.crt")], check=True)
     objects.patch("clusterlease", "stuck", {"spec": {"releaseRequested": True}})
@@ -328,7 +329,7 @@ def test_sigkill_at_any_point_never_double_binds_or_leaks(
     live = {
         f"{objects.namespace}_{i['metadata']['name']}_{i['metadata']['uid']}" for i in instances
     }
-    on_disk = {d.name for d in (tmp_path / "instances").iterdir()}
+    on_disk = {d.name for d in every_cluster(tmp_path / "instances")}
     assert on_disk == live, "no cluster leaked or recreated beside its instance"
     leases = objects.list("clusterleases")
     assert {lease["status"]["phase"] for lease in leases} == {"Released"}

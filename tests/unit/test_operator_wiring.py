@@ -7,6 +7,7 @@ import datetime
 from pathlib import Path
 from typing import Any, cast
 
+from lessor.controlplane.local_clusters import Host
 from lessor.operator.main import build, parse_args
 from lessor.operator.runtime.client import KubeClient
 from lessor.operator.settings import Settings
@@ -17,6 +18,7 @@ def test_settings_resolve_the_flags_that_depend_on_others() -> None:
     assert settings.sandbox_namespace == "team-a", "--sandbox-namespace defaults to --namespace"
     assert settings.lease_retention is None, "0 keeps ended leases forever"
     assert settings.teardown_grace == datetime.timedelta(seconds=120)
+    assert settings.local_orphan_grace == datetime.timedelta(seconds=120)
     assert settings.leader_election_id == "lessor-operator"
     assert Settings.from_args(parse_args(["--no-leader-election"])).leader_election_id is None
 
@@ -36,7 +38,9 @@ def _watched(mode: str, kubeconfig: Path) -> dict[str, list[str]]:
     args = parse_args(
         ["--no-leader-election", f"--agent-sandbox-mode={mode}", f"--kubeconfig={kubeconfig}"]
     )
-    manager = build(cast(KubeClient, cast(Any, object())), Settings.from_args(args), "test")
+    client = cast(KubeClient, cast(Any, object()))
+    host = Host(uid="host-uid", server="https://127.0.0.1:6443")
+    manager = build(client, Settings.from_args(args), "test", host)
     return {c.name: [i.resource.plural for i in c.informers] for c in manager.controllers}
 
 
@@ -45,6 +49,7 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "clusterpool": ["clusterpools", "clusterinstances", "clusterleases"],
         "clusterinstance": ["clusterinstances", "clusterleases"],
         "clusterlease": ["clusterleases", "clusterpools", "clusterinstances"],
+        "local-orphans": ["clusterinstances"],
     }
     assert _watched("disabled", tmp_path / "kubeconfig") == cluster
     assert _watched("external", tmp_path / "kubeconfig") == {

@@ -5,33 +5,31 @@ It is what the demo, the e2e suite and the benchmarks lease: a real API server w
 works with kubectl, created in a few seconds without containers. The processes run in their own
 sessions and outlive the operator; the instance's directory (derived from its uid) records their
 pids and ports, so a restarted operator re-adopts running clusters instead of leaking or
-recreating them.
+recreating them. Each directory lives under its host cluster's (lessor.controlplane.local_clusters),
+so that the clusters of a host that is stopped or gone can be found and stopped too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
-from lessor.controlplane.binaries import cache_root, ensure_binaries
+from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.local_clusters import Host, default_root, host_directory, record_host
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 
 
-def default_root() -> Path:
-    explicit = os.environ.get("LESSOR_LOCAL_BACKEND_DIR")
-    return Path(explicit) if explicit else cache_root() / "instances"
-
-
 class LocalBackend:
-    def __init__(self, root: Path | None = None, start_timeout: float = 120.0) -> None:
+    def __init__(self, host: Host, root: Path | None = None, start_timeout: float = 120.0) -> None:
+        self.host = host
         self.root = root or default_root()
+        self.host_directory = host_directory(self.root, host.uid)
         self.start_timeout = start_timeout
 
     def directory(self, instance: InstanceRef) -> Path:
-        return self.root / f"{instance.namespace}_{instance.name}_{instance.uid}"
+        return self.host_directory / f"{instance.namespace}_{instance.name}_{instance.uid}"
 
     def _cluster(self, instance: InstanceRef) -> LocalControlPlane:
         return LocalControlPlane(self.directory(instance))
@@ -43,6 +41,8 @@ class LocalBackend:
         cluster = self._cluster(instance)
         if cluster.is_running():
             return  # adopted: started by this or an earlier operator process
+        # Before the first cluster of this host: `gc` must be able to ask whether the host lives.
+        record_host(self.root, self.host)
         # A record without running processes is a start interrupted by a crash, or a cluster
         # whose processes died: start again from nothing rather than trust half-written state.
         cluster.destroy()

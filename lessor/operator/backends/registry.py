@@ -13,10 +13,10 @@ from lessor.resources.cluster import Backend
 
 class Backends:
     def __init__(
-        self, client: KubeClient, local: LocalBackend | None = None, test_backends: bool = False
+        self, client: KubeClient, local: LocalBackend, test_backends: bool = False
     ) -> None:
         self.client = client
-        self.local = local or LocalBackend()
+        self.local = local
         self.namespace = NamespaceBackend(client, enabled=test_backends)
 
     def for_spec(self, backend: Backend) -> ClusterBackend:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -93,6 +94,14 @@ class KubeClient:
             else await kr8s.asyncio.api()
         )
         return cls(api)
+
+    def endpoint(self) -> tuple[str, bytes | None]:
+        """The API server's URL and the PEM of the CA that verifies it (None: the system's trust
+        store), so that another process can later ask whether this server still answers."""
+        auth = self.api.auth
+        ca_file = auth.server_ca_file
+        ca = Path(ca_file).read_bytes() if ca_file else None
+        return str(auth.server), ca
 
     async def request(
         self,
