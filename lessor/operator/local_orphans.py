@@ -25,7 +25,7 @@ from prometheus_client import Counter
 from lessor.controlplane.local_clusters import Host, cluster_directories, stop_cluster
 from lessor.operator.context import Context
 from lessor.operator.kinds import INSTANCES
-from lessor.operator.runtime.client import KubeClient
+from lessor.operator.runtime.client import ApiError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 
@@ -43,7 +43,13 @@ ORPHANS_STOPPED = Counter(
 async def identify_host(client: KubeClient) -> Host:
     """The cluster the operator runs against: its `kube-system` namespace's uid names it, and its
     API server URL and CA let a later `gc` ask whether it still answers."""
-    namespace = await client.get("/api/v1/namespaces/kube-system")
+    try:
+        namespace = await client.get("/api/v1/namespaces/kube-system")
+    except ApiError as error:
+        # Without it the `local` backend cannot say whose its clusters are: refuse to start
+        # (manifests/base/operator-rbac.yaml grants this one read).
+        log.error("cannot read namespace kube-system, which names the host cluster: %s", error)
+        raise
     server, ca = client.endpoint()
     return Host(uid=str(namespace["metadata"]["uid"]), server=server, ca_pem=ca)
 
