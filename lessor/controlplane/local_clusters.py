@@ -123,7 +123,9 @@ def stop_host_clusters(root: Path, uid: str) -> list[Path]:
     clusters = cluster_directories(directory)
     for cluster in clusters:
         stop_cluster(cluster)
-    shutil.rmtree(directory, ignore_errors=True)
+    # A cluster an operator started meanwhile keeps its host's record, so gc can still end it.
+    if not cluster_directories(directory):
+        shutil.rmtree(directory, ignore_errors=True)
     return clusters
 
 
