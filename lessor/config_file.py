@@ -67,6 +67,7 @@ class Operator(_Section):
     teardown_grace: float | None = Field(default=None, gt=0)
     lease_retention: float | None = Field(default=None, ge=0)
     local_backend_dir: Path | None = None
+    local_orphan_grace: float | None = Field(default=None, ge=0)
 
 
 class ConfigFile(_Section):

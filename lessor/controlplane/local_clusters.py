@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lessor.controlplane.binaries import cache_root
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.errors import ControlPlaneError
 
 HOST_FILE = "host.json"
 
@@ -239,11 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     gc.add_argument("-o", "--output", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
-    findings = collect(
-        args.local_backend_dir,
-        dry_run=args.dry_run,
-        include_unknown_host=args.include_unknown_host,
-    )
+    try:
+        findings = collect(
+            args.local_backend_dir,
+            dry_run=args.dry_run,
+            include_unknown_host=args.include_unknown_host,
+        )
+    except (ControlPlaneError, OSError) as error:
+        # A cluster whose processes would not stop: say which, and leave the rest for a rerun.
+        print(f"gc: {error}", file=sys.stderr)
+        return 1
     if args.output == "json":
         print(json.dumps([f.as_json() for f in findings], indent=2))
         return 0

@@ -51,3 +51,10 @@ def test_a_bad_file_stops_with_the_key_at_fault(tmp_path: Path, text: str, messa
         operator_args([f"--config={path}"])
     assert message in str(stopped.value)
     assert str(path) in str(stopped.value)
+
+
+def test_every_operator_key_of_the_file_reaches_its_flag(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("operator: {localOrphanGrace: 7, localBackendDir: /srv/local}\n")
+    args = operator_args([f"--config={path}"])
+    assert (args.local_orphan_grace, str(args.local_backend_dir)) == (7, "/srv/local")
