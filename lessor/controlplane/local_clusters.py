@@ -134,12 +134,10 @@ def host_answers(host: Host, timeout: float = 3.0) -> bool:
     """Whether the host's API server answers at all: any HTTP status (401, 403 included) means it
     lives. TLS is verified with the recorded CA, so another server on a reused port is not
     mistaken for it."""
-    context = ssl.create_default_context()
-    if host.ca_pem:
-        context = ssl.create_default_context(cadata=host.ca_pem.decode())
     url = f"{host.server.rstrip('/')}/version"
     if not url.startswith(("https://", "http://")):
         return False
+    context = ssl.create_default_context(cadata=host.ca_pem.decode() if host.ca_pem else None)
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=context):  # noqa: S310
             return True
