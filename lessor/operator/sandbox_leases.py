@@ -391,15 +391,19 @@ class SandboxLeaseReconciler:
             )
             if sandbox is not None:
                 left.append((SANDBOXES, sandbox))
+        sandbox_uid = sandbox_ref.uid if sandbox_ref else None
         for kind, ref in ((SANDBOXES, sandbox_ref), (PODS, status.pod if status else None)):
             if ref is not None:
                 found = await self._get(kind.path(namespace, ref.name))
-                if found is not None and found["metadata"]["uid"] == ref.uid:
+                # A pod the sandbox recreated under the same name (its controller replaces a
+                # deleted pod until the sandbox itself is gone) is this lease's all the same.
+                if found is not None and (
+                    found["metadata"]["uid"] == ref.uid or _owned_by_uid(found, sandbox_uid)
+                ):
                     left.append((kind, found))
         if sandbox_ref is not None:
             service = await self._get(SERVICES.path(namespace, sandbox_ref.name))
-            owners = (service or {}).get("metadata", {}).get("ownerReferences") or []
-            if service is not None and any(o.get("uid") == sandbox_ref.uid for o in owners):
+            if service is not None and _owned_by_uid(service, sandbox_uid):
                 left.append((SERVICES, service))
         return left
 
@@ -437,3 +441,8 @@ class SandboxLeaseReconciler:
             return await self.client.get(path)
         except NotFoundError:
             return None
+
+
+def _owned_by_uid(obj: Json, owner_uid: str | None) -> bool:
+    owners = obj["metadata"].get("ownerReferences") or []
+    return owner_uid is not None and any(o.get("uid") == owner_uid for o in owners)
