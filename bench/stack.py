@@ -36,6 +36,7 @@ from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import PortReservation
+from lessor.controlplane.watchdog import watch_over
 from lessor.protocol.ssh_signature import SCHEME, audience_of, canonical_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,6 +261,7 @@ def local_stack(
     binaries = ensure_binaries(progress)
     with tempfile.TemporaryDirectory(prefix="lessor-bench-") as directory:
         work = Path(directory)
+        watch_over(work, remove=True)  # a benchmark killed mid-way leaves nothing running
         cluster = LocalControlPlane(work / "cluster")
         cluster.start(binaries, with_node=with_node)
         processes: list[subprocess.Popen[bytes]] = []

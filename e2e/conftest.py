@@ -15,6 +15,14 @@ from e2e.installation import Installation, install_kind, install_local
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.local_clusters import every_cluster
+from lessor.controlplane.watchdog import watch_over
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_everything_left_if_killed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """As in tests/conftest.py: a watchdog over the session's temporary directory, for a run
+    killed before its fixtures end what it started."""
+    watch_over(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import PortReservation
+from lessor.controlplane.watchdog import watch_over
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "manifests" / "examples"
@@ -161,6 +162,9 @@ def main() -> int:
     processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="lessor-demo-") as directory:
         work = Path(directory)
+        # Killed (not interrupted) mid-way, the demo's `finally` never runs: this stops and
+        # deletes all it started then.
+        watch_over(work, remove=True)
         cluster = LocalControlPlane(work / "cluster")
         step("starting a local control plane (etcd, kube-apiserver) on 127.0.0.1")
         try:

@@ -134,6 +134,8 @@ def _service_account_kubeconfig(kubectl: Kubectl, cluster: LocalControlPlane, na
 def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
     kubectl: Kubectl = cluster.kubectl
     kubectl("apply", "-k", str(OVERLAY))
+    # The operators here run on this machine and serve `local` pools (docs/operator.md).
+    kubectl("apply", "-k", str(ROOT / "manifests" / "local-backend"))
     wait_established(cluster)
     configmap = yaml.safe_load(
         kubectl("get", "configmap", "lessor-config", "-n", NAMESPACE, "-o", "yaml").stdout

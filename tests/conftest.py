@@ -19,6 +19,7 @@ from lessor.controlplane.agent_sandbox import install_agent_sandbox, run_agent_s
 from lessor.controlplane.binaries import ensure_binaries, find_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, ExistingCluster
+from lessor.controlplane.watchdog import watch_over
 
 
 def pytest_configure() -> None:
@@ -29,6 +30,14 @@ def pytest_configure() -> None:
     default in each child at exec, where an ignored signal would stay ignored."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_everything_left_if_killed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Everything the tests start names a path under the session's temporary directory (control
+    planes, operators, the `local` clusters the operators start): if this run is killed before
+    its fixtures end them (SIGKILL, a CI timeout), a watchdog stops them."""
+    watch_over(tmp_path_factory.getbasetemp())
 
 
 def _progress(message: str) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from lessor.controlplane.binaries import cache_root
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.processes import stop_processes_mentioning
 
 HOST_FILE = "host.json"
 
@@ -114,8 +115,11 @@ def every_cluster(root: Path) -> list[Path]:
 
 def stop_cluster(directory: Path) -> None:
     """Stop a cluster's processes and delete its directory; safe to repeat after any crash (a
-    directory without a record is only deleted)."""
+    directory without a record is only deleted). Processes are stopped by their record, then
+    hunted by command line: one started by an operator killed before it recorded it is in no
+    record, yet names the directory."""
     LocalControlPlane(directory).destroy()
+    stop_processes_mentioning(str(directory))
 
 
 def stop_host_clusters(root: Path, uid: str) -> list[Path]:

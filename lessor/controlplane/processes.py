@@ -8,8 +8,10 @@ are reused and a stale record must never make us kill an unrelated process.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import time
@@ -95,3 +97,71 @@ def terminate(record: ProcessRecord, *, grace: float = 10.0) -> None:
             time.sleep(0.05)
     if record.is_running():
         raise ControlPlaneError(f"{record.name} (pid {record.pid}) did not stop")
+
+
+def _start_time(pid: int) -> str | None:
+    """The pid's start time (clock ticks since boot), which tells a process from a later one that
+    reuses its pid; None once it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def processes_mentioning(path: str) -> list[int]:
+    """The processes with `path` (or a path under it) in an argument of their command line.
+
+    The command line names what a process works on (etcd's `--data-dir=...`, the operator's
+    `--local-backend-dir=...`), so this finds processes that escaped every pid record: started
+    after the record was written, or by a process that died before recording them. `/tmp/x` does
+    not match `/tmp/x2`.
+    """
+    pattern = re.compile(rb"(?:^|[=,:\s])" + re.escape(path.encode()) + rb"(?:/|$|[,:\s])")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(pattern.search(argument) for argument in arguments):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_processes_mentioning(path: str, *, grace: float = 10.0, rounds: int = 5) -> list[int]:
+    """SIGTERM every process mentioning `path` (except this one), SIGKILL what outlives `grace`,
+    and look again: a process being stopped may have started another meanwhile (an operator in
+    the middle of starting a cluster). Returns the pids stopped."""
+    stopped: list[int] = []
+    for _ in range(rounds):
+        targets = {
+            pid: started
+            for pid in processes_mentioning(path)
+            if pid != os.getpid() and (started := _start_time(pid)) is not None
+        }
+        if not targets:
+            break
+        stopped += targets
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if _wait_gone(targets, wait):
+                break
+    return stopped
+
+
+def _wait_gone(targets: dict[int, str], timeout: float) -> bool:
+    """Wait until every process of `targets` (pid: start time) is gone; whether they all are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in list(targets):
+            _reap(pid)
+            if _start_time(pid) != targets[pid]:
+                del targets[pid]
+        if not targets or time.monotonic() >= deadline:
+            return not targets
+        time.sleep(0.05)

@@ -1,6 +1,6 @@
 """What every controller's `setup` is given: the manager it joins, the API client, the settings,
-the host cluster's identity, and what the controllers of one process share (the event recorder,
-the caches, the `local` backend, the agent-sandbox compatibility verdict).
+and what the controllers of one process share (the event recorder, the caches, the `local`
+backend, the agent-sandbox compatibility verdict).
 
 Each reconciler module declares its own watches in a `setup(context) -> Controller` beside its
 reconciler, so that what requeues a key is read next to the code that handles it;
@@ -12,8 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lessor.controlplane.local_clusters import Host
-from lessor.operator.backends.local import LocalBackend
+from lessor.operator.backends.local import HostIdentity, LocalBackend
 from lessor.operator.compatibility import CompatibilityCache
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Reconcile
@@ -30,8 +29,6 @@ class Context:
     client: KubeClient
     settings: Settings
     events: EventRecorder
-    # The cluster this operator runs against, which owns its `local` clusters.
-    host: Host
 
     def informer(
         self, resource: ResourceType, indexers: dict[str, IndexFunc] | None = None
@@ -52,8 +49,9 @@ class Context:
     @functools.cached_property
     def local_backend(self) -> LocalBackend:
         """One for the instance reconciler, which starts `local` clusters, and the orphan
-        collector, which stops those no instance owns: both must see the same directory."""
-        return LocalBackend(self.host, self.settings.local_backend_dir)
+        collector, which stops those no instance owns: both must see the same directory, and
+        the host is identified once."""
+        return LocalBackend(HostIdentity(self.client), self.settings.local_backend_dir)
 
     @functools.cached_property
     def compatibility(self) -> CompatibilityCache:

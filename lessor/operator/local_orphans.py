@@ -6,7 +6,9 @@ leader looks, once its instance cache has synced and then every few minutes, at 
 its host's directory (lessor.controlplane.local_clusters) of its own namespace, and stops those
 whose instance uid it does not know. A directory younger than the grace period is left alone:
 its instance may be being created (or its cache not yet show it). Clusters of other hosts or of
-other namespaces are never touched; their own operators, or `gc`, end them.
+other namespaces are never touched; their own operators, or `gc`, end them. While there is no
+`local` cluster on disk at all, a pass does not even ask which host this is (a read that only
+manifests/local-backend grants: lessor.operator.backends.local).
 
 Stopping is idempotent (a cluster half-stopped by a crash is a directory without a record, which
 the next pass deletes), so one synthetic key requeued on a timer is all the state there is.
@@ -18,14 +20,14 @@ import asyncio
 import datetime
 import logging
 import time
-from pathlib import Path
 
 from prometheus_client import Counter
 
-from lessor.controlplane.local_clusters import Host, cluster_directories, stop_cluster
+from lessor.controlplane.local_clusters import cluster_directories, every_cluster, stop_cluster
+from lessor.operator.backends.base import BackendError
+from lessor.operator.backends.local import LocalBackend
 from lessor.operator.context import Context
 from lessor.operator.kinds import INSTANCES
-from lessor.operator.runtime.client import ApiError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 
@@ -40,26 +42,12 @@ ORPHANS_STOPPED = Counter(
 )
 
 
-async def identify_host(client: KubeClient) -> Host:
-    """The cluster the operator runs against: its `kube-system` namespace's uid names it, and its
-    API server URL and CA let a later `gc` ask whether it still answers."""
-    try:
-        namespace = await client.get("/api/v1/namespaces/kube-system")
-    except ApiError as error:
-        # Without it the `local` backend cannot say whose its clusters are: refuse to start
-        # (manifests/base/operator-rbac.yaml grants this one read).
-        log.error("cannot read namespace kube-system, which names the host cluster: %s", error)
-        raise
-    server, ca = client.endpoint()
-    return Host(uid=str(namespace["metadata"]["uid"]), server=server, ca_pem=ca)
-
-
 def setup(context: Context) -> Controller:
     """One key, reconciled at start and every INTERVAL; the instance cache is watched only to be
     waited for (no instance event needs a pass: teardown stops an instance's cluster itself)."""
     instances = context.informer(INSTANCES)
     collector = OrphanCollector(
-        context.local_backend.host_directory,
+        context.local_backend,
         namespace=context.settings.namespace,
         instances=instances,
         grace=context.settings.local_orphan_grace,
@@ -74,13 +62,13 @@ def setup(context: Context) -> Controller:
 class OrphanCollector:
     def __init__(
         self,
-        directory: Path,
+        local: LocalBackend,
         *,
         namespace: str,
         instances: Informer,
         grace: datetime.timedelta,
     ) -> None:
-        self.directory = directory
+        self.local = local
         self.namespace = namespace
         self.instances = instances
         self.grace = grace.total_seconds()
@@ -89,8 +77,15 @@ class OrphanCollector:
         return any(obj["metadata"].get("uid") == uid for obj in self.instances.store.list())
 
     async def reconcile(self, _key: str) -> Result:
+        if not await asyncio.to_thread(every_cluster, self.local.root):
+            return Result(requeue_after=INTERVAL)  # nothing on disk: no need to know the host
+        try:
+            mine = await self.local.host_directory()
+        except BackendError as error:
+            log.warning("cannot look for orphaned local clusters: %s", error)
+            return Result(requeue_after=INTERVAL)
         next_pass = INTERVAL
-        for directory in await asyncio.to_thread(cluster_directories, self.directory):
+        for directory in await asyncio.to_thread(cluster_directories, mine):
             namespace, _name, uid = directory.name.split("_")
             if namespace != self.namespace:
                 continue

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lessor.config_file import apply_defaults
-from lessor.controlplane.local_clusters import Host
 from lessor.operator import (
     executions,
     instances,
@@ -95,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build(client: KubeClient, settings: Settings, identity: str, host: Host) -> Manager:
+def build(client: KubeClient, settings: Settings, identity: str) -> Manager:
     elector = None
     if settings.leader_election_id is not None:
         elector = LeaderElector(
@@ -108,7 +107,7 @@ def build(client: KubeClient, settings: Settings, identity: str, host: Host) -> 
             retry_period=settings.retry_period,
         )
     manager = Manager(elector=elector, http_host=settings.http_host, http_port=settings.http_port)
-    context = Context(manager, client, settings, EventRecorder(client, identity), host)
+    context = Context(manager, client, settings, EventRecorder(client, identity))
     for setup in CLUSTER_CONTROLLERS:
         setup(context)
     if settings.agent_sandbox_mode == "external":
@@ -123,8 +122,7 @@ async def run(settings: Settings) -> int:
     logging.getLogger(__name__).info(
         "operator %s starting in namespace %s", identity, settings.namespace
     )
-    host = await local_orphans.identify_host(client)
-    return await build(client, settings, identity, host).run()
+    return await build(client, settings, identity).run()
 
 
 def main(argv: list[str] | None = None) -> int:

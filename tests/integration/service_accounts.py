@@ -16,11 +16,18 @@ RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRo
 
 
 def install_rbac(
-    cluster: LocalControlPlane, namespace: str, work: Path, sandboxes: str | None = None
+    cluster: LocalControlPlane,
+    namespace: str,
+    work: Path,
+    sandboxes: str | None = None,
+    *,
+    local_backend: bool = False,
 ) -> dict[str, Path]:
     """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}; with `sandboxes` (an
-    existing namespace standing for lessor-sandboxes), also the rights there."""
+    existing namespace standing for lessor-sandboxes), also the rights there; with
+    `local_backend`, manifests/local-backend."""
     directories = [MANIFESTS / "base", *([MANIFESTS / "sandboxes"] if sandboxes else [])]
+    directories += [MANIFESTS / "local-backend"] if local_backend else []
     for directory in directories:
         rendered = cluster.kubectl("kustomize", str(directory)).stdout
         for document in yaml.safe_load_all(rendered):

@@ -13,8 +13,9 @@ import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.local_clusters import Host, every_cluster
+from lessor.controlplane.processes import processes_mentioning
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.local import LocalBackend, _processes_mentioning
+from lessor.operator.backends.local import LocalBackend
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +30,15 @@ def instance() -> InstanceRef:
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[LocalBackend]:
-    backend = LocalBackend(HOST, tmp_path / "instances")
+    backend = LocalBackend.of_host(HOST, tmp_path / "instances")
     yield backend
     for directory in every_cluster(backend.root):
         subprocess.run(["chattr", "-R", "-i", str(directory)], check=False)
+
+
+def where(backend: LocalBackend, instance: InstanceRef) -> Path:
+    """Where the instance's cluster lives: under its host's directory."""
+    return backend.root / HOST.uid / LocalBackend.name(instance)
 
 
 def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,11 +63,11 @@ def test_provisioned_cluster_serves_kubectl_and_teardown_is_verified(
     result = kubectl(str(config), "get", "namespaces", "-o", "name")
     assert result.returncode == 0, result.stderr
     assert "namespace/default" in result.stdout.split()
-    assert backend.directory(instance).parent == backend.root / HOST.uid
+    assert backend.directory(instance) == where(backend, instance)
     assert (backend.root / HOST.uid / "host.json").exists(), "gc can ask whether the host lives"
 
     # A restarted operator is a new backend object: it adopts the running cluster as it is.
-    restarted = LocalBackend(HOST, backend.root)
+    restarted = LocalBackend.of_host(HOST, backend.root)
     pids_before = readiness.details["pids"]
     asyncio.run(restarted.provision(instance))
     assert asyncio.run(restarted.readiness(instance)).details["pids"] == pids_before
@@ -69,7 +75,7 @@ def test_provisioned_cluster_serves_kubectl_and_teardown_is_verified(
     asyncio.run(restarted.teardown(instance))
     report = asyncio.run(restarted.verify_teardown(instance))
     assert report.verified, report.evidence
-    assert not _processes_mentioning(str(backend.directory(instance)))
+    assert not processes_mentioning(str(where(backend, instance)))
     assert kubectl(str(config), "get", "namespaces", "--request-timeout=3s").returncode != 0
 
 
@@ -78,20 +84,20 @@ def test_teardown_that_leaves_files_behind_is_not_verified(
 ) -> None:
     asyncio.run(backend.provision(instance))
     # A real fault: an immutable file that even root cannot delete survives the teardown.
-    stuck = backend.directory(instance) / "pki" / "ca.crt"
+    stuck = where(backend, instance) / "pki" / "ca.crt"
     subprocess.run(["chattr", "+i", str(stuck)], check=True)
     asyncio.run(backend.teardown(instance))
     report = asyncio.run(backend.verify_teardown(instance))
     assert not report.verified
     assert any(str(stuck) in line for line in report.evidence)
-    assert not _processes_mentioning(str(backend.directory(instance))), "processes are stopped"
+    assert not processes_mentioning(str(where(backend, instance))), "processes are stopped"
 
 
 def test_a_start_interrupted_by_a_crash_is_started_afresh(
     backend: LocalBackend, instance: InstanceRef
 ) -> None:
     asyncio.run(backend.provision(instance))
-    state = backend.directory(instance) / "state.json"
+    state = where(backend, instance) / "state.json"
     first = asyncio.run(backend.readiness(instance)).details["pids"]
     # Kill the cluster's processes as a host crash would, leaving its record behind.
     for part in first.split(","):

@@ -20,8 +20,9 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.local_clusters import Host, every_cluster
+from lessor.controlplane.processes import processes_mentioning
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.local import LocalBackend, _processes_mentioning
+from lessor.operator.backends.local import LocalBackend
 from tests.integration.operator_harness import (
     Objects,
     Operator,
@@ -30,6 +31,7 @@ from tests.integration.operator_harness import (
     pids_of,
     wait_for,
 )
+from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -64,15 +66,15 @@ def root(tmp_path: Path) -> Iterator[Path]:
 
 def provision(host: Host, root: Path, count: int) -> list[Path]:
     """`count` running local clusters of `host`, as the operator's backend starts them."""
-    backend = LocalBackend(host, root)
+    backend = LocalBackend.of_host(host, root)
     refs = [InstanceRef("pools", f"c{n}", str(uuid.uuid4())) for n in range(count)]
     for ref in refs:
         asyncio.run(backend.provision(ref))
-    return [backend.directory(ref) for ref in refs]
+    return [root / host.uid / LocalBackend.name(ref) for ref in refs]
 
 
 def running(directory: Path) -> int:
-    return len(_processes_mentioning(str(directory)))
+    return len(processes_mentioning(str(directory)))
 
 
 def python_m(module: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -195,6 +197,43 @@ def test_the_operator_stops_the_cluster_of_an_instance_deleted_while_it_was_down
         assert objects.get("clusterinstance", kept["metadata"]["name"]) is not None
         assert operator.metric("lessor_local_orphans_stopped_total") == 1
         assert "has no ClusterInstance" in operator.log_path.read_text()
+    finally:
+        if operator.process is not None and operator.process.poll() is None:
+            operator.kill(signal.SIGKILL)
+
+
+def test_an_operator_without_the_local_backends_rights_says_so_and_recovers_once_granted(
+    control_plane: Cluster, objects: Objects, root: Path, tmp_path: Path
+) -> None:
+    """The shipped RBAC (manifests/base) grants nothing cluster-wide for `local` pools: the
+    operator starts and serves all the same, a `local` instance says what is missing, and
+    granting manifests/local-backend is enough, with no restart."""
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("ServiceAccount kubeconfigs are made with the local control plane's CA")
+    accounts = install_rbac(control_plane, objects.namespace, tmp_path)
+    operator = Operator(
+        kubeconfig=accounts["lessor-operator"],
+        namespace=objects.namespace,
+        backend_dir=root,
+        log_path=tmp_path / "operator.log",
+        leader_election=False,
+    )
+    try:
+        operator.start()
+        objects.pool("p", warmTarget=1)
+
+        def message() -> str:
+            instances = objects.list("clusterinstances")
+            return str(instances[0].get("status", {}).get("message", "")) if instances else ""
+
+        wait_for("the instance to say why", lambda: "kube-system" in message())
+        assert "manifests/local-backend" in message()
+        assert not every_cluster(root), "no cluster is started for an unnamed host"
+        assert operator.serving()
+
+        install_rbac(control_plane, objects.namespace, tmp_path, local_backend=True)
+        wait_for("a warm cluster", lambda: objects.pool_status("p").get("ready") == 1)
+        assert [d.parent.name for d in every_cluster(root)] == [host_of(control_plane).uid]
     finally:
         if operator.process is not None and operator.process.poll() is None:
             operator.kill(signal.SIGKILL)

@@ -82,6 +82,7 @@ def can(
     resource: str,
     subresource: str = "",
     namespace: str = NAMESPACE,
+    name: str = "",
 ) -> bool:
     """kube-apiserver's own answer (a SubjectAccessReview, which needs no installed resource
     type, unlike `kubectl auth can-i`) for a ServiceAccount, with the groups it would have."""
@@ -95,7 +96,7 @@ def can(
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account_namespace}",
                        "system:authenticated"],
             "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group,
-                                   "resource": plural, "subresource": subresource},
+                                   "resource": plural, "subresource": subresource, "name": name},
         },
     }  # fmt: skip
     answer = cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(review)).stdout
@@ -126,6 +127,31 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert can(installed_rbac, OPERATOR, "patch", "clusterleases.lessor.dev", "status")
     assert can(installed_rbac, OPERATOR, "update", "leases.coordination.k8s.io")
     assert not can(installed_rbac, OPERATOR, "create", "clusterroles.rbac.authorization.k8s.io")
+
+
+def test_only_an_operator_of_local_pools_may_read_the_kube_system_namespace(
+    installed_rbac: Cluster,
+) -> None:
+    """Issue 25: a `local` cluster's directory is named by its host, the uid of kube-system,
+    which only the `local` backend needs to read; the install grants it only with
+    manifests/local-backend, and then that one namespace and no other."""
+    for overlay in ("dev", "production-like"):
+        bound = [
+            d for d in render(installed_rbac, overlay)
+            if d["kind"] == "ClusterRoleBinding" and "lessor-operator-host-identity" in str(d)
+        ]  # fmt: skip
+        assert not bound, overlay
+    assert not can(installed_rbac, OPERATOR, "get", "namespaces", namespace="", name="kube-system")
+    installed_rbac.kubectl("apply", "-k", str(MANIFESTS / "local-backend"))
+    try:
+        assert can(installed_rbac, OPERATOR, "get", "namespaces", namespace="", name="kube-system")
+        assert not can(installed_rbac, OPERATOR, "get", "namespaces", namespace="", name="default")
+        assert not can(installed_rbac, OPERATOR, "list", "namespaces", namespace="")
+        assert not can(
+            installed_rbac, APISERVER, "get", "namespaces", namespace="", name="kube-system"
+        )
+    finally:
+        installed_rbac.kubectl("delete", "-k", str(MANIFESTS / "local-backend"))
 
 
 def test_the_ingress_exposes_the_api_and_not_the_metrics(control_plane: Cluster) -> None:

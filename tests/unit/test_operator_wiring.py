@@ -7,7 +7,6 @@ import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from lessor.controlplane.local_clusters import Host
 from lessor.operator.main import build, parse_args
 from lessor.operator.runtime.client import KubeClient
 from lessor.operator.settings import Settings
@@ -39,8 +38,7 @@ def _watched(mode: str, kubeconfig: Path) -> dict[str, list[str]]:
         ["--no-leader-election", f"--agent-sandbox-mode={mode}", f"--kubeconfig={kubeconfig}"]
     )
     client = cast(KubeClient, cast(Any, object()))
-    host = Host(uid="host-uid", server="https://127.0.0.1:6443")
-    manager = build(client, Settings.from_args(args), "test", host)
+    manager = build(client, Settings.from_args(args), "test")
     return {c.name: [i.resource.plural for i in c.informers] for c in manager.controllers}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from lessor.operator.backends.base import ClusterBackend
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
-from lessor.operator.backends.local import LocalBackend
 from lessor.operator.backends.namespace import NamespaceBackend
 from lessor.operator.runtime.client import KubeClient
 from lessor.resources.cluster import Backend
@@ -13,7 +12,7 @@ from lessor.resources.cluster import Backend
 
 class Backends:
     def __init__(
-        self, client: KubeClient, local: LocalBackend, test_backends: bool = False
+        self, client: KubeClient, local: ClusterBackend, test_backends: bool = False
     ) -> None:
         self.client = client
         self.local = local

@@ -1,0 +1,73 @@
+"""A test run killed outright (SIGKILL, a CI timeout) leaves no process behind.
+
+Its fixtures never run then, and the `local` clusters its operators started are meant to outlive
+them; the watchdog of lessor.controlplane.watchdog, started by tests/conftest.py over the
+session's temporary directory, is what stops them. This kills a real pytest run of
+killed_run.py once it has a control plane, an operator and a `local` cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessor.controlplane.processes import processes_mentioning, stop_processes_mentioning
+from tests.integration.operator_harness import wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = Path(__file__).with_name("killed_run.py")
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def control_plane_processes() -> list[int]:
+    """Every etcd and kube-apiserver process on the machine, of any run."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and Path(command_line(int(entry.name))[0]).name in ("etcd", "kube-apiserver")
+    ]
+
+
+def test_a_killed_test_run_leaves_no_etcd_or_kube_apiserver_behind(tmp_path: Path) -> None:
+    tree = tmp_path / "run"
+    ready = tmp_path / "ready"
+    log = tmp_path / "run.log"
+    before = len(control_plane_processes())
+    with log.open("wb") as output:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             f"--basetemp={tree}", str(SCENARIO)],
+            cwd=ROOT, env={**os.environ, "LESSOR_KILLED_RUN_READY": str(ready)},
+            stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for("the run's warm cluster", lambda: ready.exists() or run.poll() is not None, 400)
+        assert run.poll() is None, log.read_text()[-3000:]
+        started = [command_line(pid) for pid in processes_mentioning(str(tree))]
+        names = [Path(argv[0]).name for argv in started if argv]
+        # The run's own control plane and one `local` cluster; and the operator that started it.
+        assert names.count("etcd") == 2, started
+        assert names.count("kube-apiserver") == 2, started
+        assert any("lessor.operator" in argv for argv in started), started
+
+        run.kill()
+        run.wait(timeout=60)
+
+        wait_for("the run's processes to go", lambda: not processes_mentioning(str(tree)))
+        assert len(control_plane_processes()) <= before
+    finally:
+        if run.poll() is None:
+            run.kill()
+        stop_processes_mentioning(str(tree))  # whatever a failure above left
