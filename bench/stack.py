@@ -277,7 +277,13 @@ def local_stack(
                  f"--local-backend-dir={work / 'instances'}", *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
                  f"--ssh-audience=http://127.0.0.1:{port}",
-                 f"--workers={api_workers}", "--worker-connections=2000", *api_args],
+                 f"--workers={api_workers}", "--worker-connections=2000",
+                 # The benchmarks measure the server, not the per-principal admission limit
+                 # (they send as one principal what a fleet of callers would) nor load
+                 # shedding (bench/shedding.py sets its own bound; the last flag wins).
+                 "--lease-admission-rate=1000000", "--lease-admission-burst=1000000",
+                 "--max-in-flight=1000000",
+                 *api_args],
             ):  # fmt: skip
                 processes.append(
                     subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log)

@@ -56,6 +56,10 @@ class ApiServer(_Section):
     ssh_signed_rate: float | None = Field(default=None, gt=0)
     ssh_signed_burst: int | None = Field(default=None, ge=1)
     default_max_concurrent_leases: int | None = Field(default=None, ge=1)
+    public_pool_status: bool | None = None
+    lease_admission_rate: float | None = Field(default=None, gt=0)
+    lease_admission_burst: int | None = Field(default=None, ge=1)
+    max_in_flight: int | None = Field(default=None, ge=1)
 
 
 class Operator(_Section):

@@ -93,6 +93,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="active leases of each kind an owner may hold where its rule sets no ceiling",
     )
     parser.add_argument(
+        "--lease-admission-rate",
+        type=float,
+        default=Settings.lease_admission_rate,
+        help="cluster lease creates a second per principal and server (token bucket refill)",
+    )
+    parser.add_argument(
+        "--lease-admission-burst",
+        type=int,
+        default=Settings.lease_admission_burst,
+        help="cluster lease creates one principal may send at once",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=Settings.max_in_flight,
+        help="requests one worker serves at once; beyond, 429 with Retry-After (overloaded)",
+    )
+    parser.add_argument(
+        "--public-pool-status",
+        action=argparse.BooleanOptionalAction,
+        default=Settings.public_pool_status,
+        help="list every pool's name and counts in GET /v1/status to callers without "
+        "credentials (default: only to authenticated callers, their own pools)",
+    )
+    parser.add_argument(
         "--ssh-audience",
         dest="ssh_audiences",
         action="append",
@@ -133,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
     if args.ssh_signed_rate <= 0 or args.ssh_signed_burst < 1:
         raise SystemExit("--ssh-signed-rate must be positive and the burst at least 1")
+    if args.lease_admission_rate <= 0 or args.lease_admission_burst < 1:
+        raise SystemExit("--lease-admission-rate must be positive and the burst at least 1")
+    if args.max_in_flight < 1:
+        raise SystemExit("--max-in-flight must be at least 1")
     if args.default_max_concurrent_leases < 1:
         raise SystemExit("--default-max-concurrent-leases must be at least 1")
     try:
@@ -171,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         ssh_signed_rate=args.ssh_signed_rate,
         ssh_signed_burst=args.ssh_signed_burst,
         default_max_concurrent_leases=args.default_max_concurrent_leases,
+        public_pool_status=args.public_pool_status,
+        lease_admission_rate=args.lease_admission_rate,
+        lease_admission_burst=args.lease_admission_burst,
+        max_in_flight=args.max_in_flight,
     )
     Server(settings, options).run()
     return 0

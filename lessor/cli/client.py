@@ -9,6 +9,7 @@ or the server's session key changed), it is dropped and the target's credential 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
@@ -21,7 +22,14 @@ from urllib.parse import urlsplit
 
 from lessor.cli import sessions
 from lessor.cli.config import Target
-from lessor.cli.errors import AUTH, SERVER, ApiError, CliError, UnreachableError
+from lessor.cli.errors import (
+    AUTH,
+    SERVER,
+    AnswerLostError,
+    ApiError,
+    CliError,
+    UnreachableError,
+)
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
 from lessor.protocol.lease_ids import LEASE_ID
 from lessor.protocol.ssh_signature import audience_of
@@ -151,17 +159,29 @@ class Client:
             with urllib.request.urlopen(  # noqa: S310 - the scheme is checked in config
                 request, timeout=TIMEOUT_SECONDS, context=self._context
             ) as answer:
-                status, raw, headers = answer.status, answer.read(), dict(answer.headers)
+                status, headers = answer.status, dict(answer.headers)
+                raw = self._body(answer, status)
         except urllib.error.HTTPError as error:
-            status, raw, headers = error.code, error.read(), dict(error.headers)
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
+            status, headers = error.code, dict(error.headers)
+            raw = self._body(error, status)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            # Nothing of an answer arrived: the request may or may not have been received.
+            reason = getattr(error, "reason", error) or type(error).__name__
             raise UnreachableError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:
             parsed = {"error": f"HTTP {status}", "detail": raw[:200].decode(errors="replace")}
         return Response(status, parsed, headers)
+
+    def _body(self, answer: Any, status: int) -> bytes:
+        try:
+            raw: bytes = answer.read()
+        except (OSError, http.client.HTTPException):
+            # answer.headers compares names case-insensitively (servers may send `location`).
+            location = answer.headers.get("Location")
+            raise AnswerLostError(self.endpoint, status, location) from None
+        return raw
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """An authenticated call; the parsed body, or ApiError for any 4xx/5xx."""
@@ -174,13 +194,34 @@ class Client:
 
         return self.authenticated(attempt)
 
-    def create(self, path: str, body: dict[str, Any]) -> Any:
-        """POST of a body with an idempotency key: sent once more if the first attempt's fate is
-        unknown (the connection failed), since the key makes the server create one object."""
+    def create(self, path: str, body: dict[str, Any], *, keyed: bool = True) -> Any:
+        """A POST that creates one object, recovered as spec 4.3 says when its answer is lost.
+
+        If the answer's status and headers arrived and its body did not, the request was
+        received: the object is read from the Location the answer named, and the POST is never
+        repeated (rule 3). If the connection failed before any answer, a POST with an
+        idempotency key (`keyed`) is sent once more, since the key makes the server create one
+        object (rule 4); one without a key is not, since it could create a second.
+        """
+        try:
+            return self._create_or_recover(path, body)
+        except UnreachableError as error:
+            if not keyed:
+                raise UnreachableError(
+                    f"{error}; it may have been created all the same: `lessor status` lists "
+                    "what exists",
+                    SERVER,
+                ) from None
+        return self._create_or_recover(path, body)
+
+    def _create_or_recover(self, path: str, body: dict[str, Any]) -> Any:
         try:
             return self.call("POST", path, body)
-        except UnreachableError:
-            return self.call("POST", path, body)
+        except AnswerLostError as lost:
+            location = urlsplit(lost.location or "").path
+            if lost.status >= 400 or not location.startswith("/v1/"):
+                raise
+            return self.call("GET", location)
 
     def authenticated(self, attempt: Callable[[Credential], T]) -> T:
         """`attempt` with the current credential; when the session is refused (401) because it

@@ -35,13 +35,24 @@ class UnreachableError(CliError):
     sent may or may not have arrived."""
 
 
+class AnswerLostError(CliError):
+    """The server answered (status and headers arrived) but the connection failed in its body:
+    the request was received and acted on, so it must not be sent again (spec 4.3, rule 3)."""
+
+    def __init__(self, endpoint: str, status: int, location: str | None) -> None:
+        super().__init__(f"{endpoint} answered HTTP {status} but the answer was cut short", SERVER)
+        self.status = status
+        self.location = location
+
+
 class ApiError(CliError):
-    """The server refused: its status, reason and detail, as one line."""
+    """The server refused: its status, cause and detail, as one line. The cause is the body's
+    `code` (lessor's classification, the spec's reasons among them), else its `reason`."""
 
     def __init__(self, status: int, body: object) -> None:
         fields = body if isinstance(body, dict) else {}
         self.status = status
-        self.reason = str(fields.get("reason") or "")
+        self.reason = str(fields.get("code") or fields.get("reason") or "")
         error = str(fields.get("error") or f"HTTP {status}")
         detail = str(fields.get("detail") or "")
         message = f"{error}: {detail}" if detail else error

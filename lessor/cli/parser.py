@@ -306,8 +306,10 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         commands,
         "logout",
         "lessor.cli.commands.login:logout",
-        "revoke and delete the session",
-        "Revoke the session on the server and delete it locally.",
+        "revoke and delete the session and the stored credentials",
+        "Revoke the session on the server and delete it locally, with the static token the "
+        "target stores in config.json (LESSOR_TOKEN and ssh-agent keys are not lessor's to "
+        "delete).",
         prints=False,
     )
     _lease(commands)

@@ -49,7 +49,8 @@ class Closed(Exception):  # noqa: N818 - an ending
     @property
     def message(self) -> str:
         detail = (self.error or {}).get("detail") or self.reason or f"code {self.code}"
-        reason = (self.error or {}).get("reason") or self.reason
+        error = self.error or {}
+        reason = error.get("code") or error.get("reason") or self.reason
         return f"the session ended: {detail}" + (f" ({reason})" if reason != detail else "")
 
 

@@ -20,10 +20,16 @@ the whole lifecycle of spec 3.2.
   lease is Quarantined with what was left behind as evidence; the SandboxPool counts it and the
   capacity stays withheld until an administrator cleans up.
 
+- While Ready, `status.pod` follows the sandbox's pod: agent-sandbox replaces a pod that is
+  deleted or evicted (same name, new uid), and executions, attach and port-forward go to the pod
+  recorded there. The pods of the sandbox namespace are watched; a pod of a leased sandbox that
+  changes makes its lease look again, and the lease records the sandbox's live pod, or none while
+  there is none (the API then answers `target_unresolved`, retryable), with a TargetChanged event.
+
 Every step is recomputed from stored objects, so a kill -9 anywhere is completed by the next
 reconcile. agent-sandbox objects are read with direct GETs rather than informers: their CRDs may
 be absent (the compatibility check then fails and nothing is placed), and an informer on a
-missing resource would keep the operator from ever becoming ready.
+missing resource would keep the operator from ever becoming ready. Pods are a core kind.
 """
 
 from __future__ import annotations
@@ -81,6 +87,22 @@ def _ref(obj: Json) -> ObjectRef:
     return ObjectRef(name=metadata["name"], uid=metadata["uid"], namespace=metadata["namespace"])
 
 
+BY_SANDBOX = "sandbox"
+BY_OWNER = "owner"
+
+
+def index_by_sandbox(lease: Json) -> list[str]:
+    """A placed lease under the name of its sandbox (what a sandbox pod's owner names)."""
+    name = (lease.get("status", {}).get("sandbox") or {}).get("name")
+    return [name] if name else []
+
+
+def index_by_owner(pod: Json) -> list[str]:
+    """A pod under the uid of the Sandbox that owns it."""
+    owners = pod["metadata"].get("ownerReferences", [])
+    return [o["uid"] for o in owners if o.get("kind") == SANDBOXES.kind and "uid" in o]
+
+
 def _status(lease: SandboxLease) -> SandboxLeaseStatus:
     """A copy of the lease's status to change and write (the lease keeps what was read)."""
     return lease.status.model_copy() if lease.status else SandboxLeaseStatus()
@@ -91,11 +113,17 @@ def setup(context: Context) -> Controller:
     pool may now exist, or have its warm pool)."""
     settings = context.settings
     pools = context.informer(SANDBOX_POOLS)
-    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    leases = context.informer(
+        SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool, BY_SANDBOX: index_by_sandbox}
+    )
+    # Every pod of the sandbox namespace is a sandbox's (lessor.operator.ownership).
+    pods = context.manager.informer(context.client, PODS, namespace=settings.sandbox_namespace)
+    pods.store.add_indexer(BY_OWNER, index_by_owner)
     reconciler = SandboxLeaseReconciler(
         context.client,
         leases=leases,
         pools=pools,
+        pods=pods,
         events=context.events,
         compatibility=context.compatibility,
         sandboxes=settings.sandbox_namespace,
@@ -110,10 +138,18 @@ def setup(context: Context) -> Controller:
             if SandboxLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
 
+    def placed_on(pod: Json) -> list[str]:
+        owners = pod["metadata"].get("ownerReferences", [])
+        sandboxes = [o["name"] for o in owners if o.get("kind") == SANDBOXES.kind]
+        return [
+            key_of(lease) for name in sandboxes for lease in leases.store.by_index(BY_SANDBOX, name)
+        ]
+
     return (
         context.controller("sandboxlease", reconciler.reconcile)
         .watch(leases)
         .watch(pools, pending_of)
+        .watch(pods, placed_on)
     )
 
 
@@ -124,6 +160,7 @@ class SandboxLeaseReconciler:
         *,
         leases: Informer,
         pools: Informer,
+        pods: Informer,
         events: EventRecorder,
         compatibility: CompatibilityCache,
         sandboxes: str,
@@ -133,6 +170,7 @@ class SandboxLeaseReconciler:
         self.client = client
         self.leases = leases
         self.pools = pools
+        self.pods = pods
         self.events = events
         self.teardown_grace = teardown_grace
         self.retention = retention
@@ -308,6 +346,7 @@ class SandboxLeaseReconciler:
     async def _ready(
         self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus, now: datetime.datetime
     ) -> Result:
+        obj = await self._follow_pod(obj, status)
         expiry = self._expiry(lease)
         assert expiry is not None
         expires_at = expiry.replace(microsecond=0)
@@ -318,6 +357,32 @@ class SandboxLeaseReconciler:
             if applied:
                 await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
         return Result(requeue_after=max(0.0, (expiry - now).total_seconds()))
+
+    async def _follow_pod(self, obj: Json, status: SandboxLeaseStatus) -> Json:
+        """Record the sandbox's live pod (or none) if it is not the one recorded."""
+        if status.sandbox is None:
+            return obj
+        live = [
+            pod
+            for pod in self.pods.store.by_index(BY_OWNER, status.sandbox.uid)
+            if not pod["metadata"].get("deletionTimestamp")
+        ]
+        current = (
+            _ref(max(live, key=lambda p: p["metadata"]["creationTimestamp"])) if live else None
+        )
+        recorded = status.pod
+        if (current and current.uid) == (recorded and recorded.uid):
+            return obj
+        status.pod = current
+        obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+        if current is None:
+            message = f"pod {recorded.name if recorded else ''} is gone; waiting for its successor"
+            await self.events.record(obj, "Warning", "TargetChanged", message)
+        else:
+            await self.events.record(
+                obj, "Normal", "TargetChanged", f"now pod {current.name} ({current.uid})"
+            )
+        return obj
 
     # -- Releasing -----------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ class DeclaredPort(SpecModel):
     protocol: Literal["TCP"] = "TCP"
 
 
+# Executions per lease lifetime unless the pool says otherwise (spec 8: the bound "exists per
+# lease"; its number is not shown).
+DEFAULT_MAX_EXECUTIONS = 500
+
+
 class SandboxPoolSpec(SpecModel):
     default_ttl: PositiveDuration = Field(default=DEFAULT_TTL)
     max_ttl: PositiveDuration = Field(default="4h", description="TTL cap of the pool.")
@@ -71,6 +76,13 @@ class SandboxPoolSpec(SpecModel):
     provisioning_timeout: PositiveDuration = Field(
         default=DEFAULT_PROVISIONING_TIMEOUT,
         description="How long a lease may take, from its creation, to be Ready.",
+    )
+    max_executions: int = Field(
+        default=DEFAULT_MAX_EXECUTIONS,
+        ge=0,
+        le=1_000_000,
+        description="Executions one lease may run in its lifetime (spec 8's per-lifetime bound), "
+        "fixed in each lease when it is granted.",
     )
 
     def containers(self) -> list[str]:
@@ -131,6 +143,12 @@ class SandboxLeaseSpec(SpecModel):
     max_extensions: int = Field(default=2, ge=0, le=100)
     release_requested: bool = False
     extensions: list[Extension] = Field(default_factory=list, max_length=100)
+    max_executions: int = Field(
+        default=DEFAULT_MAX_EXECUTIONS,
+        ge=0,
+        le=1_000_000,
+        description="The pool's per-lifetime execution bound when the lease was granted.",
+    )
     executions_reserved: int = Field(
         default=0, ge=0, description="Executions reserved over the lifetime (the API counts)."
     )

@@ -23,8 +23,12 @@ pytestmark = pytest.mark.integration
 GENERIC_401 = {
     "error": "unauthorized",
     "detail": "invalid credentials",
-    "reason": "unauthenticated",
+    "code": "unauthenticated",
 }
+
+
+# Each key's signing algorithm, by kid.
+ALGORITHMS = {"rsa-1": "RS256", "ec-1": "ES256", "rsa-384": "RS384", "ec-384": "ES384"}
 
 
 class Issuer:
@@ -32,6 +36,8 @@ class Issuer:
         self.keys: dict[str, Any] = {
             "rsa-1": rsa.generate_private_key(public_exponent=65537, key_size=2048),
             "ec-1": ec.generate_private_key(ec.SECP256R1()),
+            "rsa-384": rsa.generate_private_key(public_exponent=65537, key_size=3072),
+            "ec-384": ec.generate_private_key(ec.SECP384R1()),
         }
         self.url = ""
 
@@ -48,7 +54,7 @@ class Issuer:
         now = int(time.time())
         payload = {"iss": self.url, "aud": "lessor", "sub": "dana", "azp": "ci", "exp": now + 300}
         payload.update(claims)
-        algorithm = "RS256" if kid.startswith("rsa") else "ES256"
+        algorithm = ALGORITHMS.get(kid, "RS256" if kid.startswith("rsa") else "ES256")
         return jwt.encode(
             {k: v for k, v in payload.items() if v is not None},
             self.keys[kid],
@@ -63,6 +69,10 @@ def issuer(stack: Stack) -> Iterator[Issuer]:  # noqa: F811
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            # Only where the API server looks when the policy names no jwksUrl (from the issuer).
+            if self.path != "/.well-known/jwks.json":
+                self.send_error(404)
+                return
             body = json.dumps(state.jwks()).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -85,7 +95,7 @@ def issuer(stack: Stack) -> Iterator[Issuer]:  # noqa: F811
                     "issuer": state.url,
                     "audience": ["lessor"],
                     "authorizedParties": ["ci"],
-                    "algorithms": ["RS256", "ES256"],
+                    "algorithms": sorted(set(ALGORITHMS.values())),
                 }
             },
             "identity": "{sub}",
@@ -102,7 +112,9 @@ def issuer(stack: Stack) -> Iterator[Issuer]:  # noqa: F811
 
 
 def test_rsa_and_ec_tokens_of_a_second_issuer_authenticate(stack: Stack, issuer: Issuer) -> None:  # noqa: F811
-    for kid in ("rsa-1", "ec-1"):
+    """RS256, ES256, RS384 and ES384 (issue 26), their keys found at the JWKS path derived from
+    the issuer (the policy names no jwksUrl, and the issuer serves nothing elsewhere)."""
+    for kid in ALGORITHMS:
         for api in stack.apis:
             assert api.call("GET", "/v1/pools", token=issuer.token(kid)).status == 200, kid
 

@@ -243,15 +243,25 @@ def lease_until(stack: Stack, token: str, lease_id: str, phase: str) -> dict[str
     return wait_for(f"{lease_id} {phase}", probe, timeout=120)
 
 
-def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack) -> None:
+def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack, tmp_path: Path) -> None:
     anonymous = stack.api.call("GET", "/v1/status")
     assert anonymous.status == 200
     assert set(anonymous.body["auth"]["methods"]) == {"oidc", "token", "ssh"}
-    rows = {row["name"]: row for row in anonymous.body["pools"]}
-    assert set(rows) >= {"api-warm", "api-cold"}
-    assert "phase" not in rows["api-warm"]
+    assert anonymous.body["pools"] == [], "pool names are not told to strangers by default"
     known = stack.api.call("GET", "/v1/status", token=ALICE)
+    assert {"api-warm", "api-cold"} <= {row["name"] for row in known.body["pools"]}
     assert {"phase", "quarantined"} <= set(known.body["pools"][0])
+    # A deployment that wants its pools public says so.
+    process, public = start_api(
+        stack.cluster, stack.namespace, tmp_path / "public.log", ("--public-pool-status",)
+    )
+    try:
+        rows = {row["name"]: row for row in public.call("GET", "/v1/status").body["pools"]}
+        assert {"api-warm", "api-cold"} <= set(rows)
+        assert "phase" not in rows["api-warm"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 # What the spec lets anyone call (5.1: /v1/status, /healthz, /metrics; /v1/status takes an
@@ -260,11 +270,12 @@ PUBLIC = {"/healthz": "none", "/metrics": "none", "/openapi.json": "none", "/v1/
 
 
 def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
-    stack: Stack, tmp_path: Path
+    stack: Stack, tmp_path: Path, agent_sandbox: None
 ) -> None:
-    """Every route of the route table, on a server that registers all of them (the Sandbox
-    routes too), without credentials: 401 wherever the resource does not declare itself public,
-    and the public ones are exactly what the spec allows."""
+    """Every route of the route table, on a server that registers and serves all of them (the
+    Sandbox routes too: agent-sandbox is installed, or they would not exist, spec 1), without
+    credentials: 401 wherever the resource does not declare itself public, and the public ones
+    are exactly what the spec allows."""
     public = {
         r.path: r.resource.authentication for r in ROUTES if r.resource.authentication != "required"
     }
@@ -281,10 +292,11 @@ def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
                 if route.path in PUBLIC:
                     assert response.status == 200, (method, path, response.body)
                 else:
-                    assert (response.status, response.body["reason"]) == (
+                    assert (response.status, response.body["code"]) == (
                         401,
                         "unauthenticated",
                     ), (method, path, response.body)
+                    assert "reason" not in response.body, "the spec names no reason for it"
         assert checked >= 26
     finally:
         process.send_signal(signal.SIGTERM)
@@ -370,7 +382,7 @@ def test_another_tenants_lease_is_not_found_and_redacted_in_listings(stack: Stac
     duplicate = stack.api.call(
         "POST", "/v1/leases", token=ALICE, body={"pool": "api-cold", "alias": "mine"}
     )
-    assert (duplicate.status, duplicate.body["reason"]) == (409, "alias_active")
+    assert (duplicate.status, duplicate.body["code"]) == (409, "alias_active")
     assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
 
 
@@ -391,7 +403,7 @@ def test_oidc_tokens_from_the_clusters_issuer_authenticate(stack: Stack) -> None
     assert refused.body == {
         "error": "unauthorized",
         "detail": "invalid credentials",
-        "reason": "unauthenticated",
+        "code": "unauthenticated",
     }, "no hint of why"
 
 
@@ -674,3 +686,63 @@ def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: S
     ).stdout.split()
     assert "configmap/lessor-session-expired" not in left
     assert sessions.verify(token).identity == "sweep-me", "a live session keeps its record"
+
+
+def test_an_extension_past_the_rules_max_ttl_is_refused(stack: Stack) -> None:
+    """Issue 26 (untested rule): alice's rule caps a lease at 1h from binding; a lease granted
+    the whole hour cannot be extended, and the refusal spends no extension."""
+    created = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-warm", "ttl": "1h"}
+    )
+    lease_id = created.body["id"]
+    try:
+        lease_until(stack, ALICE, lease_id, "Bound")
+        refused = stack.api.call(
+            "PATCH", f"/v1/leases/{lease_id}", token=ALICE, body={"extend_ttl": "10m"}
+        )
+        assert (refused.status, refused.body["reason"]) == (409, "max_ttl_ceiling"), refused.body
+        spent = stack.cluster.kubectl(
+            "get", "clusterlease", lease_id, "-n", stack.namespace,
+            "-o", "jsonpath={.spec.extensions}",
+        ).stdout  # fmt: skip
+        assert json.loads(spent or "[]") == []
+    finally:
+        stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE)
+
+
+def test_a_lease_is_addressed_by_its_alias_until_the_alias_is_ambiguous(stack: Stack) -> None:
+    """Issue 26: where an id goes, an alias names the caller's active lease of that alias, else
+    its only ended one; two ended ones are 409 `ambiguous_alias`. No alias has an id's form."""
+    alias = f"web-{uuid.uuid4().hex[:6]}"
+
+    def create() -> str:
+        made = stack.api.call(
+            "POST", "/v1/leases", token=ALICE, body={"profile": "api-cold", "alias": alias}
+        )
+        assert made.status == 202, made.body
+        return str(made.body["id"])
+
+    def ended(lease: str) -> bool:
+        return phase_of(lease) in ("Released", "Expired")
+
+    def phase_of(lease: str) -> str:
+        return str(stack.api.call("GET", f"/v1/leases/{lease}", token=ALICE).body.get("phase"))
+
+    first = create()
+    assert stack.api.call("GET", f"/v1/leases/{alias}", token=ALICE).body["id"] == first
+    assert stack.api.call("GET", f"/v1/leases/{alias}", token=BOB).status == 404, "owner's only"
+    assert stack.api.call("DELETE", f"/v1/leases/{alias}", token=ALICE).status == 204
+    wait_for("the first to end", lambda: ended(first))
+    assert stack.api.call("GET", f"/v1/leases/{alias}", token=ALICE).body["id"] == first
+    second = create()
+    assert stack.api.call("GET", f"/v1/leases/{alias}", token=ALICE).body["id"] == second
+    assert stack.api.call("DELETE", f"/v1/leases/{second}", token=ALICE).status == 204
+    wait_for("the second to end", lambda: ended(second))
+    both = stack.api.call("GET", f"/v1/leases/{alias}", token=ALICE)
+    assert (both.status, both.body["reason"]) == (409, "ambiguous_alias"), both.body
+    assert first in both.body["detail"] and second in both.body["detail"]
+
+    id_like = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-cold", "alias": "l0123456789ab"}
+    )
+    assert id_like.status == 400 and "alias" in id_like.body["detail"], id_like.body

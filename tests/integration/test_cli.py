@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
+from tests.integration.answer_cutting_proxy import AnswerCuttingProxy
 from tests.integration.identity_provider import CLIENT_ID, Provider
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
 from tests.integration.test_apiserver import Api, start_api
@@ -241,6 +243,10 @@ def test_token_login_then_lease_ensure_extend_release_and_logout(user: User) -> 
     logout = user.run("logout")
     assert logout.returncode == 0 and "logged out" in logout.stdout
     assert user.stack.api.base not in json.loads(sessions.read_text())
+    # Spec 4.7: the stored credentials go too.
+    assert "removed the stored token of target token" in logout.stdout
+    assert ALICE not in (user.home / ".config" / "lessor" / "config.json").read_text()
+    assert "no token" in user.run("lease", "cli-warm").stderr
     # Every worker refuses it once its two-second "not revoked" cache is gone (docs/api.md).
     wait_for(
         "the session revoked on the server",
@@ -496,3 +502,74 @@ def test_a_stored_token_is_never_sent_to_another_endpoint(user: User, recorder: 
         "release", "lease-x", "--endpoint", recorder.url, LESSOR_TOKEN="for-this-run"
     )
     assert "Bearer for-this-run" in recorder.headers, explicit.stderr
+
+
+# -- issue 26: a create whose answer the network lost (spec 4.3, rules 3 and 4) --------------
+
+
+def active_leases(stack: Stack) -> set[str]:
+    return {row["id"] for row in stack.api.call("GET", "/v1/leases", token=ALICE).body}
+
+
+def through_proxy(proxy: AnswerCuttingProxy) -> dict[str, str]:
+    return {"LESSOR_ENDPOINT": proxy.base, "LESSOR_TOKEN": ALICE}
+
+
+@pytest.fixture
+def proxy(stack: Stack, request: pytest.FixtureRequest) -> Iterator[AnswerCuttingProxy]:
+    upstream = urlsplit(stack.api.base)
+    cutting = AnswerCuttingProxy(
+        (upstream.hostname or "", upstream.port or 80), request.param, "POST", "/v1/leases"
+    )
+    yield cutting
+    cutting.close()
+
+
+@pytest.mark.parametrize("proxy", ["body"], indirect=True)
+def test_a_lease_whose_answer_was_cut_after_its_headers_is_read_from_location(
+    user: User, proxy: AnswerCuttingProxy
+) -> None:
+    before = active_leases(user.stack)
+    leased = user.run("lease", "cli-warm", "-o", "json", **through_proxy(proxy))
+    assert leased.returncode == 0, leased.stderr
+    lease = json.loads(leased.stdout)
+    assert (proxy.cut, proxy.seen) == (True, 1), "the POST was received: never sent again"
+    assert active_leases(user.stack) - before == {lease["id"]}
+    assert lease["phase"] == "Bound" and Path(lease["kubeconfig"]).exists()
+    assert user.run("release", lease["id"], **through_proxy(proxy)).returncode == 0
+
+
+@pytest.mark.parametrize("proxy", ["headers"], indirect=True)
+def test_an_unkeyed_lease_whose_answer_never_came_is_not_sent_twice(
+    user: User, proxy: AnswerCuttingProxy
+) -> None:
+    """A cluster lease has no idempotency key (spec 4.1): sending it again could make a second
+    lease, so the command says what happened and where to look instead."""
+    before = active_leases(user.stack)
+    leased = user.run("lease", "cli-warm", **through_proxy(proxy))
+    assert leased.returncode != 0 and "Traceback" not in leased.stderr
+    assert "cannot reach" in leased.stderr and "`lessor status`" in leased.stderr
+    assert proxy.seen == 1
+    for lease in active_leases(user.stack) - before:  # the one the server did make
+        user.stack.api.call("DELETE", f"/v1/leases/{lease}", token=ALICE)
+
+
+def test_version_names_the_endpoints_version_and_metadata_comes_from_a_file(user: User) -> None:
+    """Issue 26 (untested rules): spec 4.7's `version` against an endpoint, and `lease
+    --metadata-json @path`."""
+    user.target("token")
+    shown = user.json("version")
+    assert shown == {"client": "0.1.0", "endpoint": user.stack.api.base, "server": "0.1.0"}
+    assert f"endpoint {user.stack.api.base}: lessor 0.1.0" in user.run("version").stdout
+
+    document = user.home / "meta.json"
+    document.write_text('{"job": "nightly", "attempt": 2}')
+    leased = user.json("lease", "cli-none", "--no-wait", "--metadata-json", f"@{document}")
+    try:
+        stored = user.stack.api.call("GET", f"/v1/leases/{leased['id']}", token=ALICE).body
+        assert stored["metadata"] == {"job": "nightly", "attempt": 2}
+        missing = user.run("lease", "cli-none", "--no-wait", "--metadata-json", "@/no/such")
+        assert missing.returncode == 2 and "Traceback" not in missing.stderr
+        assert "--metadata-json" in missing.stderr
+    finally:
+        user.run("release", leased["id"])

@@ -424,7 +424,7 @@ def test_one_identity_holds_a_bounded_number_of_sessions(
     third = connection.getresponse()
     body = json.loads(third.read())
     connection.close()
-    assert (third.status, body["reason"]) == (429, "too_many_sessions"), body
+    assert (third.status, body["code"]) == (429, "too_many_sessions"), body
     assert third.getheader("Retry-After") is None
     first.session.end()
     assert first.end().code == 1000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -18,7 +19,8 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -26,11 +28,14 @@ from lessor.cli.client import Client
 from lessor.cli.config import Target
 from lessor.cli.errors import ApiError
 from lessor.cli.stream_client import StreamClient
+from lessor.protocol.durations import parse_duration
 from lessor.runner.runner import CAP, WINDOW
+from tests.integration.answer_cutting_proxy import AnswerCuttingProxy
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_sandbox_leases import (  # noqa: F401
     ALICE,
     BOB,
+    CAROL,
     Env,
     Response,
     env,
@@ -116,9 +121,9 @@ def test_detach_answers_at_once_and_a_keyed_retry_returns_the_same_execution(
     assert after.body["state"] == "Succeeded", "a retry after the end reports the end"
     assert marker.read_text() == "once\n", "the command ran exactly once"
     changed = post(env, lease, command=["sh", "-c", "true"], detach=True, idempotencyKey=key)
-    assert (changed.status, changed.body["reason"]) == (409, "idempotency_conflict")
+    assert (changed.status, changed.body["code"]) == (409, "idempotency_conflict")
     changed = post(env, lease, command=command, detach=False, idempotencyKey=key)
-    assert (changed.status, changed.body["reason"]) == (409, "idempotency_conflict")
+    assert (changed.status, changed.body["code"]) == (409, "idempotency_conflict")
 
 
 def test_concurrent_identical_posts_run_the_command_once(
@@ -578,3 +583,161 @@ def test_an_execution_whose_secret_changed_fails_and_runs_nothing(
     failed = until_state(env, lease, queued.body["id"], "Failed")
     assert "does not hold the command it was reserved with" in failed["message"], failed
     assert not ran.exists()
+
+
+def test_a_lease_follows_its_sandboxs_replaced_pod_and_runs_executions_again(env: Env) -> None:  # noqa: F811
+    """Issue 26: agent-sandbox replaces a deleted (or evicted) pod under the same name with a
+    new uid. The lease records the new pod, so executions reach it, instead of going to the
+    recorded one for good."""
+    lease = env.create(ALICE, pool="sb-run", ttl="30m").body["id"]
+    env.until(ALICE, lease, "Ready")
+    try:
+        before = env.objects.status("sandboxlease", lease)["pod"]
+        assert post(env, lease, command=["true"]).status == 200
+        # Not --wait: kubectl would wait for the name, which the replacement takes at once.
+        env.placed.cluster.kubectl(
+            "delete", "pod", before["name"], "-n", env.placed.namespace, "--wait=false"
+        )
+
+        def replaced() -> dict[str, Any] | None:
+            pod: dict[str, Any] | None = env.objects.status("sandboxlease", lease).get("pod")
+            return pod if pod and pod["uid"] != before["uid"] else None
+
+        after = wait_for("the lease to record the new pod", replaced)
+        assert after["name"] == before["name"]
+        live = env.placed.get("pod", after["name"])
+        assert live is not None and live["metadata"]["uid"] == after["uid"]
+        again = post(env, lease, command=["sh", "-c", "echo again"])
+        assert (again.status, again.body.get("stdout")) == (200, "again\n"), again.body
+        assert "TargetChanged" in env.objects.events(lease)
+    finally:
+        env.release(ALICE, lease)
+
+
+# -- issue 26: a create whose answer the network lost (spec 4.3, idempotency rules 3 and 4) ---
+
+
+def sandbox_leases(env: Env) -> set[str]:  # noqa: F811
+    return {item["metadata"]["name"] for item in env.objects.list("sandboxleases")}
+
+
+@pytest.mark.parametrize(
+    ("mode", "posts"),
+    [("body", 1), ("headers", 2)],
+    ids=["headers-arrived-body-lost", "nothing-arrived"],
+)
+def test_lessor_run_recovers_a_lost_answer_with_one_lease(
+    env: Env,  # noqa: F811
+    tmp_path: Path,
+    mode: Literal["body", "headers"],
+    posts: int,
+) -> None:
+    """Headers arrived, body lost: the lease is read from Location and the POST is not sent
+    again. Nothing arrived: the same keyed POST is sent again, and the key makes it the same
+    lease. Either way the command runs in one lease, and that lease is released."""
+    upstream = urlsplit(env.api.api.base)
+    proxy = AnswerCuttingProxy(
+        (upstream.hostname or "", upstream.port or 80), mode, "POST", "/v1/sandbox-leases"
+    )
+    before = sandbox_leases(env)
+    try:
+        environment = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                       "LESSOR_ENDPOINT": proxy.base, "LESSOR_TOKEN": ALICE}  # fmt: skip
+        ran = subprocess.run(
+            [sys.executable, "-m", "lessor.cli.main", "run", "sb-run", "--", "echo", "once"],
+            env=environment, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert (ran.returncode, ran.stdout) == (0, "once\n"), ran.stderr
+        assert "Traceback" not in ran.stderr
+        assert (proxy.cut, proxy.seen) == (True, posts)
+    finally:
+        proxy.close()
+    [made] = sandbox_leases(env) - before
+    assert env.objects.status("sandboxlease", made).get("phase") in ("Releasing", "Released")
+
+
+def test_a_lease_runs_at_most_its_pools_max_executions(env: Env) -> None:  # noqa: F811
+    """Spec 8's per-lifetime execution bound, set per pool (issue 26) and fixed in the lease
+    when it is granted: a later change to the pool does not move it."""
+    source = env.objects.get("sandboxpool", "sb-run")
+    assert source is not None
+    env.objects.apply(sandbox_pool("sb-two", 1, runner=source["spec"]["runner"], maxExecutions=2))
+    wait_for(
+        "sb-two to be Healthy",
+        lambda: env.objects.status("sandboxpool", "sb-two").get("phase") == "Healthy",
+        timeout=120,
+    )
+    lease = env.create(ALICE, pool="sb-two").body["id"]
+    env.until(ALICE, lease, "Ready")
+    try:
+        env.objects.apply(sandbox_pool("sb-two", 1, runner=source["spec"]["runner"]))
+        assert [post(env, lease, command=["true"]).status for _ in range(2)] == [200, 200]
+        third = post(env, lease, command=["true"])
+        assert (third.status, third.body["reason"]) == (409, "execution_limit_exhausted")
+        assert "2 executions" in third.body["detail"]
+        retried = post(env, lease, command=["true"], idempotencyKey="again")
+        assert retried.status == 409, "a refusal spends nothing and stays a refusal"
+    finally:
+        env.release(ALICE, lease)
+        env.cluster.kubectl("delete", "sandboxpool", "sb-two", "-n", env.namespace)
+
+
+def test_the_execution_timeout_defaults_to_a_minute_caps_at_an_hour_and_ends_with_the_lease(
+    env: Env,  # noqa: F811
+    lease: str,
+) -> None:
+    """Spec 4.5 (issue 26, untested rules): 60 s by default; at most one hour; never past the
+    lease's expiry (the module's lease has 30 minutes; carol's grant sets no TTL cap, so hers
+    can outlast the hour)."""
+
+    def timeout_of(lease: str, token: str, **body: Any) -> datetime.timedelta:
+        made = post(env, lease, token=token, command=["true"], detach=True, **body)
+        assert made.status == 202, made.body
+        stored = env.objects.get("sandboxexecution", made.body["id"])
+        assert stored is not None
+        return parse_duration(stored["spec"]["timeout"])
+
+    assert timeout_of(lease, ALICE) == datetime.timedelta(seconds=60)
+    assert timeout_of(lease, ALICE, timeout="90s") == datetime.timedelta(seconds=90)
+    expires = datetime.datetime.fromisoformat(
+        env.objects.status("sandboxlease", lease)["expiresAt"]
+    )
+    left = expires - datetime.datetime.now(datetime.UTC)
+    clamped = timeout_of(lease, ALICE, timeout="59m")
+    assert left - datetime.timedelta(minutes=1) < clamped <= left, (clamped, left)
+
+    long = env.create(CAROL, pool="sb-run", ttl="3h").body["id"]
+    try:
+        env.until(CAROL, long, "Ready")
+        assert timeout_of(long, CAROL, timeout="2h") == datetime.timedelta(hours=1)
+    finally:
+        env.release(CAROL, long)
+
+
+def test_a_target_whose_provenance_is_incomplete_is_refused(env: Env) -> None:  # noqa: F811
+    """Spec 7.2's `provenance_incomplete` (issue 26): the record that ties a Ready lease's pod to
+    it (claim, sandbox and pod, each with its uid) lost its sandbox, as a hand edit or a bug
+    would do (written while the operator is down, so nothing rewrites it meanwhile): the target
+    cannot be verified, so nothing runs in it, for logs and executions alike."""
+    lease = env.create(ALICE, pool="sb-run", ttl="10m").body["id"]
+    try:
+        env.until(ALICE, lease, "Ready")
+        env.operator.kill(signal.SIGKILL)
+        sandbox = env.objects.status("sandboxlease", lease)["sandbox"]
+        env.cluster.kubectl(
+            "patch", "sandboxlease", lease, "-n", env.namespace, "--subresource=status",
+            "--type=json", "-p", json.dumps([{"op": "remove", "path": "/status/sandbox"}]),
+        )  # fmt: skip
+        refused = post(env, lease, command=["true"])
+        assert (refused.status, refused.body["reason"]) == (503, "provenance_incomplete")
+        logs = env.api.call("GET", f"/v1/sandbox-leases/{lease}/logs", token=ALICE)
+        assert (logs.status, logs.body["reason"]) == (503, "provenance_incomplete")
+        env.cluster.kubectl(
+            "patch", "sandboxlease", lease, "-n", env.namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": {"sandbox": sandbox}}),
+        )  # fmt: skip
+        assert post(env, lease, command=["true"]).status == 200, "restored, it runs again"
+    finally:
+        if env.operator.process is not None and env.operator.process.poll() is not None:
+            env.operator.start()
+        env.release(ALICE, lease)

@@ -28,6 +28,7 @@ import pytest
 
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
+from lessor.protocol.timestamps import timestamp
 from lessor.runner import runner as runner_module
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.service_accounts import install_rbac
@@ -463,7 +464,7 @@ def test_a_keyed_retry_returns_the_same_lease_and_a_changed_intent_is_409(env: E
     for changed in ({"ttl": "6m"}, {"pool": "sb-warm"}, {"alias": "other"}):
         body = {"pool": "sb-stuck", "ttl": "5m", "idempotencyKey": key, **changed}
         conflict = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body=body)
-        assert (conflict.status, conflict.body["reason"]) == (409, "idempotency_conflict"), changed
+        assert (conflict.status, conflict.body["code"]) == (409, "idempotency_conflict"), changed
     # The same key of another identity is another lease.
     other = env.create(CAROL, pool="sb-stuck", ttl="5m", idempotencyKey=key)
     assert other.body["id"] != first.body["id"]
@@ -496,9 +497,9 @@ def test_concurrent_identical_keyed_creates_make_exactly_one_lease(env: Env) -> 
 
 def test_authorization_by_the_sandbox_grant(env: Env) -> None:
     no_grant = env.api.call("POST", "/v1/sandbox-leases", token=DAVE, body={"pool": "sb-warm"})
-    assert (no_grant.status, no_grant.body["reason"]) == (403, "forbidden")
+    assert (no_grant.status, no_grant.body["code"]) == (403, "forbidden")
     too_big = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "sb-big"})
-    assert (too_big.status, too_big.body["reason"]) == (403, "resource_ceiling")
+    assert (too_big.status, too_big.body["code"]) == (403, "resource_ceiling")
     missing = env.api.call("POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "sb-none"})
     assert (missing.status, missing.body["reason"]) == (404, "not_found")
 
@@ -510,14 +511,14 @@ def test_authorization_by_the_sandbox_grant(env: Env) -> None:
     ]
     assert env.get(BOB, lease).status == 200
     refused = env.release(BOB, lease)
-    assert (refused.status, refused.body["reason"]) == (403, "forbidden"), "no release verb"
+    assert (refused.status, refused.body["code"]) == (403, "forbidden"), "no release verb"
     budget = env.api.call("PATCH", f"/v1/sandbox-leases/{lease}", token=BOB,
                           body={"extendTtl": "1m"})  # fmt: skip
     assert (budget.status, budget.body["reason"]) == (409, "not_ready")
 
     first = env.create(CAROL, pool="sb-stuck").body["id"]
     limited = env.api.call("POST", "/v1/sandbox-leases", token=CAROL, body={"pool": "sb-stuck"})
-    assert (limited.status, limited.body["reason"]) == (429, "concurrency_limit")
+    assert (limited.status, limited.body["code"]) == (429, "concurrency_limit")
     assert "Retry-After" not in limited.headers, "a concurrency refusal is no rate limit"
     assert env.release(CAROL, first).status == 204
 
@@ -670,7 +671,7 @@ def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: 
             if must is True:
                 assert answer.status == 202, answer.body
             elif must is False:
-                assert (answer.status, answer.body["reason"]) == (429, "rate_limited")
+                assert (answer.status, answer.body["code"]) == (429, "rate_limited")
                 assert 1 <= int(answer.headers["Retry-After"]) <= 1 / rate
             else:
                 assert answer.status in (202, 429), answer.body
@@ -720,7 +721,7 @@ def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None
     is raised instead of its answer. Everything after is real: another API server process
     answers the caller's GET, the operator admits or the arbiter cancels."""
     script = Path(__file__).with_name("handoff_app.py")
-    for mode in ("lost-answer", "never-sent"):
+    for mode in ("lost-answer", "never-sent", "stopping"):
         result = subprocess.run(
             [sys.executable, str(script), str(env.directory / "lessor-apiserver.kubeconfig"),
              env.namespace, ALICE, mode],
@@ -736,7 +737,9 @@ def test_the_handoff_answer_when_the_create_outcome_is_unknown(env: Env) -> None
         assert handoff["phase"] == "Pending" and handoff["pool"] == "sb-stuck"
         assert handoff["provisioning_deadline"]
         follow = env.get(ALICE, handoff["id"])
-        if mode == "lost-answer":
+        if mode in ("lost-answer", "stopping"):
+            # Stopping: the worker did not wait for the slow create (spec 4.3's "shutting
+            # down"), which landed all the same and is admitted.
             assert follow.status == 200 and follow.body["id"] == handoff["id"], "admitted"
             assert env.release(ALICE, handoff["id"]).status == 204
             continue
@@ -776,4 +779,60 @@ def test_numbers_in_a_query_are_ascii_digits_only(env: Env, value: str) -> None:
         )  # fmt: skip
         assert answer.status == 400, answer.body
     finally:
+        env.release(ALICE, lease)
+
+
+def test_a_grant_without_extensions_and_an_alias_in_use_are_refused(env: Env) -> None:
+    """Issue 26 (untested rules): `maxExtensions: 0` on the grant forbids extension (spec 4.4);
+    an alias is unique among the identity's active Sandbox leases (spec 4.3)."""
+    mine = env.create(BOB, pool="sb-warm", ttl="10m", alias="only").body["id"]
+    try:
+        env.until(BOB, mine, "Ready")
+        refused = env.api.call(
+            "PATCH", f"/v1/sandbox-leases/{mine}", token=BOB, body={"extendTtl": "1m"}
+        )
+        assert (refused.status, refused.body["reason"]) == (409, "extension_budget_exhausted")
+        assert "allows 0 extensions" in refused.body["detail"], refused.body
+        taken = env.create(BOB, status=409, pool="sb-warm", alias="only")
+        assert taken.body["code"] == "alias_active" and "reason" not in taken.body
+        assert env.create(ALICE, pool="sb-warm", alias="only").status == 202, "per identity"
+    finally:
+        # bob's grant has no release verb: the administrator's way out.
+        env.objects.patch("sandboxlease", mine, {"spec": {"releaseRequested": True}})
+        for lease in env.api.call("GET", "/v1/sandbox-leases", token=ALICE).body:
+            if lease.get("alias") == "only":
+                env.release(ALICE, lease["id"])
+
+
+def test_an_expiry_the_lease_terms_do_not_give_refuses_extension(env: Env) -> None:
+    """Spec 7.2's `expiry_derivation_mismatch` (issue 26): the API derives the expiry from the
+    lease's terms (readiness, TTL, extensions, ceiling), as the operator does. When the recorded
+    one says otherwise (here written by hand while the operator is down, as a bug would), the
+    lease is not extended on top of it; the restarted operator writes the derived one back."""
+    lease = env.create(ALICE, pool="sb-warm", ttl="10m").body["id"]
+    try:
+        ready = env.until(ALICE, lease, "Ready")
+        env.operator.kill(signal.SIGKILL)
+        wrong = datetime.datetime.fromisoformat(ready["expires_at"]) + datetime.timedelta(hours=1)
+        env.cluster.kubectl(
+            "patch", "sandboxlease", lease, "-n", env.namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": {"expiresAt": timestamp(wrong)}}),
+        )  # fmt: skip
+        refused = env.api.call(
+            "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "1m"}
+        )
+        assert (refused.status, refused.body["reason"]) == (409, "expiry_derivation_mismatch")
+        assert ready["expires_at"] in refused.body["detail"], refused.body
+        env.operator.start()
+        wait_for(
+            "the operator to record the derived expiry",
+            lambda: env.get(ALICE, lease).body["expires_at"] == ready["expires_at"],
+        )
+        extended = env.api.call(
+            "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "1m"}
+        )
+        assert extended.status == 200, extended.body
+    finally:
+        if env.operator.process is not None and env.operator.process.poll() is not None:
+            env.operator.start()
         env.release(ALICE, lease)

@@ -91,10 +91,11 @@ def test_external_mode_serves_only_a_compatible_agent_sandbox(
         status = api.call("GET", "/v1/status").body["sandbox"]
         assert status["mode"] == "external" and status["served"] is False
         assert "is not installed" in status["reason"]
-        assert api.call("POST", "/v1/sandbox-leases", body={"pool": "p"}).status == 401
-        refused = api.call("POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "p"})
-        assert (refused.status, refused.body["reason"]) == (503, "backend_error")
-        assert "is not installed" in refused.body["detail"]
+        # Spec 1: the Sandbox endpoints do not exist until the check passes, for anyone.
+        for token in (None, ALICE):
+            refused = api.call("POST", "/v1/sandbox-leases", token=token, body={"pool": "p"})
+            assert (refused.status, refused.body["reason"]) == (404, "not_found")
+            assert "is not installed" in refused.body["detail"]
         assert "not served" in (tmp_path / "a.log").read_text()
     finally:
         process.send_signal(signal.SIGTERM)

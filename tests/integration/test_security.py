@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import json
 import secrets
+import signal
 import socket
 import ssl
 import tempfile
@@ -36,6 +37,7 @@ from tests.integration.test_apiserver import (  # noqa: F401 - the fixture
     lease_until,
     ssh_header,
     stack,
+    start_api,
 )
 
 pytestmark = pytest.mark.integration
@@ -451,7 +453,7 @@ def test_a_rule_without_a_ceiling_still_has_one(stack: Stack) -> None:  # noqa: 
             assert created.status == 202, created.body
             made.append(created.body["id"])
         refused = stack.api.call("POST", "/v1/leases", token=token, body={"profile": "api-cold"})
-        assert (refused.status, refused.body["reason"]) == (429, "concurrency_limit")
+        assert (refused.status, refused.body["code"]) == (429, "concurrency_limit")
     finally:
         for lease in made:
             stack.api.call("DELETE", f"/v1/leases/{lease}", token=token)
@@ -630,9 +632,13 @@ def test_a_body_that_never_arrives_is_given_up(stack: Stack) -> None:  # noqa: F
     assert answer.startswith(b"HTTP/1.1 408"), answer
 
 
-def test_anonymous_status_does_not_list_on_every_call(stack: Stack) -> None:  # noqa: F811
-    """/v1/status needs no credentials; a hundred anonymous calls must not cost a hundred
-    LISTs of pools on kube-apiserver (counted by kube-apiserver's own metrics)."""
+def test_anonymous_status_does_not_list_on_every_call(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
+    """/v1/status needs no credentials; where it lists pools to anyone
+    (`--public-pool-status`), a hundred anonymous calls must not cost a hundred LISTs of pools on
+    kube-apiserver (counted by kube-apiserver's own metrics)."""
+    process, public = start_api(
+        stack.cluster, stack.namespace, tmp_path / "public.log", ("--public-pool-status",)
+    )
 
     def lists() -> float:
         text = stack.cluster.kubectl("get", "--raw", "/metrics").stdout
@@ -644,10 +650,15 @@ def test_anonymous_status_does_not_list_on_every_call(stack: Stack) -> None:  # 
             and 'resource="clusterpools"' in line
         )
 
-    before = lists()
-    for _ in range(100):
-        assert stack.api.call("GET", "/v1/status").status == 200
-    assert lists() - before <= 20
+    try:
+        assert public.call("GET", "/v1/status").body["pools"], "it does list them"
+        before = lists()
+        for _ in range(100):
+            assert public.call("GET", "/v1/status").status == 200
+        assert lists() - before <= 20
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 # -- low: inputs that used to crash a request --------------------------------------------------
@@ -766,3 +777,73 @@ def test_a_static_token_may_be_stored_as_its_digest(stack: Stack) -> None:  # no
     digests = (digest, other_digest, other_digest.upper(), rotated_digest)
     leaks = (plain, token, other, rotated, *(text[:16] for text in digests))
     assert not [leak for leak in leaks if leak in logs]
+
+
+# -- issue 26: 429 "server overloaded" and a rate limit on cluster lease creation -------------
+
+
+def test_an_overloaded_worker_answers_429_at_once_and_keeps_its_probes(
+    stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Spec 7.1's "server overloaded": a worker already serving --max-in-flight requests (here
+    two whose bodies trickle in) refuses the next at once with Retry-After, before reading or
+    authenticating anything, and serves /healthz all the same; once they end, it serves again."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--max-in-flight=2", "--workers=1"),
+    )  # fmt: skip
+    host, port = api.base.removeprefix("http://").split(":")
+    held = []
+    try:
+        for _ in range(2):
+            connection = socket.create_connection((host, int(port)), timeout=30)
+            connection.sendall(
+                b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
+            held.append(connection)
+        wait_for("both to be in flight", lambda: api.call("GET", "/v1/pools").status == 429)
+        refused = api.call("GET", "/v1/pools", token=ALICE)
+        assert (refused.status, refused.body["code"]) == (429, "overloaded"), refused.body
+        assert refused.headers["Retry-After"] == "1" and "reason" not in refused.body
+        assert api.call("GET", "/healthz").status == 200
+        assert "lessor_http_shed_total" in api.call("GET", "/metrics").body
+    finally:
+        for connection in held:
+            connection.close()
+    wait_for(
+        "the worker to serve again", lambda: api.call("GET", "/v1/pools", token=ALICE).status == 200
+    )
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def test_cluster_lease_creation_is_rate_limited_per_principal(
+    stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A caller in a loop spends its bucket and then gets 429 with Retry-After (`rate_limited`,
+    not the concurrency ceiling's 429, which has none); another caller is not affected."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--lease-admission-rate=0.05", "--lease-admission-burst=2"),
+    )  # fmt: skip
+    made = []
+    try:
+        for _ in range(2):
+            created = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-cold"})
+            assert created.status == 202, created.body
+            made.append((ALICE, created.body["id"]))
+        limited = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-cold"})
+        assert (limited.status, limited.body["code"]) == (429, "rate_limited"), limited.body
+        assert int(limited.headers["Retry-After"]) >= 1
+        other = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
+        assert other.status == 202, other.body
+        made.append((BOB, other.body["id"]))
+        assert "lessor_lease_admission_rate_limited_total" in api.call("GET", "/metrics").body
+    finally:
+        for token, lease in made:
+            api.call("DELETE", f"/v1/leases/{lease}", token=token)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)

@@ -53,6 +53,6 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
     assert _watched("external", tmp_path / "kubeconfig") == {
         **cluster,
         "sandboxpool": ["sandboxpools", "sandboxleases"],
-        "sandboxlease": ["sandboxleases", "sandboxpools"],
+        "sandboxlease": ["sandboxleases", "sandboxpools", "pods"],
         "sandboxexecution": ["sandboxexecutions"],
     }

@@ -68,7 +68,7 @@ def _verify(
         # Checked before any key is used, so `none` and HMAC tokens (HS256 "signed" with a
         # public key) are refused outright.
         raise AuthenticationError(f"algorithm {algorithm!r} not allowed")
-    key = jwks.key(issuer.jwks_endpoint, header.get("kid"))
+    key = _for_algorithm(jwks.key(issuer.jwks_endpoint, header.get("kid")), algorithm)
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -87,3 +87,18 @@ def _verify(
         if claim_text(claims, claim) != value:
             raise AuthenticationError(f"required claim {claim!r} is not {value!r}")
     return claims
+
+
+def _for_algorithm(key: jwt.PyJWK, algorithm: str) -> jwt.PyJWK:
+    """The key, to verify a token of `algorithm` with. A JWK's `alg` is optional (RFC 7517,
+    4.4), and PyJWK reads a key that names none as RS256 or ES256 by its type, which would refuse
+    every RS384 token of an issuer whose JWKS omits it. A key that names its `alg` is taken at
+    its word (a token of another algorithm is refused); one that names none serves the token's,
+    when its type can (an RSA key never verifies an ES384 token)."""
+    data: dict[str, Any] = key._jwk_data  # PyJWK keeps the JWK only there
+    if data.get("alg") or key.algorithm_name == algorithm:
+        return key
+    try:
+        return jwt.PyJWK(data, algorithm=algorithm)
+    except jwt.PyJWTError as error:
+        raise AuthenticationError(f"the key cannot verify {algorithm}: {error}") from error

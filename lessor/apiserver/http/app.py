@@ -37,7 +37,6 @@ from lessor.apiserver.http.bodies import (
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpNotFoundError,
-    UnavailableError,
     UpgradeRequiredError,
 )
 from lessor.apiserver.http.observe import Observe, add_error_handlers
@@ -61,6 +60,7 @@ from lessor.apiserver.http.responses import (
     conform_each,
 )
 from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.http.shedding import Shed
 from lessor.apiserver.leases.cluster_leases import LeaseService
 from lessor.apiserver.leases.pools import PoolService
 from lessor.apiserver.policy.store import PolicyStore
@@ -100,12 +100,19 @@ class Services:
 
     @cached_property
     def auth(self) -> Authenticator:
-        signed = AdmissionLimiter(self.settings.ssh_signed_rate, self.settings.ssh_signed_burst)
+        signed = AdmissionLimiter(
+            self.settings.ssh_signed_rate, self.settings.ssh_signed_burst, scope="ssh"
+        )
         return Authenticator(self.policies, self.kube, self.settings.ssh_audiences, signed)
 
     @cached_property
     def leases(self) -> LeaseService:
-        return LeaseService(self.kube, self.settings.default_max_concurrent_leases)
+        limiter = AdmissionLimiter(
+            self.settings.lease_admission_rate,
+            self.settings.lease_admission_burst,
+            scope="cluster",
+        )
+        return LeaseService(self.kube, limiter, self.settings.default_max_concurrent_leases)
 
     @cached_property
     def pools(self) -> PoolService:
@@ -183,6 +190,8 @@ class Authenticate:
         req.context.principal = None
         if resource is None or not hasattr(resource, f"on_{req.method.lower()}"):
             return
+        if isinstance(resource, SandboxBase):
+            resource.require_served()  # before credentials: a path that does not exist is a 404
         needs: Authentication = getattr(resource, "authentication", "required")
         header = req.get_header("Authorization")
         if needs == "none" or (needs == "optional" and not header):
@@ -198,6 +207,8 @@ class LeasesResource(Base):
         request = parse(CreateLease, req.context.body, req.content_type)
         resp.media = conform(LeaseCreated, self.services.leases.create(caller, request))
         resp.status = falcon.HTTP_202
+        # Where a client whose answer was cut short reads the lease (spec 4.3, rule 3).
+        resp.set_header("Location", f"/v1/leases/{resp.media['id']}")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = conform_each(LeaseSummary, self.services.leases.list_mine(principal(req)))
@@ -279,7 +290,10 @@ class LoginResource(Base):
 
 
 class StatusResource(Base):
-    """Anyone may ask (spec 5.1); a caller who sends credentials sees its own pools' rows."""
+    """Anyone may ask (spec 5.1): the version and how to authenticate. Pool rows go to a caller
+    who sends credentials (the pools it may use), and to anyone only where the deployment says
+    its pools are public (`--public-pool-status`): pool names and their capacity tell an
+    outsider about the installation (docs/api.md)."""
 
     authentication = "optional"
 
@@ -292,23 +306,30 @@ class StatusResource(Base):
                 "version": __version__,
                 # Every configured method can be exchanged for a session at POST /v1/login.
                 "auth": {"methods": methods, "sessions": methods},
-                "pools": self.services.pools.status_rows(caller),
+                "pools": (
+                    self.services.pools.status_rows(caller)
+                    if caller is not None or self.services.settings.public_pool_status
+                    else []
+                ),
                 "sandbox": self.services.sandbox.status(),
             },
         )
 
 
 class SandboxBase(Base):
-    """Every /v1/sandbox-leases path (they exist only with `agentSandbox.mode: external`):
-    authenticated first, then refused with the compatibility verdict's reason while the
-    installed agent-sandbox is not usable (503 backend_error)."""
+    """Every /v1/sandbox-leases path. They exist only with `agentSandbox.mode: external` and
+    while the installed agent-sandbox passes the compatibility check (spec 1): otherwise every
+    one is a 404, before any credential is looked at, whose detail says why (as /v1/status
+    does). The verdict is checked again at most once a minute (lessor.apiserver.sandboxes.gate),
+    so the routes appear once agent-sandbox is fixed, without a restart."""
 
-    def served(self, req: falcon.Request) -> tuple[Principal, SandboxLeaseService]:
-        caller = principal(req)
+    def require_served(self) -> None:
         verdict = self.services.sandbox.verdict()
         if not verdict.served:
-            raise UnavailableError(verdict.reason)
-        return caller, self.services.sandbox_leases
+            raise HttpNotFoundError(f"the Sandbox API is not served here: {verdict.reason}")
+
+    def served(self, req: falcon.Request) -> tuple[Principal, SandboxLeaseService]:
+        return principal(req), self.services.sandbox_leases
 
 
 class SandboxLeasesResource(SandboxBase):
@@ -498,7 +519,11 @@ def api_document() -> Json:
 def create_app(settings: Settings) -> StreamRoutes:
     """The WSGI application: the WebSocket routes in front of the Falcon app."""
     services = Services(settings)
-    middleware: list[Observe | Authenticate] = [Observe(), Authenticate(services)]
+    middleware: list[Shed | Observe | Authenticate] = [
+        Shed(settings.max_in_flight),  # first: an overloaded worker does no other work
+        Observe(),
+        Authenticate(services),
+    ]
     app = falcon.App(middleware=middleware)
     sandbox = settings.agent_sandbox_mode == "external"
     for route in ROUTES:

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from lessor.apiserver.http.errors import BadRequestError
 from lessor.protocol.durations import PositiveDuration
+from lessor.protocol.lease_ids import looks_like_an_id
 from lessor.resources.base import DNS_LABEL, POOL_NAME
 from lessor.resources.sandbox import IdempotencyKey
 
@@ -61,13 +62,25 @@ def _metadata_limits(metadata: dict[str, Any]) -> dict[str, Any]:
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 
 
+def _not_an_id(alias: str) -> str:
+    if looks_like_an_id(alias):
+        raise ValueError("an alias may not have the form of a lease id (l + 12 or s + 24 hex)")
+    return alias
+
+
+# A lease's name for its owner, usable where its id goes (lessor.apiserver.leases.aliases).
+Alias = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=DNS_LABEL), AfterValidator(_not_an_id)
+]
+
+
 class CreateLease(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: PoolName | None = None
     pool: PoolName | None = Field(default=None, description="Accepted alias of profile.")
     ttl: PositiveDuration | None = None
-    alias: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    alias: Alias | None = None
     metadata: Annotated[dict[str, Any], AfterValidator(_metadata_limits)] | None = None
 
     @model_validator(mode="after")
@@ -141,7 +154,7 @@ class CreateSandboxLease(BaseModel):
 
     pool: PoolName
     ttl: PositiveDuration | None = None
-    alias: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    alias: Alias | None = None
     idempotency_key: IdempotencyKey | None = Field(
         default=None, alias="idempotencyKey", min_length=1
     )

@@ -1,12 +1,17 @@
-"""Every error the API answers, as `{"error": ..., "detail": ..., "reason": ...}` (spec 7.2).
+"""Every error the API answers, as `{"error", "detail", "reason", "code"}` (spec 7.2).
 
-The same condition carries the same reason on the cluster and Sandbox paths. A client mistake is
-a 4xx with a message that says what to change; a 500 never carries internals.
+A refusal is raised with one classification (`reason=`), lessor's or the spec's: the body's
+`code` carries it always, its `reason` only when it is one of the spec's (the spec omits the
+reason where it names none; lessor.protocol.error_reasons). The same condition carries the same
+reason on the cluster and Sandbox paths. A client mistake is a 4xx with a message that says what
+to change; a 500 never carries internals.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS
 
 
 class HttpError(Exception):
@@ -25,6 +30,8 @@ class HttpError(Exception):
         super().__init__(detail or self.error)
         self.detail = detail
         if reason is not None:
+            if reason not in SPEC_REASONS | LESSOR_CODES:
+                raise ValueError(f"{reason!r} is no error reason of the API")
             self.reason = reason
         if error is not None:
             self.error = error
@@ -35,7 +42,9 @@ class HttpError(Exception):
         if self.detail:
             body["detail"] = self.detail
         if self.reason:
-            body["reason"] = self.reason
+            body["code"] = self.reason
+            if self.reason in SPEC_REASONS:
+                body["reason"] = self.reason
         return body
 
 
@@ -73,6 +82,15 @@ class UpgradeRequiredError(HttpError):
 
 class TooManyRequestsError(HttpError):
     status, error = 429, "too many requests"
+
+    @classmethod
+    def rate_limited(cls, what: str, retry_after: int) -> TooManyRequestsError:
+        """A refusal of an admission rate limit: the one 429 that says when to come back."""
+        return cls(
+            f"too many {what}; retry in {retry_after}s",
+            reason="rate_limited",
+            headers={"Retry-After": str(retry_after)},
+        )
 
 
 class UnavailableError(HttpError):

@@ -35,6 +35,14 @@ SANDBOX_ADMISSION_RATE_LIMITED = Counter(
     "lessor_sandbox_admission_rate_limited_total",
     "Sandbox lease creations refused by the per-principal admission rate limit.",
 )
+LEASE_ADMISSION_RATE_LIMITED = Counter(
+    "lessor_lease_admission_rate_limited_total",
+    "Cluster lease creations refused by the per-principal admission rate limit.",
+)
+SHED = Counter(
+    "lessor_http_shed_total",
+    "Requests refused at once with 429 because the worker already served --max-in-flight.",
+)
 SANDBOX_STREAMS_OPEN = Gauge(
     "lessor_sandbox_streams_open",
     "Attach and port-forward sessions open now.",

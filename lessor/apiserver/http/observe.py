@@ -94,7 +94,7 @@ def _on_falcon_error(
     if error.description:
         body["detail"] = error.description
     if reason:
-        body["reason"] = reason
+        body["reason"] = body["code"] = reason
     resp.status = error.status
     resp.media = body
     resp.set_headers(error.headers or {})

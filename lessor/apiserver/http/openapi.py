@@ -38,7 +38,7 @@ from lessor.apiserver.http.responses import (
     SessionIssued,
     Status,
 )
-from lessor.apiserver.sandboxes.executions import EXECUTION_BOUND, WAIT_MARGIN
+from lessor.apiserver.sandboxes.executions import WAIT_MARGIN
 from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 from lessor.protocol.json_object import Json
 
@@ -197,9 +197,9 @@ def _execution_create() -> Json:
     responses = operation["responses"]
     responses["200"]["headers"] = location
     responses["409"]["description"] = (
-        "reason `idempotency_conflict`, `execution_limit_exhausted` (the lease's "
-        f"{EXECUTION_BOUND} executions are spent), `not_ready`, `expired`, `target_unresolved` "
-        "or `conflict_retryable`"
+        "reason `idempotency_conflict`, `execution_limit_exhausted` (the lease has run the "
+        "`maxExecutions` its pool allowed when it was granted), `not_ready`, `expired`, "
+        "`target_unresolved` or `conflict_retryable`"
     )
     responses["501"]["description"] = "the SandboxPool has no runner"
     responses["503"]["description"] = (
@@ -241,14 +241,18 @@ COMMON = (400, 401, 503)
 
 
 def leases() -> Json:
+    create = _operation(
+        "Create a cluster lease",
+        202,
+        _ref(LeaseCreated),
+        errors=(*COMMON, 403, 404, 409, 429),
+        request=CreateLease,
+    )
+    create["responses"]["202"]["headers"] = {"Location": _header("/v1/leases/{id}")}
+    retry_after = "Seconds; with code `rate_limited` or `overloaded`, never `concurrency_limit`."
+    create["responses"]["429"]["headers"] = {"Retry-After": _header(retry_after)}
     return {
-        "post": _operation(
-            "Create a cluster lease",
-            202,
-            _ref(LeaseCreated),
-            errors=(*COMMON, 403, 404, 409, 429),
-            request=CreateLease,
-        ),
+        "post": create,
         "get": _operation(
             "The caller's active leases",
             200,

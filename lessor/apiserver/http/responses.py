@@ -20,7 +20,14 @@ from lessor.resources.sandbox import ReleaseCause
 class Error(BaseModel):
     error: str
     detail: str | None = None
-    reason: str | None = None
+    reason: str | None = Field(
+        default=None, description="One of spec 7.2's reasons; omitted where none applies."
+    )
+    code: str | None = Field(
+        default=None,
+        description="The refusal's cause: the reason, or lessor's finer code where the spec "
+        "names none (alias_active, idempotency_conflict, concurrency_limit, rate_limited, ...).",
+    )
 
 
 class LeaseCreated(BaseModel):

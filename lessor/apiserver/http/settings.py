@@ -17,6 +17,12 @@ class Settings:
     # burst.
     sandbox_admission_rate: float = DEFAULT_RATE
     sandbox_admission_burst: int = DEFAULT_BURST
+    # The same for cluster lease creation.
+    lease_admission_rate: float = 5.0
+    lease_admission_burst: int = 30
+    # Requests one worker serves at once (health and metrics aside): beyond, 429 at once with
+    # Retry-After (lessor.apiserver.http.shedding).
+    max_in_flight: int = 32
     # Attach and port-forward sessions (lessor.apiserver.sandboxes.stream_bridge), in seconds:
     # the longest time without data either way, and the longest session.
     sandbox_stream_idle_timeout: float = 900
@@ -32,3 +38,5 @@ class Settings:
     ssh_signed_burst: int = 100
     # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.
     default_max_concurrent_leases: int = 20
+    # Whether GET /v1/status lists pools (names and counts) to a caller without credentials.
+    public_pool_status: bool = False

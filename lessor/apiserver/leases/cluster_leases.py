@@ -16,18 +16,23 @@ import secrets
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http import metrics
 from lessor.apiserver.http.bodies import CreateLease, ExtendLease
 from lessor.apiserver.http.errors import (
     ForbiddenError,
     HttpConflictError,
     HttpNotFoundError,
+    TooManyRequestsError,
 )
+from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.reservations import Reservations
 from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
+from lessor.protocol.lease_ids import looks_like_an_id
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
 
@@ -48,8 +53,11 @@ def _phase(obj: Json) -> str | None:
 
 
 class LeaseService:
-    def __init__(self, kube: Kube, default_ceiling: int) -> None:
+    def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
         self.kube = kube
+        # Creates per principal and replica: each one is several writes to kube-apiserver, so a
+        # caller in a loop must not take every replica's capacity (429 with Retry-After).
+        self.limiter = limiter
         # default_ceiling: active leases an owner may hold where its rule sets no
         # maxConcurrentLeases.
         self.reservations = Reservations(kube, ClusterLease, default_ceiling)
@@ -75,15 +83,21 @@ class LeaseService:
         Release takes it even out of the policy's grant (ending a lease never hurts)."""
         if not OBJECT_NAME.match(lease_id):
             raise HttpNotFoundError(f"no lease {lease_id[:80]}")
-        try:
-            obj = self.kube.get(ClusterLease.crd.plural, lease_id)
-        except ApiException as error:
-            if error.status == 404:
-                raise HttpNotFoundError(f"no lease {lease_id}") from error
-            raise
-        if obj.get("spec", {}).get("requester") != principal.owner:
+        obj = self.kube.find(ClusterLease.crd.plural, lease_id)
+        if obj is None and not looks_like_an_id(lease_id):
+            obj = by_alias(self._all_mine(principal), lease_id, ClusterLease.phases.holds_slot)
+        if obj is None or obj.get("spec", {}).get("requester") != principal.owner:
             raise HttpNotFoundError(f"no lease {lease_id}")
         return obj
+
+    def _all_mine(self, principal: Principal) -> list[Json]:
+        """Every lease of the caller's, ended ones included (until the operator deletes them)."""
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
+        return [
+            lease
+            for lease in self.kube.list_objects(ClusterLease.crd.plural, selector)
+            if lease["spec"].get("requester") == principal.owner
+        ]
 
     def pool(self, name: str) -> ClusterPool:
         if not OBJECT_NAME.match(name):
@@ -104,6 +118,10 @@ class LeaseService:
             raise ForbiddenError(
                 f"{principal.identity} may not lease from {pool_name}", reason="forbidden"
             )
+        decision = self.limiter.take(principal.owner)
+        if not decision.allowed:
+            metrics.LEASE_ADMISSION_RATE_LIMITED.inc()
+            raise TooManyRequestsError.rate_limited("lease requests", decision.retry_after)
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
@@ -254,7 +272,8 @@ class LeaseService:
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
-            updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, lease_id))
+            name = raw["metadata"]["name"]  # `lease_id` may be its alias
+            updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, name))
             return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
 
         return retry_on_conflict(attempt, doing="extending it")

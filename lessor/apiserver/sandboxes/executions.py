@@ -31,7 +31,7 @@ from lessor.apiserver.http.errors import (
     UnavailableError,
 )
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
+from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, placed_pod
 from lessor.apiserver.state.fencing import FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.backoff import Backoff
@@ -53,7 +53,6 @@ LEASE_LABEL = "lessor.dev/sandbox-lease"
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 SPEND_BACKOFF = Backoff(first=0.02, cap=0.2)
-EXECUTION_BOUND = 500  # executions per lease lifetime (spec 8: "exists per lease")
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 MAX_TIMEOUT = datetime.timedelta(hours=1)
 WAIT_MARGIN = 15.0  # seconds past the timeout a wait-mode request waits for the outcome
@@ -144,11 +143,7 @@ class ExecutionService:
             )
         if request.container is not None and request.container not in pool.spec.containers():
             raise BadRequestError(f"the sandbox has no container {request.container}")
-        pod = status.get("pod")
-        if not pod:
-            raise HttpConflictError(
-                "the sandbox's pod is not known yet", reason="target_unresolved"
-            )
+        pod = placed_pod(lease)
         timeout = self._timeout(request, status)
         made_meanwhile = self._spend_one(lease, name)
         if made_meanwhile is not None:
@@ -268,12 +263,13 @@ class ExecutionService:
         Without that check, identical retries sent at once would each pay, and race each other
         for the increment until one ran out of attempts."""
         for attempt in range(SPEND_ATTEMPTS):
-            spent = int(lease["spec"].get("executionsReserved") or 0)
-            if spent >= EXECUTION_BOUND:
+            spec = SandboxLease.model_validate(lease).spec
+            if spec.executions_reserved >= spec.max_executions:
                 raise HttpConflictError(
-                    f"this lease has run its {EXECUTION_BOUND} executions; request a new lease",
+                    f"this lease has run its {spec.max_executions} executions; request a new lease",
                     reason="execution_limit_exhausted",
                 )
+            spent = spec.executions_reserved
             operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
             try:
                 fenced_patch(self.kube, SandboxLease.crd.plural, lease, [operation])

@@ -1,9 +1,9 @@
 """Whether this replica serves the Sandbox API (`agentSandbox.mode`).
 
 `disabled` (the default): no Sandbox route exists, so every /v1/sandbox-leases path is a 404.
-`external`: the routes exist and are served only while the read-only compatibility check of
-the installed agent-sandbox (lessor.agentsandbox.compat) passes; otherwise they answer 503
-`backend_error` with the reason, which /v1/status shows too. The check runs when a worker starts
+`external`: the routes exist only while the read-only compatibility check of the installed
+agent-sandbox (lessor.agentsandbox.compat) passes (spec 1); otherwise they answer 404 with the
+reason as detail, which /v1/status shows too. The check runs when a worker starts
 and again at most once a minute, so installing or fixing agent-sandbox needs no restart; a
 change of verdict is logged once.
 """

@@ -12,8 +12,10 @@ and answers with the same lease, or 409 when the pool, TTL or alias differ. An u
 gets a random name.
 
 Handoff. When the create's outcome cannot be classified (the Kubernetes API timed out, reset
-the connection or failed with a 5xx after the request was sent; a replica that is shutting
-down hits this when its requests are cut short) the lease may or may not exist. The answer is
+the connection or failed with a 5xx after the request was sent) the lease may or may not exist.
+A worker that is shutting down waits for its create only SHUTDOWN_CREATE_TIMEOUT, so that its
+caller gets an answer before gunicorn's graceful time runs out, and hands off what it did not
+confirm. The answer is
 the usual 202 plus `status: admission_pending`, `retry: false` and `statusUrl`. The arbiter is
 the store itself: the first read, release or extension of that id that finds nothing creates a
 tombstone of the same name (a SandboxLease with `cancelled: true`, which nothing treats as a
@@ -33,7 +35,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http import metrics
+from lessor.apiserver.http import lifecycle, metrics
 from lessor.apiserver.http.bodies import CreateSandboxLease, ExtendSandboxLease
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -43,15 +45,16 @@ from lessor.apiserver.http.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.leases.reservations import Reservation, Reservations
 from lessor.apiserver.policy.evaluation import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
-from lessor.apiserver.state.kube import Kube
+from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
-from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
+from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.access_policy import SandboxGrant
 from lessor.resources.lease_time import provisioning_deadline
@@ -59,6 +62,7 @@ from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease,
 
 PATH = "/v1/sandbox-leases"
 ENDED = ("Released", "Expired")
+SHUTDOWN_CREATE_TIMEOUT = 2.0  # seconds; gunicorn's graceful timeout is 25 by default
 LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
 TOMBSTONE_POOL = "cancelled"
 
@@ -81,14 +85,30 @@ def _phase(obj: Json) -> str | None:
 
 
 def placed_pod(lease: Json) -> Json:
-    """The Ready lease's pod reference (`{name, uid}`); 409 `expired` once the sandbox is gone,
-    `not_ready` before it is placed."""
+    """The Ready lease's pod reference (`{name, uid}`), where executions, logs, attach and
+    port-forward go. 409 `expired` once the sandbox is gone, `not_ready` before it is placed,
+    `target_unresolved` while its pod is not known (being replaced: the operator records the
+    successor). 503 `provenance_incomplete` when the record that ties the pod to this lease
+    (claim, sandbox and pod, each with its uid) is incomplete: the target cannot be verified,
+    and no retry will fix it; an administrator must."""
     phase = _phase(lease) or "Pending"
     if phase in (*ENDED, "Releasing", "Quarantined"):
         raise HttpConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
-    pod: Json | None = lease.get("status", {}).get("pod")
-    if phase != "Ready" or not pod:
+    if phase != "Ready":
         raise HttpConflictError("the sandbox is not placed yet", reason="not_ready")
+    status = lease.get("status", {})
+    pod: Json | None = status.get("pod")
+    if not pod:
+        raise HttpConflictError(
+            "the sandbox's pod is not known yet; retry shortly", reason="target_unresolved"
+        )
+    chain = [status.get("claim") or {}, status.get("sandbox") or {}, pod]
+    if not all(ref.get("name") and ref.get("uid") for ref in chain):
+        raise UnavailableError(
+            "the lease's placement record is incomplete (claim, sandbox and pod, each with its "
+            "uid), so its target cannot be verified; an administrator must look at it",
+            reason="provenance_incomplete",
+        )
     return pod
 
 
@@ -124,11 +144,7 @@ class SandboxLeaseService:
             ):
                 return self._replay(principal, request, found)
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
-            raise TooManyRequestsError(
-                f"too many Sandbox lease requests; retry in {decision.retry_after}s",
-                reason="rate_limited",
-                headers={"Retry-After": str(decision.retry_after)},
-            )
+            raise TooManyRequestsError.rate_limited("Sandbox lease requests", decision.retry_after)
         if request.idempotency_key is not None and (
             found := self.kube.find(SandboxLease.crd.plural, name)
         ):
@@ -169,8 +185,12 @@ class SandboxLeaseService:
         taken: list[Reservation],
     ) -> Json:
         """The one create that decides; see the module docstring for the outcomes."""
+        # A worker that is stopping has only gunicorn's graceful time left, after which its
+        # caller would get no answer at all: it waits for the create a short while, and hands
+        # off what it could not confirm (spec 4.3: "when the service is shutting down").
+        timeout = SHUTDOWN_CREATE_TIMEOUT if lifecycle.stopping() else TIMEOUT
         try:
-            created = self.kube.create(SandboxLease.crd.plural, body)
+            created = self.kube.create(SandboxLease.crd.plural, body, timeout=timeout)
         except ApiException as error:
             if error.status == 409 and request.idempotency_key is not None:
                 self._release_all(taken)  # a racing identical request won the name
@@ -207,6 +227,7 @@ class SandboxLeaseService:
             "provisioningTimeout": pool.spec.provisioning_timeout,
             "requester": principal.owner,
             "maxExtensions": grant.max_extensions,
+            "maxExecutions": pool.spec.max_executions,
         }
         optional = {"ttl": request.ttl, "alias": request.alias,
                     "idempotencyKey": request.idempotency_key}  # fmt: skip
@@ -342,6 +363,8 @@ class SandboxLeaseService:
         if not OBJECT_NAME.match(lease_name):
             raise HttpNotFoundError(f"no Sandbox lease {lease_name[:80]}")
         found = self.kube.find(SandboxLease.crd.plural, lease_name)
+        if found is None and not looks_like_an_id(lease_name):
+            found = by_alias(self._all_mine(principal), lease_name, SandboxLease.phases.holds_slot)
         if found is None and SANDBOX_LEASE_ID.match(lease_name) and self._may_arbitrate(principal):
             found = self._arbitrate(principal, lease_name)
         spec = (found or {}).get("spec", {})
@@ -368,11 +391,7 @@ class SandboxLeaseService:
         decision = self.limiter.take(principal.owner)
         if not decision.allowed:
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
-            raise TooManyRequestsError(
-                f"too many Sandbox lease requests; retry in {decision.retry_after}s",
-                reason="rate_limited",
-                headers={"Retry-After": str(decision.retry_after)},
-            )
+            raise TooManyRequestsError.rate_limited("Sandbox lease requests", decision.retry_after)
         return True
 
     def _arbitrate(self, principal: Principal, name: str) -> Json | None:
@@ -398,13 +417,19 @@ class SandboxLeaseService:
         return self.view(self.owned(principal, lease_name))
 
     def list_mine(self, principal: Principal) -> list[Json]:
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.view(obj)
+            for obj in self._all_mine(principal)
+            if self._grant(principal, obj["spec"]["pool"], "lease") is not None
+        ]
+
+    def _all_mine(self, principal: Principal) -> list[Json]:
+        """The caller's leases, ended ones included, tombstones not."""
+        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
+        return [
+            obj
             for obj in self.kube.list_objects(SandboxLease.crd.plural, selector)
-            if obj["spec"].get("requester") == principal.owner
-            and not obj["spec"].get("cancelled")
-            and self._grant(principal, obj["spec"]["pool"], "lease") is not None
+            if obj["spec"].get("requester") == principal.owner and not obj["spec"].get("cancelled")
         ]
 
     # -- extend, release -------------------------------------------------------------------
@@ -427,7 +452,16 @@ class SandboxLeaseService:
                     f"this lease allows {budget} extensions and has used them",
                     reason="extension_budget_exhausted",
                 )
-            current = status.expires_at or status.ready_at
+            current = lease.spec.expires_at(status.ready_at).replace(microsecond=0)
+            caught_up = status.extensions_count == len(lease.spec.extensions)
+            if caught_up and status.expires_at is not None and status.expires_at != current:
+                # The operator recorded another expiry than the lease's terms give: one of the
+                # two derivations is wrong, and extending either would build on it.
+                raise HttpConflictError(
+                    f"the lease records expiry {timestamp(status.expires_at)}, its terms give "
+                    f"{timestamp(current)}; an administrator must look at it",
+                    reason="expiry_derivation_mismatch",
+                )
             ceiling = status.ready_at + parse_duration(lease.spec.max_ttl or "24h")
             if current + duration > ceiling:
                 raise HttpConflictError(
@@ -488,7 +522,7 @@ class SandboxLeaseService:
                 raise BadRequestError("no such container in the sandbox") from error
             raise
         return {
-            "id": lease_name,
+            "id": lease["metadata"]["name"],
             "pod": pod["name"],
             "data": text,
             "truncated": len(text.encode()) >= LOG_BYTES_MAX,

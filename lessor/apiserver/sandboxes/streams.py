@@ -201,7 +201,7 @@ class SandboxStreamService:
         placed = placed_pod(lease)
         pod = self._pod(placed)
         common = {
-            "lease": lease_name,
+            "lease": lease["metadata"]["name"],  # `lease_name` may be its alias
             "lease_uid": lease["metadata"]["uid"],
             "pool": lease["spec"]["pool"],
             "pod": placed["name"],
@@ -227,13 +227,11 @@ class SandboxStreamService:
             )
         except ApiException as error:
             if error.status == 404:
-                raise HttpConflictError(
-                    "the sandbox is not placed yet", reason="not_ready"
-                ) from None
+                raise _being_replaced() from None
             raise
         pod: Json = self.kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
         if pod["metadata"]["uid"] != placed["uid"]:
-            raise HttpConflictError("the sandbox is not placed yet", reason="not_ready")
+            raise _being_replaced()
         return pod
 
     def _declared_port(self, pool_name: str, wanted: str) -> int:
@@ -329,3 +327,11 @@ def _container(pod: Json, offered: list[str], name: str | None) -> Json:
         if container["name"] == name and name in offered:
             return dict(container)
     raise BadRequestError(f"the sandbox has no container {name or '(none offered)'}")
+
+
+def _being_replaced() -> HttpConflictError:
+    """The recorded pod is gone or is not the live one of its name: agent-sandbox is replacing
+    it, and the operator records the successor (lessor.operator.sandbox_leases)."""
+    return HttpConflictError(
+        "the sandbox's pod is being replaced; retry shortly", reason="target_unresolved"
+    )

@@ -28,6 +28,7 @@ from lessor.apiserver.http import metrics
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
+    HttpNotFoundError,
     TooManyRequestsError,
     UnavailableError,
 )
@@ -87,10 +88,10 @@ class StreamRoutes:
         """Every check of the session, in the REST routes' order, the open pod stream, and the
         session's slot."""
         answer = handshake(environ)
-        principal = self._principal(environ)
         verdict = self.services.sandbox.verdict()
-        if not verdict.served:
-            raise UnavailableError(verdict.reason)
+        if not verdict.served:  # as the REST routes (SandboxBase): the path does not exist
+            raise HttpNotFoundError(f"the Sandbox API is not served here: {verdict.reason}")
+        principal = self._principal(environ)
         streams: SandboxStreamService = self.services.streams
         target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
         if environ.get("gunicorn.socket") is None:

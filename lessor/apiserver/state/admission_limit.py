@@ -1,4 +1,5 @@
-"""Per-principal admission rate limiting of Sandbox lease creation (spec 4.3), per API replica.
+"""Per-principal admission rate limiting, per API replica: of Sandbox lease creation (spec 4.3),
+of cluster lease creation and of SSH-signed requests, each with buckets of its own (`scope`).
 
 A token bucket per principal: `burst` tokens, refilled at `rate` per second. An attempt that
 finds a whole token spends it before any admission work; one that does not is refused with the
@@ -32,11 +33,15 @@ class Decision:
 
 
 class AdmissionLimiter:
-    def __init__(self, rate: float, burst: int, directory: Path | None = None) -> None:
+    def __init__(
+        self, rate: float, burst: int, directory: Path | None = None, *, scope: str = "sandbox"
+    ) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("the admission rate must be positive and the burst at least 1")
         self.rate = rate
         self.burst = burst
+        # Limiters share the replica's table; each keeps its own buckets.
+        self.scope = scope
         self.database = ReplicaDatabase(
             "buckets.sqlite3",
             "CREATE TABLE IF NOT EXISTS buckets"
@@ -46,7 +51,7 @@ class AdmissionLimiter:
 
     def take(self, identity: str, now: float | None = None) -> Decision:
         """Spend one token of `identity`'s bucket if a whole one is there."""
-        key = hashlib.sha256(identity.encode()).hexdigest()
+        key = hashlib.sha256(f"{self.scope}\0{identity}".encode()).hexdigest()
         now = time.time() if now is None else now
         db = self.database.connection()
         db.execute("BEGIN IMMEDIATE")

@@ -83,9 +83,9 @@ class Kube:
         )
         return cast(list[Json], cast(Json, result).get("items", []))
 
-    def create(self, plural: str, body: Json) -> Json:
+    def create(self, plural: str, body: Json, timeout: float = TIMEOUT) -> Json:
         result = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, body, _request_timeout=TIMEOUT
+            GROUP, VERSION, self.namespace, plural, body, _request_timeout=timeout
         )
         return cast(Json, result)
 

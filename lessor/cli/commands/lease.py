@@ -87,7 +87,8 @@ def _create(
     if metadata is not None:
         body["metadata"] = metadata
     try:
-        return client.call("POST", "/v1/leases", body), False
+        # No idempotency key on cluster leases (spec 4.1): recovered from Location, never resent.
+        return client.create("/v1/leases", body, keyed=False), False
     except ApiError as error:
         # Two `--ensure` runs raced and the other created it first: use that one.
         if args.ensure and error.reason == "alias_active":

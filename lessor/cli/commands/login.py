@@ -1,5 +1,6 @@
 """`lessor login` exchanges the target's credential for a session token (kept per endpoint,
-mode 0600, reused by every later command); `lessor logout` revokes it and deletes it."""
+mode 0600, reused by every later command); `lessor logout` revokes it and deletes it, and the
+target's stored static token with it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import datetime
 import ssl
 
-from lessor.cli import context, oidc, output, sessions
+from lessor.cli import config, context, oidc, output, sessions
 from lessor.cli.client import Bearer, Client, Credential, SshSignature, agent_keys, own_credential
 from lessor.cli.errors import USAGE, ApiError, CliError
 from lessor.protocol.ssh_signature import audience_of
@@ -72,8 +73,25 @@ def login(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forget_stored_token(name: str | None, endpoint: str) -> bool:
+    """Spec 4.7: logout removes the stored credentials with the session: the static token the
+    configured target keeps (an ssh key stays in its agent, an OIDC login keeps nothing)."""
+    if name is None:
+        return False
+    settings = config.load()
+    stored = settings.targets.get(name)
+    if stored is None or stored.token is None or stored.endpoint != endpoint:
+        return False
+    settings.targets[name] = stored.model_copy(update={"token": None})
+    config.save(settings)
+    return True
+
+
 def logout(args: argparse.Namespace) -> int:
-    client = Client(context.target(args)[1])
+    name, target = context.target(args)
+    client = Client(target)
+    if _forget_stored_token(name, client.endpoint):
+        print(f"removed the stored token of target {name}")
     session = sessions.load(client.endpoint)
     if session is None:
         print(f"not logged in to {client.endpoint}")

@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}
     if args.ttl:
         body["ttl"] = args.ttl
-    lease_id = server_id(client.call("POST", "/v1/sandbox-leases", body))
+    lease_id = server_id(client.create("/v1/sandbox-leases", body))  # keyed: one lease
     progress = Progress()
     try:
         wait_ready(client, lease_id, progress)
