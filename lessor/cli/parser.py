@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from lessor import __version__
+from lessor.protocol.lease_ids import LEASE_ID
 
 EPILOG = """\
 examples:
@@ -26,6 +27,16 @@ permission, 4 not found, 5 timed out, 6 refused (conflict or limit), 130 interru
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
+
+
+def lease_name(value: str) -> str:
+    """A lease id or alias (both DNS labels): anything else could never name a lease, and is
+    never put in a request's path."""
+    if not LEASE_ID.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value[:80]!r} is no lease id or alias (lowercase letters, digits and '-')"
+        )
+    return value
 
 
 def _common() -> argparse.ArgumentParser:
@@ -206,7 +217,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "Run COMMAND (no shell) in the sandbox of LEASE, print its output as it comes and exit"
         " with its exit code; --detach prints the execution id instead.",
     )
-    execute.add_argument("lease_id", metavar="LEASE")
+    execute.add_argument("lease_id", metavar="LEASE", type=lease_name)
     execute.add_argument("--detach", action="store_true", help="do not wait for the command")
     _command_arguments(execute)
     logs = _command(
@@ -216,7 +227,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "read a sandbox's or an execution's output",
         "Print the log tail of LEASE, or the retained output of EXECUTION.",
     )
-    logs.add_argument("lease_id", metavar="LEASE")
+    logs.add_argument("lease_id", metavar="LEASE", type=lease_name)
     logs.add_argument("execution", nargs="?", metavar="EXECUTION")
     logs.add_argument("-f", "--follow", action="store_true", help="until the execution ends")
     cancel = _command(
@@ -226,7 +237,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "cancel a running execution",
         "Cancel EXECUTION of LEASE.",
     )
-    cancel.add_argument("lease_id", metavar="LEASE")
+    cancel.add_argument("lease_id", metavar="LEASE", type=lease_name)
     cancel.add_argument("execution", metavar="EXECUTION")
     streams = "lessor.cli.commands.streams"
     attach = _command(
@@ -241,7 +252,7 @@ yours, and Ctrl-] detaches. Ends when the process closes the stream, the lease l
 the server's idle or duration limit is reached (exit 1 with the reason).""",
         prints=False,
     )
-    attach.add_argument("lease_id", metavar="LEASE")
+    attach.add_argument("lease_id", metavar="LEASE", type=lease_name)
     attach.add_argument("-c", "--container", help="default: the pool's default container")
     forward = _command(
         commands,
@@ -255,7 +266,7 @@ Examples: 8080:80, 8080:http, :http, 5432. Ends with Ctrl-C, when the lease ends
 grant of its pool is withdrawn.""",
         prints=False,
     )
-    forward.add_argument("lease_id", metavar="LEASE")
+    forward.add_argument("lease_id", metavar="LEASE", type=lease_name)
     forward.add_argument("ports", metavar="LOCAL:REMOTE")
     forward.add_argument("--address", default="127.0.0.1", help="local address to listen on")
 
@@ -321,7 +332,7 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         "Release LEASE: its cluster is destroyed and the pool refills (a sandbox lease: its"
         " sandbox is deleted). Repeating it is safe.",
     )
-    release.add_argument("lease_id", metavar="LEASE")
+    release.add_argument("lease_id", metavar="LEASE", type=lease_name)
     extend = _command(
         commands,
         "extend",
@@ -329,7 +340,7 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         "extend a lease's expiry",
         "Move LEASE's expiry later by --ttl, within the policy's maxExtensions.",
     )
-    extend.add_argument("lease_id", metavar="LEASE")
+    extend.add_argument("lease_id", metavar="LEASE", type=lease_name)
     extend.add_argument("--ttl", required=True, metavar="DURATION", help="how much later, e.g. 30m")
     _config(commands)
     _sandbox(commands)

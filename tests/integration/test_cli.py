@@ -573,3 +573,21 @@ def test_version_names_the_endpoints_version_and_metadata_comes_from_a_file(user
         assert "--metadata-json" in missing.stderr
     finally:
         user.run("release", leased["id"])
+
+
+def test_release_and_extend_take_an_alias_and_refuse_what_names_no_lease(user: User) -> None:
+    """Issue 26: the server resolves an alias where an id goes, and the CLI, which tells the
+    two kinds of lease apart by the id's form, looks an alias up first. A LEASE argument that
+    could be no id nor alias never reaches a request's path."""
+    user.target("token")
+    alias = f"job-{uuid.uuid4().hex[:6]}"
+    leased = user.json("lease", "cli-warm", "--name", alias)
+    extended = user.json("extend", alias, "--ttl", "5m")
+    assert extended["id"] == leased["id"]
+    released = user.run("release", alias)
+    assert released.returncode == 0 and f"released lease {leased['id']}" in released.stdout
+    wait_for("Released", lambda: phase(user.stack, leased["id"]) == "Released")
+    missing = user.run("release", "no-such-lease")
+    assert missing.returncode == 4 and "no lease of yours is named" in missing.stderr
+    crafted = user.run("release", "../login")
+    assert crafted.returncode == 2 and "no lease id or alias" in crafted.stderr

@@ -1,31 +1,47 @@
 """`lessor release` and `lessor extend`: the two changes a lease owner can ask for, of a cluster
-lease or of a Sandbox lease (told apart by the id's form)."""
+lease or of a Sandbox lease (told apart by the id's form), named by its id or its alias."""
 
 from __future__ import annotations
 
 import argparse
 
 from lessor.cli import context, output
-from lessor.cli.errors import USAGE, CliError
+from lessor.cli.client import Client, server_id
+from lessor.cli.errors import NOT_FOUND, USAGE, ApiError, CliError
 from lessor.protocol.durations import parse_duration
-from lessor.protocol.lease_ids import SANDBOX_LEASE_ID
+from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
 
 
-def _sandbox(lease_id: str) -> bool:
-    """Cluster lease ids never have the Sandbox lease id's form."""
-    return SANDBOX_LEASE_ID.match(lease_id) is not None
+def _resolve(client: Client, name: str) -> tuple[bool, str]:
+    """(whether it is a Sandbox lease, its id) for an id or an alias. An id tells its kind by
+    its form (lessor.protocol.lease_ids); an alias is looked up on the server, among the
+    caller's cluster leases first, then its Sandbox leases (the server resolves an alias where
+    an id goes, docs/api.md)."""
+    if looks_like_an_id(name):
+        return SANDBOX_LEASE_ID.match(name) is not None, name
+    try:
+        return False, server_id(client.call("GET", f"/v1/leases/{name}"))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    try:
+        return True, server_id(client.call("GET", f"/v1/sandbox-leases/{name}"))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    raise CliError(f"no lease of yours is named {name}", NOT_FOUND)
 
 
 def release(args: argparse.Namespace) -> int:
-    sandbox = _sandbox(args.lease_id)
-    path = f"/v1/{'sandbox-leases' if sandbox else 'leases'}/{args.lease_id}"
-    context.client(args).call("DELETE", path)
+    client = context.client(args)
+    sandbox, lease_id = _resolve(client, args.lease_id)
+    client.call("DELETE", f"/v1/{'sandbox-leases' if sandbox else 'leases'}/{lease_id}")
     if output.wants_json(args):
-        output.emit_json({"id": args.lease_id, "release_requested": True})
+        output.emit_json({"id": lease_id, "release_requested": True})
     elif sandbox:
-        print(f"released sandbox lease {args.lease_id}: its sandbox is deleted")
+        print(f"released sandbox lease {lease_id}: its sandbox is deleted")
     else:
-        print(f"released lease {args.lease_id}: its cluster is destroyed and replaced")
+        print(f"released lease {lease_id}: its cluster is destroyed and replaced")
     return 0
 
 
@@ -36,16 +52,15 @@ def extend(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(f"--ttl: {error}", USAGE) from None
     client = context.client(args)
-    if _sandbox(args.lease_id):
-        answer = client.call(
-            "PATCH", f"/v1/sandbox-leases/{args.lease_id}", {"extendTtl": args.ttl}
-        )
+    sandbox, lease_id = _resolve(client, args.lease_id)
+    if sandbox:
+        answer = client.call("PATCH", f"/v1/sandbox-leases/{lease_id}", {"extendTtl": args.ttl})
         expires = answer["expiresAt"]
     else:
-        answer = client.call("PATCH", f"/v1/leases/{args.lease_id}", {"extend_ttl": args.ttl})
+        answer = client.call("PATCH", f"/v1/leases/{lease_id}", {"extend_ttl": args.ttl})
         expires = answer["expires_at"]
     if output.wants_json(args):
-        output.emit_json({"id": args.lease_id, **answer})
+        output.emit_json({"id": lease_id, **answer})
     else:
-        print(f"lease {args.lease_id} now expires {output.until(expires)}")
+        print(f"lease {lease_id} now expires {output.until(expires)}")
     return 0
