@@ -836,3 +836,31 @@ def test_an_expiry_the_lease_terms_do_not_give_refuses_extension(env: Env) -> No
         if env.operator.process is not None and env.operator.process.poll() is not None:
             env.operator.start()
         env.release(ALICE, lease)
+
+
+def test_concurrent_extensions_spend_the_budget_once(env: Env) -> None:
+    """Spec 4.4's concurrent change (issue 26): ten PATCHes at once of a lease whose grant
+    allows one extension, across the race of their fenced writes: exactly one is applied; every
+    other is a 409, `extension_budget_exhausted` or, for one that lost the race three times,
+    `conflict_retryable` (safe to retry against the current lease)."""
+    lease = env.create(ALICE, pool="sb-warm", ttl="10m").body["id"]
+    try:
+        env.until(ALICE, lease, "Ready")
+
+        def extend(_: int) -> tuple[int, str | None]:
+            answer = env.api.call(
+                "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "1m"}
+            )
+            return answer.status, (answer.body or {}).get("reason")
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+            results = list(pool.map(extend, range(10)))
+        assert [status for status, _ in results].count(200) == 1, results
+        assert {(s, r) for s, r in results if s != 200} <= {
+            (409, "extension_budget_exhausted"),
+            (409, "conflict_retryable"),
+        }, results
+        stored = env.objects.get("sandboxlease", lease)
+        assert stored is not None and len(stored["spec"]["extensions"]) == 1
+    finally:
+        env.release(ALICE, lease)
