@@ -552,7 +552,7 @@ def test_metrics_count_requests_across_workers(stack: Stack) -> None:
     for _ in range(4):
         stack.api.call("GET", "/v1/status")
     text = stack.api.call("GET", "/metrics").body
-    assert "lessor_sandbox_admission_rate_limited_total" in text
+    assert "svc_sandbox_admission_rate_limited_total" in text
     counted = sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -649,7 +649,7 @@ def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: 
     limited = ScannedApi(api, env.api.seen)
     bucket = Bucket(rate, 2)
     made = []
-    refusals = "lessor_sandbox_admission_rate_limited_total"
+    refusals = "svc_sandbox_admission_rate_limited_total"
     try:
 
         def post(
