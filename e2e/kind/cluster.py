@@ -55,16 +55,28 @@ def exists(kind: Path, name: str) -> bool:
     return name in listed
 
 
-def save_logs(kind: Path, name: str, progress: Progress) -> Path:
-    """kind's logs of a failed creation (node journal, containerd, kubelet), kept in the cache."""
+def save_logs(kind: Path, name: str, output: str, progress: Progress) -> Path:
+    """What kind said and its logs of the node (journal, containerd, kubelet), in the cache."""
     directory = kind_cache() / "logs" / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    subprocess.run(
-        [str(kind), "export", "logs", str(directory), "--name", name],
+    directory.mkdir(parents=True)
+    (directory / "kind-create.log").write_text(output)
+    exported = subprocess.run(
+        [str(kind), "export", "logs", str(directory / "nodes"), "--name", name],
         capture_output=True,
+        text=True,
         check=False,
     )
+    if exported.returncode != 0:
+        (directory / "kind-export-logs.log").write_text(exported.stdout + exported.stderr)
     progress(f"kind's logs saved in {directory}")
     return directory
+
+
+def failure_line(output: str) -> str:
+    """kind's own error line (it prints `ERROR: ...`), else its last line."""
+    lines = output.strip().splitlines() or ["no output"]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines)[-1].removeprefix("ERROR: ")
 
 
 def create(kind: Path, name: str, image: str, kubeconfig: Path, progress: Progress) -> None:
@@ -79,10 +91,13 @@ def create(kind: Path, name: str, image: str, kubeconfig: Path, progress: Progre
         check=False,
     )  # fmt: skip
     if result.returncode != 0:
-        logs = save_logs(kind, name, progress)
-        subprocess.run([str(kind), "delete", "cluster", "--name", name], check=False)
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ControlPlaneError(f"kind could not create {name}: {last} (logs: {logs})")
+        logs = save_logs(kind, name, result.stdout + result.stderr, progress)
+        subprocess.run(
+            [str(kind), "delete", "cluster", "--name", name], capture_output=True, check=False
+        )
+        raise ControlPlaneError(
+            f"kind could not create {name}: {failure_line(result.stderr)} (logs: {logs})"
+        )
 
 
 def prove(cluster: KindCluster, probe_image: str, progress: Progress) -> None:
