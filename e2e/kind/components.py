@@ -45,6 +45,7 @@ class KindVersions:
     coredns: str
     pause: str
     cni_plugins: str
+    local_path_provisioner: str
 
     @classmethod
     def pinned(cls) -> KindVersions:
@@ -57,6 +58,7 @@ class KindVersions:
             coredns=data["coredns"],
             pause=data["pause"],
             cni_plugins=data["cniPlugins"],
+            local_path_provisioner=data["localPathProvisioner"],
         )
 
 
@@ -150,6 +152,18 @@ def cni_plugins(versions: KindVersions, progress: Progress) -> Path:
     return cached(f"cni-plugins-{versions.cni_plugins}", names, build, progress)
 
 
+def local_path_provisioner(versions: KindVersions, progress: Progress) -> Path:
+    """kind's default storage: rancher's local-path-provisioner, as kind's image builds it."""
+    version = versions.local_path_provisioner
+
+    def build(go: str, work: Path, out: Path) -> None:
+        package = f"github.com/rancher/local-path-provisioner@{version}"
+        go_install(go, [package], out, progress, f"-s -w -X main.VERSION={version}")
+
+    names = ("local-path-provisioner",)
+    return cached(f"local-path-provisioner-{version}", names, build, progress)
+
+
 def kind_cli(versions: KindVersions, progress: Progress) -> Path:
     def build(go: str, work: Path, out: Path) -> None:
         go_install(go, [f"sigs.k8s.io/kind@{versions.kind}"], out, progress, "-s -w")
@@ -188,6 +202,7 @@ class Components:
     cni: Path
     kind: Path
     pause: Path
+    local_path_provisioner: Path
 
 
 def ensure_components(versions: KindVersions, progress: Progress) -> Components:
@@ -199,4 +214,5 @@ def ensure_components(versions: KindVersions, progress: Progress) -> Components:
         cni=cni_plugins(versions, progress),
         kind=kind_cli(versions, progress),
         pause=pause(versions, progress),
+        local_path_provisioner=local_path_provisioner(versions, progress),
     )

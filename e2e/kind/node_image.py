@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -32,7 +33,7 @@ from e2e.kind.components import (
     require_go,
 )
 from e2e.kind.docker_setup import DockerSetupError, ensure_docker
-from e2e.kind.rootfs import KUBE_PROXY_PACKAGES, NODE_PACKAGES, ensure_rootfs
+from e2e.kind.rootfs import NODE_PACKAGES, TOOLS_PACKAGES, ensure_rootfs
 from lessor.controlplane.binaries import Progress, file_lock
 from lessor.controlplane.errors import ControlPlaneError
 
@@ -57,7 +58,7 @@ def node_key(versions: KindVersions) -> str:
     digest = hashlib.sha256(json.dumps(asdict(versions), sort_keys=True).encode())
     for name in RECIPE_FILES:
         digest.update((HERE / name).read_bytes())
-    digest.update(" ".join(NODE_PACKAGES + KUBE_PROXY_PACKAGES).encode())
+    digest.update(" ".join(NODE_PACKAGES + TOOLS_PACKAGES).encode())
     return digest.hexdigest()[:16]
 
 
@@ -106,8 +107,9 @@ def kubeadm_images(components: Components, versions: KindVersions) -> dict[str, 
     images = {image.rsplit(":", 1)[0].rsplit("/", 1)[1]: image for image in listing}
     wanted = {"etcd": versions.etcd, "coredns": versions.coredns, "pause": versions.pause}
     for name, pin in wanted.items():
-        tag = images[name].rsplit(":", 1)[1]
-        if not tag.removeprefix("v").startswith(pin.removeprefix("v")):
+        # etcd's tags carry a build suffix ("3.6.6-0"); the others are the bare version.
+        tag = images[name].rsplit(":", 1)[1].removeprefix("v").split("-")[0]
+        if tag != pin.removeprefix("v"):
             raise ControlPlaneError(
                 f"kubeadm {versions.kubernetes} wants {images[name]} but e2e/kind/versions.json "
                 f"pins {name} {pin}: change the pin"
@@ -116,11 +118,11 @@ def kubeadm_images(components: Components, versions: KindVersions) -> dict[str, 
 
 
 def component_images(
-    components: Components, versions: KindVersions, work: Path, progress: Progress
+    components: Components, versions: KindVersions, kind_dir: Path, work: Path, progress: Progress
 ) -> list[Path]:
     """One OCI archive per image kubeadm runs, each holding the binary built here."""
     images = kubeadm_images(components, versions)
-    proxy_base = ensure_rootfs("kube-proxy", versions.debian, KUBE_PROXY_PACKAGES, progress)
+    tools = ensure_rootfs("tools", versions.debian, TOOLS_PACKAGES, progress)
     control_plane = {
         "kube-apiserver": components.control_plane,
         "kube-controller-manager": components.control_plane,
@@ -132,7 +134,7 @@ def component_images(
     for name, directory in control_plane.items():
         path = f"/usr/local/bin/{name}"
         layer = oci.binary_layer(work / f"{name}.layer.tar", {path: directory / name})
-        layers = (proxy_base, layer) if name == "kube-proxy" else (layer,)
+        layers = (tools, layer) if name == "kube-proxy" else (layer,)
         recipes.append(oci.Image(images[name], layers, entrypoint=(path,)))
     coredns = oci.binary_layer(
         work / "coredns.layer.tar", {"/coredns": components.coredns / "coredns"}
@@ -140,12 +142,65 @@ def component_images(
     recipes.append(oci.Image(images["coredns"], (coredns,), entrypoint=("/coredns",)))
     pause = oci.binary_layer(work / "pause.layer.tar", {"/pause": components.pause / "pause"})
     recipes.append(oci.Image(images["pause"], (pause,), entrypoint=("/pause",), user="65535:65535"))
+    recipes += storage_images(components, kind_dir, tools, work)
     archives = []
     for recipe in recipes:
         progress(f"  image {recipe.name}")
         file_name = recipe.name.replace("/", "_").replace(":", "_") + ".oci.tar"
         archives.append(oci.write_archive(recipe, work / file_name))
     return archives
+
+
+def go_string_constants(source: str) -> dict[str, str]:
+    """The string constants of a Go file: plain ones and raw ones joined with `+`.
+
+    kind keeps its storage manifest and image names as Go constants; reading them from the pinned
+    module keeps the node in step with the kind that will install them.
+    """
+    constants = dict(re.findall(r'^const (\w+) = "([^"]*)"$', source, re.MULTILINE))
+    for match in re.finditer(r"^const (\w+) = `", source, re.MULTILINE):
+        parts, position = [], match.end() - 1
+        while True:
+            if source[position] == "`":
+                end = source.index("`", position + 1)
+                parts.append(source[position + 1 : end])
+                position = end + 1
+            else:
+                name = re.match(r"\w+", source[position:])
+                if name is None:
+                    break
+                parts.append(constants[name.group(0)])
+                position += name.end()
+            joined = re.match(r"\s*\+\s*", source[position:])
+            if joined is None:
+                break
+            position += joined.end()
+        constants[match.group(1)] = "".join(parts)
+    return constants
+
+
+def storage_manifest(kind_dir: Path) -> tuple[str, dict[str, str]]:
+    """kind's default storage manifest and its two images (provisioner, helper)."""
+    constants = go_string_constants((kind_dir / "pkg/build/nodeimage/const_storage.go").read_text())
+    images = {
+        "provisioner": constants["storageProvisionerImage"],
+        "helper": constants["storageHelperImage"],
+    }
+    return constants["defaultStorageManifest"], images
+
+
+def storage_images(
+    components: Components, kind_dir: Path, tools: Path, work: Path
+) -> list[oci.Image]:
+    """local-path-provisioner FROM scratch; its helper (sh, mkdir, rm) on the tools base."""
+    _, images = storage_manifest(kind_dir)
+    path = "/usr/local/bin/local-path-provisioner"
+    source = components.local_path_provisioner / "local-path-provisioner"
+    layer = oci.binary_layer(work / "local-path-provisioner.layer.tar", {path: source})
+    return [
+        oci.Image(images["provisioner"], (layer,), entrypoint=(path,)),
+        oci.Image(images["helper"], (tools,)),
+    ]
 
 
 def containerd_config(kind_dir: Path, pause_image: str) -> str:
@@ -266,6 +321,8 @@ def node_overlay(
     overlay.data("/etc/default/kubelet", f"{kubelet_defaults} --fail-cgroupv1=false\n".encode())
     overlay.data("/kind/version", versions.kubernetes.encode())
     overlay.data("/kind/manifests/default-cni.yaml", CNI_MANIFEST.encode())
+    manifest, _ = storage_manifest(kind_dir)
+    overlay.data("/kind/manifests/default-storage.yaml", manifest.encode())
     return overlay.tar()
 
 
@@ -288,6 +345,13 @@ nohup containerd > /var/log/containerd-build.log 2>&1 &
 for i in $(seq 1 30); do ctr version > /dev/null 2>&1 && exit 0; sleep 1; done
 echo "containerd did not start: $(tail -n 3 /var/log/containerd-build.log)" >&2
 exit 1
+"""
+
+# containerd's child exits as a zombie (sleep is PID 1 and reaps nothing): wait for live ones only.
+STOP_CONTAINERD = """
+pkill containerd
+while pgrep -r R,S,D containerd > /dev/null; do sleep 1; done
+rm -f /var/log/containerd-build.log
 """
 
 IMPORT = [
@@ -332,7 +396,7 @@ def assemble(
             name,
             "bash",
             "-c",
-            "pkill containerd; while pgrep -r R,S,D containerd; do sleep 1; done",
+            STOP_CONTAINERD,
         )
         progress(f"committing {tag}")
         stage = f"lessor-kind-node-stage:{key}"
@@ -384,7 +448,7 @@ def build(progress: Progress = say) -> str:
         tempfile.TemporaryDirectory(prefix="node-", dir=kind_cache()) as scratch,
     ):
         progress(f"building {tag} (key {key})")
-        archives = component_images(components, versions, Path(scratch), progress)
+        archives = component_images(components, versions, kind_dir, Path(scratch), progress)
         pause_image = kubeadm_images(components, versions)["pause"]
         overlay = node_overlay(components, versions, kind_dir, pause_image)
         assemble(base, overlay, archives, tag=tag, key=key, progress=progress)

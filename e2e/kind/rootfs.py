@@ -1,4 +1,4 @@
-"""Debian root filesystems made with mmdebstrap: the node's base and the base of kube-proxy.
+"""Debian root filesystems made with mmdebstrap: the node's base, and a small one for images.
 
 No base image can be pulled here, but Debian's package mirror answers, so the root filesystems
 come from Debian packages. mmdebstrap takes minutes, so each tarball is cached under a name keyed
@@ -24,8 +24,9 @@ NODE_PACKAGES = (
     "ethtool", "util-linux", "mount", "kmod", "libseccomp2", "pigz", "bash", "ca-certificates",
     "curl", "jq", "procps", "containerd", "runc", "socat", "ebtables",
 )  # fmt: skip
-# kube-proxy programs iptables and conntrack from inside its container.
-KUBE_PROXY_PACKAGES = ("iptables", "conntrack")
+# The base of the images that need a userland: kube-proxy programs iptables and conntrack, and
+# local-path-provisioner's helper pods run sh, mkdir and rm.
+TOOLS_PACKAGES = ("iptables", "conntrack")
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*")
 
 
