@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         actions[command](name)
-    except (ControlPlaneError, DockerSetupError) as error:
+    except (ControlPlaneError, DockerSetupError, OSError) as error:
         print(f"kind cluster: {error}", file=sys.stderr)
         return 1
     except subprocess.CalledProcessError as error:

@@ -183,6 +183,9 @@ def main() -> int:
     except DockerSetupError as error:
         print(f"docker setup failed: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # not root, or a tool missing: say which file or program
+        print(f"docker setup failed: {error}", file=sys.stderr)
+        return 1
     except subprocess.CalledProcessError as error:
         print(
             f"docker setup failed: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",

@@ -464,7 +464,7 @@ def main(argv: list[str]) -> int:
         else:
             print("usage: python -m e2e.kind.node_image build", file=sys.stderr)
             return 2
-    except (ControlPlaneError, DockerSetupError) as error:
+    except (ControlPlaneError, DockerSetupError, OSError) as error:
         print(f"kind node image: {error}", file=sys.stderr)
         return 1
     except subprocess.CalledProcessError as error:
