@@ -88,6 +88,16 @@ def image_key(tag: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def image_id(tag: str) -> str | None:
+    result = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def kubeadm_images(components: Components, versions: KindVersions) -> dict[str, str]:
     """The images kubeadm of this version asks for, by component name (the repository's last
     part), checked against the pins so the node holds exactly what kubeadm will run."""
@@ -417,6 +427,7 @@ def finish(stage: str, tag: str, key: str) -> None:
 
     The legacy builder reads the Dockerfile from stdin and needs no context and no registry.
     """
+    previous = image_id(tag)
     dockerfile = f"FROM {stage}\nSTOPSIGNAL SIGRTMIN+3\nLABEL {KEY_LABEL}={key}\n"
     result = subprocess.run(
         ["docker", "build", "-q", "-t", tag, "-"],
@@ -428,6 +439,9 @@ def finish(stage: str, tag: str, key: str) -> None:
     if result.returncode != 0:
         raise ControlPlaneError(f"`docker build` of {tag} failed: {result.stderr.decode()[-500:]}")
     docker("rmi", stage)
+    if previous and previous != image_id(tag):
+        # The image this one replaces; docker keeps it while a kind node still runs from it.
+        subprocess.run(["docker", "rmi", previous], capture_output=True, check=False)
 
 
 def build(progress: Progress = say) -> str:
