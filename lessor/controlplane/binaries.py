@@ -74,8 +74,8 @@ def ensure_binaries(progress: Progress = print) -> Path:
     versions = Versions.pinned()
 
     def build(go: str, work: Path, out: Path) -> None:
-        _build_kubernetes(go, versions, work / "kubernetes", out, progress)
-        _build_etcd(go, versions, work / "etcd", out, progress)
+        build_kubernetes(go, versions.kubernetes, work / "kubernetes", out, progress)
+        build_etcd(go, versions.etcd, work / "etcd", out, progress)
         _build_kwok(go, versions, work / "kwok", out, progress)
 
     return build_once(
@@ -174,10 +174,16 @@ def wrapper_module(directory: Path, name: str, go_mod_lines: list[str]) -> None:
     (directory / "go.mod").write_text("\n".join([f"module {name}", *go_mod_lines, ""]))
 
 
-def _build_kubernetes(
-    go: str, versions: Versions, work: Path, out: Path, progress: Progress
+def build_kubernetes(
+    go: str,
+    version: str,
+    work: Path,
+    out: Path,
+    progress: Progress,
+    *,
+    commands: tuple[str, ...] = KUBERNETES_COMMANDS,
 ) -> None:
-    version = versions.kubernetes
+    """Build `commands` of k8s.io/kubernetes at `version` into `out` (kind's node reuses this)."""
     work.mkdir(parents=True)
     info = _module_info(go, f"k8s.io/kubernetes@{version}", work, progress)
     upstream = Path(info["GoMod"]).read_text()
@@ -195,7 +201,7 @@ def _build_kubernetes(
     ]
     module_dir = work / "module"
     wrapper_module(module_dir, "lessor.dev/localcp/kubernetes", lines)
-    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBERNETES_COMMANDS]
+    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in commands]
     run_go(go, ["get", *(f"{p}@{version}" for p in packages)], module_dir, progress)
     major, minor = version.removeprefix("v").split(".")[:2]
     stamp = {
@@ -212,8 +218,8 @@ def _build_kubernetes(
     run_go(go, build, module_dir, progress)
 
 
-def _build_etcd(go: str, versions: Versions, work: Path, out: Path, progress: Progress) -> None:
-    version = versions.etcd
+def build_etcd(go: str, version: str, work: Path, out: Path, progress: Progress) -> None:
+    """Build etcd `version` into `out` (kind's node image reuses this for its own pin)."""
     lines = ["go 1.24", f"require go.etcd.io/etcd/server/v3 {version}"]
     wrapper_module(work, "lessor.dev/localcp/etcd", lines)
     run_go(go, ["get", f"go.etcd.io/etcd/server/v3@{version}"], work, progress)
