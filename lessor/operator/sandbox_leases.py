@@ -116,7 +116,7 @@ def setup(context: Context) -> Controller:
     leases = context.informer(
         SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool, BY_SANDBOX: index_by_sandbox}
     )
-    # Every pod of the sandbox namespace is a sandbox's (lessor.operator.ownership).
+    # The pods of the sandbox namespace, by the Sandbox that owns them (others index nowhere).
     pods = context.manager.informer(context.client, PODS, namespace=settings.sandbox_namespace)
     pods.store.add_indexer(BY_OWNER, index_by_owner)
     reconciler = SandboxLeaseReconciler(
