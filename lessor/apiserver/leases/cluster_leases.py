@@ -186,13 +186,10 @@ class LeaseService:
     # -- read ------------------------------------------------------------------------------
 
     def list_mine(self, principal: Principal) -> list[Json]:
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             self.summary(lease)
-            for lease in self.kube.list_objects(ClusterLease.crd.plural, selector)
-            if lease["spec"].get("requester") == principal.owner
-            and ClusterLease.phases.holds_slot(_phase(lease))
-            and self.granted(principal, lease)
+            for lease in self._all_mine(principal)
+            if ClusterLease.phases.holds_slot(_phase(lease)) and self.granted(principal, lease)
         ]
 
     def summary(self, lease: Json) -> Json:
