@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.kind.components import kind_cache
+from e2e.kind.components import KindVersions, kind_cache
 from e2e.kind.docker_setup import DockerSetupError, ensure_docker
-from e2e.kind.node_image import KEY_LABEL, docker, image_key
+from e2e.kind.node_image import KEY_LABEL, docker, image_key, imported
 from e2e.kind.rootfs import ensure_rootfs
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
@@ -40,15 +40,10 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def python_base(debian: str, progress: Progress) -> str:
-    """A Debian image with python3, imported once per root filesystem."""
-    rootfs = ensure_rootfs("python", debian, PYTHON_PACKAGES, progress)
-    tag = f"lessor-python-base:{rootfs.stem.rsplit('-', 1)[1]}"
-    found = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
-    if found.returncode:
-        progress(f"importing {rootfs.name} as {tag}")
-        docker("import", str(rootfs), tag)
-    return tag
+def python_base(progress: Progress) -> str:
+    """A Debian image with python3, of the Debian release the kind node pins."""
+    rootfs = ensure_rootfs("python", KindVersions.pinned().debian, PYTHON_PACKAGES, progress)
+    return imported(rootfs, "lessor-python-base", progress)
 
 
 def source_key(base: str) -> str:
@@ -102,7 +97,7 @@ def served(directory: Path) -> Iterator[str]:
 def build(progress: Progress = say) -> str:
     """`lessor:dev`, built unless the one there was built from the same sources and base."""
     ensure_docker(progress)
-    base = python_base("bookworm", progress)
+    base = python_base(progress)
     key = source_key(base)
     if image_key(TAG) == key:
         progress(f"{TAG} is up to date")

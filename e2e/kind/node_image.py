@@ -370,16 +370,21 @@ IMPORT = [
 ]  # fmt: skip
 
 
-def base_image(versions: KindVersions, progress: Progress) -> str:
-    """The node's Debian root filesystem as a docker image, imported once per rootfs."""
-    rootfs = ensure_rootfs("node", versions.debian, NODE_PACKAGES, progress)
-    tag = f"lessor-kind-base:{rootfs.stem.rsplit('-', 1)[1]}"
+def imported(rootfs: Path, repository: str, progress: Progress) -> str:
+    """A root filesystem tarball as a docker image `repository:<its key>`, imported once."""
+    tag = f"{repository}:{rootfs.stem.rsplit('-', 1)[1]}"
     if subprocess.run(
         ["docker", "image", "inspect", tag], capture_output=True, check=False
     ).returncode:
         progress(f"importing {rootfs.name} as {tag}")
         docker("import", str(rootfs), tag)
     return tag
+
+
+def base_image(versions: KindVersions, progress: Progress) -> str:
+    """The node's Debian root filesystem as a docker image."""
+    rootfs = ensure_rootfs("node", versions.debian, NODE_PACKAGES, progress)
+    return imported(rootfs, "lessor-kind-base", progress)
 
 
 def assemble(
