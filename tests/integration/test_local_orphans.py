@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,6 +222,7 @@ def test_an_operator_without_the_local_backends_rights_says_so_and_recovers_once
     try:
         operator.start()
         objects.pool("p", warmTarget=1)
+        refusing_since = time.monotonic()
 
         def message() -> str:
             instances = objects.list("clusterinstances")
@@ -231,8 +233,15 @@ def test_an_operator_without_the_local_backends_rights_says_so_and_recovers_once
         assert not every_cluster(root), "no cluster is started for an unnamed host"
         assert operator.serving()
 
+        refused_for = time.monotonic() - refusing_since
         install_rbac(control_plane, objects.namespace, tmp_path, local_backend=True)
-        wait_for("a warm cluster", lambda: objects.pool_status("p").get("ready") == 1)
+        # The failing provision was retried with exponential backoff, so the next try may be
+        # as far off as the failures lasted: the hang guard grows with them.
+        wait_for(
+            "a warm cluster",
+            lambda: objects.pool_status("p").get("ready") == 1,
+            timeout=max(120.0, 3 * refused_for),
+        )
         assert [d.parent.name for d in every_cluster(root)] == [host_of(control_plane).uid]
     finally:
         if operator.process is not None and operator.process.poll() is None:
