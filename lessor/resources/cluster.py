@@ -43,14 +43,39 @@ class K3sBackendConfig(SpecModel):
     memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 
 
+class NodePortExposure(SpecModel):
+    """How a leased cluster is reached from outside the host cluster: a NodePort Service."""
+
+    type: Literal["NodePort"] = "NodePort"
+    host: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
+        description="The name or address clients reach the host cluster's nodes at (it is added"
+        " to the cluster's certificate); default: the InternalIP of the node the cluster's pod"
+        " runs on.",
+    )
+
+
+class ApiserverBackendConfig(SpecModel):
+    image: str = Field(default="registry.k8s.io/kube-apiserver:v1.35.4", min_length=1)
+    etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
+    cpu: str = Field(default="100m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
+
+
 class Backend(SpecModel):
-    type: Literal["local", "k3s", "namespace"] = Field(
+    type: Literal["local", "apiserver", "k3s", "namespace"] = Field(
         default="local",
         description="local: kube-apiserver and etcd processes on the operator's host (development,"
-        " demos, CI); k3s: a k3s server StatefulSet in the host cluster (production); namespace:"
+        " demos, CI); apiserver: kube-apiserver and etcd as a pod of the host cluster, reached"
+        " through a NodePort (a control plane without nodes, for jobs that need only an API"
+        " server); k3s: a k3s server StatefulSet in the host cluster (production); namespace:"
         " a namespace of the host cluster, for tests and benchmarks only (operator flag"
         " --test-backends).",
     )
+    apiserver: ApiserverBackendConfig | None = None
     # An explicit alias: the camelCase generator would spell it "k3S".
     k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")
 

@@ -19,6 +19,7 @@ import pytest
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.operator.backends import k3s_manifests as manifests
+from lessor.operator.backends import owned
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.runtime.client import KubeClient
@@ -86,7 +87,7 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
             "metadata": {
                 "name": manifests.kubeconfig_secret_name(instance),
                 "namespace": namespace,
-                "labels": manifests.labels(instance),
+                "labels": owned.labels(instance),
             },
             "data": {manifests.KUBECONFIG_KEY: base64.b64encode(kubeconfig.encode()).decode()},
         }
@@ -109,7 +110,7 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
         "-n",
         namespace,
         "-l",
-        manifests.label_selector(instance),
+        owned.label_selector(instance),
         "-o",
         "name",
     ).stdout

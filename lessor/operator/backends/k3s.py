@@ -13,6 +13,7 @@ import secrets
 
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
 
 # (api path prefix, plural) of every kind a k3s cluster consists of, in teardown order.
@@ -95,7 +96,7 @@ class K3sBackend:
         return kubeconfig
 
     async def teardown(self, instance: InstanceRef) -> None:
-        selector = {"labelSelector": manifests.label_selector(instance)}
+        selector = {"labelSelector": label_selector(instance)}
         for prefix, plural in _KINDS:
             path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
             try:
@@ -109,7 +110,7 @@ class K3sBackend:
 
     async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
         """List every kind by the instance's labels: verified only when each list is empty."""
-        selector = {"labelSelector": manifests.label_selector(instance)}
+        selector = {"labelSelector": label_selector(instance)}
         evidence: list[str] = []
         remaining: list[str] = []
         for prefix, plural in _KINDS:

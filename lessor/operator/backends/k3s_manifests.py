@@ -11,15 +11,11 @@ never recorded anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.owned import Manifest, label_selector, labels, metadata
 
-INSTANCE_LABEL = "lessor.dev/instance"
-INSTANCE_UID_LABEL = "lessor.dev/instance-uid"
 KUBECONFIG_KEY = "kubeconfig"
-
-Manifest = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -44,33 +40,6 @@ def kubeconfig_secret_name(instance: InstanceRef) -> str:
 
 def token_secret_name(instance: InstanceRef) -> str:
     return f"{object_name(instance)}-token"
-
-
-def labels(instance: InstanceRef) -> dict[str, str]:
-    return {INSTANCE_LABEL: instance.name, INSTANCE_UID_LABEL: instance.uid}
-
-
-def label_selector(instance: InstanceRef) -> str:
-    return ",".join(f"{key}={value}" for key, value in labels(instance).items())
-
-
-def _metadata(instance: InstanceRef, name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "namespace": instance.namespace,
-        "labels": labels(instance),
-        # Owned by the ClusterInstance: should the operator never get to teardown, deleting the
-        # instance still lets the garbage collector remove these.
-        "ownerReferences": [
-            {
-                "apiVersion": "lessor.dev/v1alpha1",
-                "kind": "ClusterInstance",
-                "name": instance.name,
-                "uid": instance.uid,
-                "blockOwnerDeletion": False,
-            }
-        ],
-    }
 
 
 def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifest]:
@@ -109,20 +78,20 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": _metadata(instance, token_secret_name(instance)),
+            "metadata": metadata(instance, token_secret_name(instance)),
             "type": "Opaque",
             "stringData": {"token": token},
         },
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _metadata(instance, publisher),
+            "metadata": metadata(instance, publisher),
             "automountServiceAccountToken": True,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _metadata(instance, publisher),
+            "metadata": metadata(instance, publisher),
             "rules": [
                 # `create` cannot be limited by name; `get`/`patch` are, to the one Secret.
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
@@ -137,7 +106,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _metadata(instance, publisher),
+            "metadata": metadata(instance, publisher),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": publisher},
             "subjects": [
                 {"kind": "ServiceAccount", "name": publisher, "namespace": instance.namespace}
@@ -146,7 +115,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": _metadata(instance, name),
+            "metadata": metadata(instance, name),
             "spec": {
                 "selector": labels(instance),
                 "ports": [{"name": "https", "port": 6443, "targetPort": 6443}],
@@ -155,7 +124,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
         {
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
-            "metadata": _metadata(instance, name),
+            "metadata": metadata(instance, name),
             "spec": {
                 "serviceName": name,
                 "replicas": 1,

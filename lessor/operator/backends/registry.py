@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from lessor.operator.backends.apiserver import ApiserverBackend
+from lessor.operator.backends.apiserver_manifests import ApiserverConfig
 from lessor.operator.backends.base import ClusterBackend
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
@@ -23,6 +25,8 @@ class Backends:
             return self.local
         if backend.type == "namespace":
             return self.namespace
+        if backend.type == "apiserver":
+            return ApiserverBackend(self.client, apiserver_config(backend))
         settings = backend.k3s
         config = (
             K3sConfig(
@@ -37,3 +41,16 @@ class Backends:
             else K3sConfig()
         )
         return K3sBackend(self.client, config)
+
+
+def apiserver_config(backend: Backend) -> ApiserverConfig:
+    settings = backend.apiserver
+    if settings is None:
+        return ApiserverConfig()
+    return ApiserverConfig(
+        image=settings.image,
+        etcd_image=settings.etcd_image,
+        cpu=settings.cpu,
+        memory=settings.memory,
+        host=settings.exposure.host,
+    )

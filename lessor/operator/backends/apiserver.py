@@ -1,0 +1,153 @@
+"""The `apiserver` backend: kube-apiserver and etcd as a pod of the host cluster, reached from
+outside it through a NodePort.
+
+A cluster without nodes, like `local`, but living in the host cluster: it needs nothing on the
+operator's host, survives the operator's pod, and its kubeconfig works wherever the host's nodes
+are reachable (a CI runner beside a kind cluster, a laptop on the nodes' network). The objects are
+those `apiserver_manifests` renders; teardown deletes each by name (the operator's Role grants
+no `deletecollection`) and verification looks for each by name and for any pod by the instance's
+labels.
+"""
+
+from __future__ import annotations
+
+from lessor.operator.backends import apiserver_manifests as manifests
+from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends.owned import label_selector
+from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.protocol.kubeconfig import kubeconfig
+
+_PATHS = {
+    "Secret": "api/v1/namespaces/{ns}/secrets",
+    "Service": "api/v1/namespaces/{ns}/services",
+    "StatefulSet": "apis/apps/v1/namespaces/{ns}/statefulsets",
+    "Pod": "api/v1/namespaces/{ns}/pods",
+}
+# Teardown order: the StatefulSet first, so that nothing recreates the pod deleted after it.
+_TEARDOWN = ("StatefulSet", "Pod", "Service", "Secret")
+
+
+class ApiserverBackend:
+    def __init__(self, client: KubeClient, config: manifests.ApiserverConfig) -> None:
+        self.client = client
+        self.config = config
+
+    def _path(self, kind: str, instance: InstanceRef, name: str | None = None) -> str:
+        collection = "/" + _PATHS[kind].format(ns=instance.namespace)
+        return f"{collection}/{name}" if name else collection
+
+    def _name(self, kind: str, instance: InstanceRef) -> str:
+        if kind == "Secret":
+            return manifests.pki_secret_name(instance)
+        if kind == "Pod":
+            return manifests.pod_name(instance)
+        return manifests.object_name(instance)
+
+    async def provision(self, instance: InstanceRef) -> None:
+        # Creates are atomic: on replay, what exists answers 409 and is kept, the Secret with the
+        # keys made the first time included (the fresh ones made now are discarded unused).
+        pki = manifests.make_pki(instance, self.config)
+        for manifest in manifests.render(instance, self.config, pki):
+            try:
+                await self.client.create(self._path(manifest["kind"], instance), manifest)
+            except ConflictError:
+                continue
+            except ApiError as error:
+                name = manifest["metadata"]["name"]
+                raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
+
+    async def _endpoint(self, instance: InstanceRef) -> tuple[str, int] | str:
+        """(host, node port) clients connect to, or why there is none yet."""
+        name = manifests.object_name(instance)
+        service = await self.client.get(self._path("Service", instance, name))
+        ports = service.get("spec", {}).get("ports") or [{}]
+        node_port = ports[0].get("nodePort")
+        if not node_port:
+            return "no node port allocated yet"
+        if self.config.host:
+            return self.config.host, int(node_port)
+        pod = await self.client.get(self._path("Pod", instance, manifests.pod_name(instance)))
+        host = pod.get("status", {}).get("hostIP")
+        if not host:
+            return "the cluster's pod is not on a node yet"
+        return str(host), int(node_port)
+
+    async def readiness(self, instance: InstanceRef) -> Readiness:
+        name = manifests.object_name(instance)
+        details = {"service": f"{manifests.service_host(instance)}:{manifests.PORT}"}
+        try:
+            statefulset = await self.client.get(self._path("StatefulSet", instance, name))
+            if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
+                return Readiness(False, "kube-apiserver not ready", details)
+            endpoint = await self._endpoint(instance)
+        except NotFoundError as error:
+            return Readiness(False, f"not provisioned yet ({error.reason})", details)
+        except ApiError as error:
+            return Readiness(False, f"unreadable: {error}", details)
+        if isinstance(endpoint, str):
+            return Readiness(False, endpoint, details)
+        details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
+        return Readiness(True, "kube-apiserver ready", details)
+
+    async def kubeconfig(self, instance: InstanceRef) -> str:
+        try:
+            secret = await self.client.get(
+                self._path("Secret", instance, manifests.pki_secret_name(instance))
+            )
+            endpoint = await self._endpoint(instance)
+        except ApiError as error:
+            raise BackendError(f"kubeconfig of {instance.name}: {error}") from error
+        if isinstance(endpoint, str):
+            raise BackendError(f"kubeconfig of {instance.name}: {endpoint}")
+        data = secret.get("data", {})
+        host, port = endpoint
+        return kubeconfig(
+            instance.name,
+            f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",
+            manifests.ADMIN_USER,
+            {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]},
+            ca_data=data["ca.crt"],
+            server_name=None if host == self.config.host else manifests.service_host(instance),
+        )
+
+    async def teardown(self, instance: InstanceRef) -> None:
+        for kind in _TEARDOWN:
+            try:
+                await self.client.delete(self._path(kind, instance, self._name(kind, instance)))
+            except NotFoundError:
+                continue
+            except ApiError as error:
+                raise BackendError(f"deleting {kind} of {instance.name} failed: {error}") from error
+
+    async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
+        """Each object by name, and every pod by the instance's labels (a stray the StatefulSet
+        made under another name): verified only when none is found."""
+        evidence: list[str] = []
+        remaining: list[str] = []
+        for kind in _TEARDOWN:
+            name = self._name(kind, instance)
+            try:
+                await self.client.get(self._path(kind, instance, name))
+            except NotFoundError:
+                evidence.append(f"{kind} {name} is gone")
+                continue
+            except ApiError as error:
+                remaining.append(f"{kind} {name}: could not read ({error})")
+                continue
+            remaining.append(f"{kind} {name} still exists")
+        selector = label_selector(instance)
+        try:
+            pods = await self.client.request(
+                "GET", self._path("Pod", instance), params={"labelSelector": selector}
+            )
+        except ApiError as error:
+            remaining.append(f"pods labelled {selector}: could not list ({error})")
+        else:
+            names = [item["metadata"]["name"] for item in pods.get("items", [])]
+            if names:
+                remaining.append(f"pods labelled {selector}: {', '.join(names)}")
+            else:
+                evidence.append(f"no pod labelled {selector}")
+        if remaining:
+            return TeardownReport(verified=False, evidence=remaining)
+        return TeardownReport(verified=True, evidence=evidence)

@@ -1,0 +1,202 @@
+"""The objects of one `apiserver` cluster in the host cluster, rendered as plain manifests.
+
+kube-apiserver and etcd run as the two containers of a one-replica StatefulSet (etcd on an
+emptyDir: the cluster is as ephemeral as its lease), behind a NodePort Service so that a
+kubeconfig works from outside the host cluster. The certificates are made by the operator, once,
+into a Secret: the pod mounts the serving certificate and the service-account keys, the operator
+reads the CA and the admin client certificate back for the kubeconfig, and the CA's own key is
+never stored, so nothing can issue another credential for the cluster. Every container runs under
+Pod Security `restricted`, as everything in lessor's namespace must.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from lessor.controlplane.pki import CertificateAuthority, service_account_key
+from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.owned import Manifest, labels, metadata
+
+PORT = 6443
+ETCD_CLIENT = "http://127.0.0.1:2379"
+ETCD_PEER = "http://127.0.0.1:2380"
+SERVICE_CIDR = "10.0.0.0/24"
+ADMIN_USER = "lessor-admin"
+PKI_DIR = "/etc/kubernetes/pki"
+RESTRICTED_CONTAINER: Manifest = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+@dataclass(frozen=True)
+class ApiserverConfig:
+    image: str = "registry.k8s.io/kube-apiserver:v1.35.4"
+    etcd_image: str = "registry.k8s.io/etcd:3.6.6-0"
+    cpu: str = "100m"
+    memory: str = "256Mi"
+    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    host: str | None = None
+
+
+def object_name(instance: InstanceRef) -> str:
+    return f"apiserver-{instance.name}"
+
+
+def pki_secret_name(instance: InstanceRef) -> str:
+    return f"{object_name(instance)}-pki"
+
+
+def pod_name(instance: InstanceRef) -> str:
+    return f"{object_name(instance)}-0"
+
+
+def service_host(instance: InstanceRef) -> str:
+    """The name the cluster's certificate is issued for, whatever address reaches it: a
+    kubeconfig names it as `tls-server-name` when it connects through a node's address."""
+    return f"{object_name(instance)}.{instance.namespace}.svc"
+
+
+def make_pki(instance: InstanceRef, config: ApiserverConfig) -> dict[str, bytes]:
+    """Fresh keys for one cluster, by the file name the pod and the operator read them under."""
+    authority = CertificateAuthority(f"lessor {instance.name}")
+    host = service_host(instance)
+    names = (
+        object_name(instance), host, f"{host}.cluster.local", "localhost", "127.0.0.1",
+        "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local", "10.0.0.1",
+        *((config.host,) if config.host else ()),
+    )  # fmt: skip
+    serving = authority.issue("kube-apiserver", server_names=names)
+    admin = authority.issue(ADMIN_USER, organization="system:masters", client=True)
+    accounts = service_account_key()
+    return {
+        "ca.crt": authority.cert_pem,
+        "apiserver.crt": serving.cert_pem,
+        "apiserver.key": serving.key_pem,
+        "sa.pub": accounts.cert_pem,
+        "sa.key": accounts.key_pem,
+        "admin.crt": admin.cert_pem,
+        "admin.key": admin.key_pem,
+    }
+
+
+def _etcd(config: ApiserverConfig) -> Manifest:
+    command = [
+        "/usr/local/bin/etcd", "--name=etcd", "--data-dir=/var/lib/etcd/data",
+        f"--listen-client-urls={ETCD_CLIENT}", f"--advertise-client-urls={ETCD_CLIENT}",
+        f"--listen-peer-urls={ETCD_PEER}", f"--initial-advertise-peer-urls={ETCD_PEER}",
+        f"--initial-cluster=etcd={ETCD_PEER}", "--initial-cluster-state=new",
+        "--unsafe-no-fsync=true", "--log-level=warn",
+    ]  # fmt: skip
+    return {
+        "name": "etcd",
+        "image": config.etcd_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "securityContext": RESTRICTED_CONTAINER,
+        "volumeMounts": [{"name": "etcd", "mountPath": "/var/lib/etcd"}],
+    }
+
+
+def _apiserver(instance: InstanceRef, config: ApiserverConfig) -> Manifest:
+    probe: Manifest = {"httpGet": {"path": "/readyz", "port": PORT, "scheme": "HTTPS"}}
+    command = [
+        "/usr/local/bin/kube-apiserver", f"--secure-port={PORT}",
+        f"--etcd-servers={ETCD_CLIENT}",
+        f"--tls-cert-file={PKI_DIR}/apiserver.crt",
+        f"--tls-private-key-file={PKI_DIR}/apiserver.key",
+        f"--client-ca-file={PKI_DIR}/ca.crt",
+        f"--service-account-issuer=https://{service_host(instance)}:{PORT}",
+        f"--service-account-key-file={PKI_DIR}/sa.pub",
+        f"--service-account-signing-key-file={PKI_DIR}/sa.key",
+        f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=RBAC",
+        "--endpoint-reconciler-type=none", "--profiling=false",
+    ]  # fmt: skip
+    return {
+        "name": "kube-apiserver",
+        "image": config.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "ports": [{"name": "https", "containerPort": PORT}],
+        # /readyz and /livez are readable anonymously (system:public-info-viewer).
+        "readinessProbe": {**probe, "periodSeconds": 2},
+        "livenessProbe": {
+            "httpGet": {**probe["httpGet"], "path": "/livez"},
+            "periodSeconds": 10,
+            "initialDelaySeconds": 30,
+        },
+        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        "securityContext": RESTRICTED_CONTAINER,
+        "volumeMounts": [{"name": "pki", "mountPath": PKI_DIR, "readOnly": True}],
+    }
+
+
+def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]) -> list[Manifest]:
+    """Every object of the cluster, in the order they are created."""
+    name = object_name(instance)
+    pod_labels = {
+        **labels(instance),
+        "app.kubernetes.io/name": "lessor-cluster",
+        "app.kubernetes.io/component": "apiserver",
+    }
+    # The pod never reads the admin credentials; the operator does, from the Secret.
+    mounted = [key for key in pki if not key.startswith("admin.")]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata(instance, pki_secret_name(instance)),
+            "type": "Opaque",
+            "data": {key: base64.b64encode(value).decode() for key, value in pki.items()},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(instance, name),
+            "spec": {
+                "type": "NodePort",
+                "selector": labels(instance),
+                "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": metadata(instance, name),
+            "spec": {
+                "serviceName": name,
+                "replicas": 1,
+                "selector": {"matchLabels": labels(instance)},
+                "template": {
+                    "metadata": {"labels": pod_labels},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "terminationGracePeriodSeconds": 5,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 65532,
+                            "runAsGroup": 65532,
+                            "fsGroup": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [_etcd(config), _apiserver(instance, config)],
+                        "volumes": [
+                            {"name": "etcd", "emptyDir": {}},
+                            {
+                                "name": "pki",
+                                "secret": {
+                                    "secretName": pki_secret_name(instance),
+                                    "defaultMode": 0o440,
+                                    "items": [{"key": key, "path": key} for key in mounted],
+                                },
+                            },
+                        ],
+                    },
+                },
+            },
+        },
+    ]

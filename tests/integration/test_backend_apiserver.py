@@ -1,0 +1,101 @@
+"""The `apiserver` backend against a real API server, with the operator's own ServiceAccount
+(the shipped RBAC, not an admin) in a namespace that enforces Pod Security `restricted`, as
+lessor-system does: its objects are accepted, its pod admitted and scheduled, a replay creates
+nothing twice and keeps the keys, readiness follows the StatefulSet and the node port, and the
+teardown is verified.
+
+kwok marks the pod running without running it, so kube-apiserver itself and the kubeconfig's use
+are proven in kind (e2e/test_scenarios.py), where the same backend serves every lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.operator.backends import apiserver_manifests as manifests
+from lessor.operator.backends.apiserver import ApiserverBackend
+from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.owned import label_selector
+from lessor.operator.runtime.client import KubeClient
+from tests.integration.service_accounts import install_rbac
+
+pytestmark = pytest.mark.integration
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await probe():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
+    control_plane: Cluster, tmp_path: Path
+) -> None:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("needs the local control plane's kwok node; kind runs it for real (e2e)")
+    namespace = f"apiserver-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    control_plane.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    kubeconfigs = install_rbac(control_plane, namespace, tmp_path)
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    wait_established(control_plane)
+    owner = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "ClusterInstance",
+        "metadata": {"name": "pool-abcde", "namespace": namespace},
+        "spec": {"pool": "pool", "backend": {"type": "apiserver"}},
+    }
+    created = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(owner))
+    instance = InstanceRef(namespace, "pool-abcde", json.loads(created.stdout)["metadata"]["uid"])
+    secret = f"secret/{manifests.pki_secret_name(instance)}"
+
+    def keys() -> str:
+        found = control_plane.kubectl("get", secret, "-n", namespace, "-o", "json").stdout
+        return str(json.loads(found)["data"]["ca.crt"])
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
+        backend = ApiserverBackend(client, manifests.ApiserverConfig())
+        await backend.provision(instance)
+        first_keys = keys()
+        await backend.provision(instance)  # a replay after a crash
+        assert keys() == first_keys, "a replay must keep the keys kubeconfigs were made with"
+
+        async def ready() -> bool:
+            return (await backend.readiness(instance)).ready
+
+        await until(ready, "the pod to be admitted, scheduled and ready")
+        document = yaml.safe_load(await backend.kubeconfig(instance))
+        cluster = document["clusters"][0]["cluster"]
+        assert cluster["server"].startswith("https://127.0.0.1:")  # kwok's node address
+        assert cluster["tls-server-name"] == manifests.service_host(instance)
+        user = document["users"][0]["user"]
+        assert {"client-certificate-data", "client-key-data"} <= set(user)
+
+        await backend.teardown(instance)
+
+        async def verified() -> bool:
+            return (await backend.verify_teardown(instance)).verified
+
+        await until(verified, "the teardown to be verified")
+        await backend.teardown(instance)  # a replay of a finished teardown is no error
+
+    asyncio.run(scenario())
+    left = control_plane.kubectl(
+        "get", "statefulsets,pods,services,secrets", "-n", namespace,
+        "-l", label_selector(instance), "-o", "name",
+    )  # fmt: skip
+    assert left.stdout.strip() == ""
