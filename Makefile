@@ -2,12 +2,13 @@
 PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 
-.PHONY: test demo bench lint unit integration e2e crds tools clean
+.PHONY: test demo bench lint unit integration e2e e2e-kind crds tools clean
 
 # The whole test suite, from a fresh machine: installs tox, builds the local control plane into
-# ~/.cache/lessor on first use, then runs every tox environment.
+# ~/.cache/lessor on first use, then runs every tox environment; the last one installs and
+# starts docker when it is missing and runs the e2e scenarios in kind (e2e/kind).
 test: tools
-	$(TOX) run -e lint,crds,unit,integration,e2e
+	$(TOX) run -e lint,crds,unit,integration,e2e,e2e-kind
 
 demo: tools
 	$(TOX) run -e demo
@@ -16,7 +17,7 @@ demo: tools
 bench: tools
 	$(TOX) run -e bench
 
-lint unit integration e2e crds: tools
+lint unit integration e2e e2e-kind crds: tools
 	$(TOX) run -e $@
 
 crds-write:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from e2e.installation import Installation, install_kind, install_local
+from e2e.kind.docker_setup import DockerSetupError
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.watchdog import watch_over
 
@@ -30,9 +31,12 @@ def installation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installat
     kind = os.environ.get("LESSOR_E2E_CLUSTER", "local")
     work = tmp_path_factory.mktemp("installation")
     if kind == "kind":
-        if not (shutil.which("docker") and shutil.which("kind") and shutil.which("kubectl")):
-            pytest.fail("LESSOR_E2E_CLUSTER=kind needs docker, kind and kubectl on PATH")
-        installed = install_kind(work)
+        # Everything is built here on first use (docker installed and started, the node image,
+        # kind, lessor's image); a step that cannot be done fails with what it needs.
+        try:
+            installed = install_kind(work)
+        except (ControlPlaneError, DockerSetupError) as error:
+            pytest.fail(f"LESSOR_E2E_CLUSTER=kind: {error}")
     elif kind == "local":
         binaries = ensure_binaries(lambda message: print(message, file=sys.stderr))
         cluster = LocalControlPlane(work / "cluster")

@@ -5,9 +5,11 @@
   leader election) and the API server (two replicas on one address with SO_REUSEPORT) run as
   local processes, authenticated with tokens of the ServiceAccounts the manifests create:
   the manifests' RBAC is what they get. Pools use the `local` backend.
-- `kind` (LESSOR_E2E_CLUSTER=kind, needs docker and kind): a kind cluster, the image built
-  and loaded, the same overlay applied and rolled out, the API reached through
-  `kubectl port-forward`; pools use the `k3s` backend.
+- `kind` (LESSOR_E2E_CLUSTER=kind): a kind cluster of the node image built here
+  (e2e/kind), lessor's image built from the Dockerfile and loaded, the same overlay applied and
+  rolled out: the operator and the API server run as pods, as a platform team runs them. The
+  API is reached through a NodePort Service on the node's address; pools use the `apiserver`
+  backend (kube-apiserver and etcd as a pod, its kubeconfig reaching it through a NodePort).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from e2e.kind import cluster as kind_cluster
+from e2e.kind import lessor_image
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
@@ -187,49 +190,83 @@ def operator_process(installation: Installation, config: Path, kubeconfig: Path,
 
 
 def install_kind(work: Path) -> Installation:
-    """Unverified on this project's machine (no Docker there); kept to the same steps."""
-    name = f"lessor-e2e-{os.getpid()}"
-    kubeconfig = work / "kind.kubeconfig"
-    subprocess.run(
-        ["kind", "create", "cluster", "--name", name, "--kubeconfig", str(kubeconfig),
-         "--wait", "120s"],
-        check=True,
-    )  # fmt: skip
-    cleanup = [lambda: subprocess.run(["kind", "delete", "cluster", "--name", name], check=False)]
-    kubectl_binary = shutil.which("kubectl") or "kubectl"
-
-    def kubectl(
-        *args: str, input: str | None = None, check: bool = True, timeout: float = 300
-    ) -> subprocess.CompletedProcess[str]:
-        return run_kubectl(
-            kubectl_binary, kubeconfig, *args, input=input, check=check, timeout=timeout
-        )
-
-    subprocess.run(["docker", "build", "-t", "lessor:dev", str(ROOT)], check=True)
-    subprocess.run(["kind", "load", "docker-image", "lessor:dev", "--name", name], check=True)
-    kubectl("apply", "-k", str(OVERLAY))
-    for deployment in ("lessor-operator", "lessor-apiserver"):
-        kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s")
-    forward_log = work / "port-forward.log"
-    with forward_log.open("ab") as output:  # a file: its lines per connection never fill a pipe
-        forward = subprocess.Popen(
-            [kubectl_binary, "--kubeconfig", str(kubeconfig), "port-forward", "-n", NAMESPACE,
-             "svc/lessor-apiserver", ":80"],
-            stdout=output, stderr=subprocess.STDOUT,
+    """A kind cluster of the node image built here, lessor's image built and loaded, the dev
+    overlay applied as shipped and rolled out, and the API reached the way a load balancer
+    reaches it: a NodePort Service over the API pods, on the node's address."""
+    forget_clusters_of_dead_runs()
+    cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=_progress)
+    cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, _progress)]
+    try:
+        image = lessor_image.build(_progress)
+        subprocess.run(
+            [str(cluster.kind), "load", "docker-image", image, "--name", cluster.name],
+            check=True, capture_output=True,
         )  # fmt: skip
-    cleanup.append(forward.terminate)
-    # kubectl picks the local port itself and says which: nothing to race for.
-    found = wait_for(
-        "kubectl port-forward to listen",
-        lambda: re.search(r"Forwarding from 127\.0\.0\.1:(\d+) -> ", forward_log.read_text()),
-        timeout=120,
-    )
-    port = int(found[1])
-    installation = Installation(
-        "kind", kubectl, f"http://127.0.0.1:{port}", "k3s", work, cleanup=cleanup
-    )
-    wait_for("the API through port-forward", lambda: healthy(installation.endpoint), timeout=120)
+
+        def kubectl(
+            *args: str, input: str | None = None, check: bool = True, timeout: float = 300
+        ) -> subprocess.CompletedProcess[str]:
+            return run_kubectl(
+                str(cluster.kubectl), cluster.kubeconfig, *args,
+                input=input, check=check, timeout=timeout,
+            )  # fmt: skip
+
+        kubectl("apply", "-k", str(OVERLAY))
+        for deployment in ("lessor-operator", "lessor-apiserver"):
+            kubectl(
+                "rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE,
+                "--timeout=300s",
+            )  # fmt: skip
+        endpoint = _node_port_endpoint(kubectl)
+        installation = Installation("kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup)
+        wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
+    except BaseException:
+        for step in reversed(cleanup):
+            step()
+        raise
     return installation
+
+
+KIND_PREFIX = "lessor-e2e-"
+API_NODE_PORT_SERVICE = "lessor-apiserver-e2e"
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def forget_clusters_of_dead_runs() -> None:
+    """Delete the kind clusters of e2e runs whose process is gone (killed before its fixture
+    could): a node container is no process the session's watchdog can see."""
+    for name in kind_cluster.names():
+        pid = name.removeprefix(KIND_PREFIX)
+        if name.startswith(KIND_PREFIX) and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            kind_cluster.down(name, _progress)
+
+
+def _node_port_endpoint(kubectl: Kubectl) -> str:
+    """What a platform team puts in front of the API pods (here a NodePort Service; an Ingress
+    or a load balancer elsewhere): every request goes through kube-proxy to a Ready pod."""
+    service = json.loads(
+        kubectl("get", "service", "lessor-apiserver", "-n", NAMESPACE, "-o", "json").stdout
+    )
+    front = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": API_NODE_PORT_SERVICE, "namespace": NAMESPACE},
+        "spec": {
+            "type": "NodePort",
+            "selector": service["spec"]["selector"],
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+        },
+    }
+    applied = json.loads(kubectl("apply", "-f", "-", "-o", "json", input=json.dumps(front)).stdout)
+    node_port = applied["spec"]["ports"][0]["nodePort"]
+    address = kubectl(
+        "get", "nodes", "-o",
+        "jsonpath={.items[0].status.addresses[?(@.type=='InternalIP')].address}",
+    ).stdout.strip()  # fmt: skip
+    return f"http://{address}:{node_port}"
 
 
 def pid_of(identity: str) -> int | None:

@@ -48,11 +48,19 @@ def kubeconfig_path(name: str) -> Path:
     return kind_cache() / "clusters" / f"{name}.kubeconfig"
 
 
-def exists(kind: Path, name: str) -> bool:
-    listed = subprocess.run(
+def listed(kind: Path) -> list[str]:
+    return subprocess.run(
         [str(kind), "get", "clusters"], capture_output=True, text=True, check=True
     ).stdout.split()
-    return name in listed
+
+
+def exists(kind: Path, name: str) -> bool:
+    return name in listed(kind)
+
+
+def names(progress: Progress = say) -> list[str]:
+    """The kind clusters on this machine (kind built first if need be)."""
+    return listed(kind_cli(KindVersions.pinned(), progress) / "kind")
 
 
 def save_logs(kind: Path, name: str, output: str, progress: Progress) -> Path:
@@ -161,10 +169,45 @@ def up(name: str = DEFAULT_NAME, progress: Progress = say) -> KindCluster:
     return cluster
 
 
+FREEZER = Path("/sys/fs/cgroup/freezer/docker")
+
+
+def thaw(container_ids: list[str]) -> list[Path]:
+    """Thaw the cgroups the node's runc left FROZEN: runc's systemd driver freezes a container
+    while it starts it, and a node killed just then (a cluster deleted while pods start) leaves
+    its `runc init` frozen in D state, which no signal ends, so docker cannot remove the node."""
+    thawed = []
+    for container in container_ids:
+        for state in (FREEZER / container).rglob("freezer.state"):
+            if state.read_text().strip() != "THAWED":
+                state.write_text("THAWED")
+                thawed.append(state.parent)
+    return thawed
+
+
+def node_containers(name: str) -> list[str]:
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--no-trunc",
+         "--filter", f"label=io.x-k8s.kind.cluster={name}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return listed.stdout.split()
+
+
 def down(name: str = DEFAULT_NAME, progress: Progress = say) -> None:
     kind = kind_cli(KindVersions.pinned(), progress) / "kind"
-    subprocess.run([str(kind), "delete", "cluster", "--name", name], check=True)
-    kubeconfig_path(name).unlink(missing_ok=True)
+    containers = node_containers(name)
+    for attempt in range(3):
+        deleted = subprocess.run(
+            [str(kind), "delete", "cluster", "--name", name],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if deleted.returncode == 0:
+            kubeconfig_path(name).unlink(missing_ok=True)
+            return
+        progress(f"kind could not delete {name}: {failure_line(deleted.stderr)}")
+        progress(f"thawed {[str(p) for p in thaw(containers)]}; trying again ({attempt + 1}/3)")
+    raise ControlPlaneError(f"kind could not delete {name}: {failure_line(deleted.stderr)}")
 
 
 def main(argv: list[str]) -> int:

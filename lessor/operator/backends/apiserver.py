@@ -11,6 +11,11 @@ labels.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import socket
+import ssl
+
 from lessor.operator.backends import apiserver_manifests as manifests
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.backends.owned import label_selector
@@ -73,21 +78,37 @@ class ApiserverBackend:
         return str(host), int(node_port)
 
     async def readiness(self, instance: InstanceRef) -> Readiness:
-        name = manifests.object_name(instance)
         details = {"service": f"{manifests.service_host(instance)}:{manifests.PORT}"}
         try:
-            statefulset = await self.client.get(self._path("StatefulSet", instance, name))
-            if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
-                return Readiness(False, "kube-apiserver not ready", details)
-            endpoint = await self._endpoint(instance)
+            unready = await self._unready(instance, details)
         except NotFoundError as error:
-            return Readiness(False, f"not provisioned yet ({error.reason})", details)
+            unready = f"not provisioned yet ({error.reason})"
         except ApiError as error:
-            return Readiness(False, f"unreadable: {error}", details)
+            unready = f"unreadable: {error}"
+        if unready:
+            return Readiness(False, unready, details)
+        return Readiness(True, "kube-apiserver ready through its node port", details)
+
+    async def _unready(self, instance: InstanceRef, details: dict[str, str]) -> str | None:
+        """Why the cluster cannot be handed out yet, or None."""
+        name = manifests.object_name(instance)
+        statefulset = await self.client.get(self._path("StatefulSet", instance, name))
+        if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
+            return "kube-apiserver not ready"
+        endpoint = await self._endpoint(instance)
         if isinstance(endpoint, str):
-            return Readiness(False, endpoint, details)
+            return endpoint
         details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
-        return Readiness(True, "kube-apiserver ready", details)
+        secret = await self.client.get(
+            self._path("Secret", instance, manifests.pki_secret_name(instance))
+        )
+        ca = base64.b64decode(secret.get("data", {}).get("ca.crt", "")).decode()
+        server_name = self.config.host or manifests.service_host(instance)
+        # The pod being Ready is not enough: the node port answers only once the Service's
+        # endpoints reached kube-proxy, and a kubeconfig handed out before would be refused.
+        if not await asyncio.to_thread(answers_through, *endpoint, ca, server_name):
+            return "kube-apiserver not reachable through its node port yet"
+        return None
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
         try:
@@ -151,3 +172,23 @@ class ApiserverBackend:
         if remaining:
             return TeardownReport(verified=False, evidence=remaining)
         return TeardownReport(verified=True, evidence=evidence)
+
+
+def answers_through(host: str, port: int, ca: str, server_name: str) -> bool:
+    """Whether https://host:port answers HTTP behind a certificate of `ca` issued for
+    `server_name`, as a kubeconfig with that `tls-server-name` would see it; bounded in time
+    and in what is read. Any status counts: this is about reaching the cluster (its health is
+    the pod's readiness probe), and a tenant may well have closed /readyz to anonymous callers."""
+    try:
+        context = ssl.create_default_context(cadata=ca)
+        with (
+            socket.create_connection((host, port), timeout=2) as raw,
+            context.wrap_socket(raw, server_hostname=server_name) as connection,
+        ):
+            connection.sendall(
+                f"GET /readyz HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode()
+            )
+            status_line = connection.recv(64).split(b"\r\n", 1)[0]
+    except (OSError, ValueError):
+        return False
+    return status_line.startswith(b"HTTP/1.1 ")

@@ -1,0 +1,134 @@
+"""lessor's Deployments as a platform team runs them: what their probes and the API server's
+PodDisruptionBudget do when a pod hangs or a node is drained. Only where the Deployments run as
+pods (kind); on the local control plane they have no node and their components run as local
+processes, so there is nothing of this to see there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from e2e.installation import NAMESPACE, Installation, healthy, wait_for
+
+pytestmark = pytest.mark.e2e
+API_PODS = "app.kubernetes.io/name=lessor,app.kubernetes.io/component=apiserver"
+
+
+@pytest.fixture
+def pods_installation(installation: Installation) -> Installation:
+    if installation.kind != "kind":
+        pytest.skip("the Deployments run as pods only on kind (LESSOR_E2E_CLUSTER=kind)")
+    return installation
+
+
+def api_pods(installation: Installation) -> list[dict[str, Any]]:
+    """The API server's pods that are not being deleted, oldest first."""
+    listed = installation.kubectl("get", "pods", "-n", NAMESPACE, "-l", API_PODS, "-o", "json")
+    pods = [
+        p for p in json.loads(listed.stdout)["items"] if not p["metadata"].get("deletionTimestamp")
+    ]
+    return sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def two_ready(installation: Installation) -> list[dict[str, Any]]:
+    return wait_for(
+        "two Ready API pods",
+        lambda: (
+            (pods := api_pods(installation)) and len(pods) == 2 and all(map(ready, pods)) and pods
+        ),
+        timeout=300,
+    )
+
+
+def the_service_answers_every_time(installation: Installation) -> bool:
+    return all(healthy(installation.endpoint) for _ in range(10))
+
+
+def pod(installation: Installation, name: str) -> dict[str, Any]:
+    found = installation.kubectl("get", "pod", name, "-n", NAMESPACE, "-o", "json")
+    return dict(json.loads(found.stdout))
+
+
+def test_a_hung_api_pod_leaves_the_service_and_its_liveness_probe_restarts_it(
+    pods_installation: Installation,
+) -> None:
+    installation = pods_installation
+    hung = two_ready(installation)[0]
+    name, node = hung["metadata"]["name"], hung["spec"]["nodeName"]
+    [status] = hung["status"]["containerStatuses"]
+    container = status["containerID"].split("://", 1)[1]
+    # Every process of the container stopped, from the node (SIGSTOP from inside the pod could
+    # not reach its PID 1): the API server then answers nothing, its probes included.
+    freeze = (
+        'for d in /proc/[0-9]*; do if grep -qs "$0" "$d/cgroup"; '
+        'then kill -STOP "${d#/proc/}"; fi; done'
+    )
+    subprocess.run(["docker", "exec", node, "sh", "-c", freeze, container], check=True)
+    wait_for("the hung pod unready", lambda: not ready(pod(installation, name)), timeout=120)
+    wait_for(
+        "every request through the Service answered by the other pod",
+        lambda: the_service_answers_every_time(installation),
+        timeout=60,
+    )
+    wait_for(
+        "the liveness probe's restart, then Ready again",
+        lambda: (
+            (now := pod(installation, name))["status"]["containerStatuses"][0]["restartCount"]
+            > status["restartCount"]
+            and ready(now)
+        ),
+        timeout=300,
+    )
+
+
+def evict(installation: Installation, name: str) -> subprocess.CompletedProcess[str]:
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+    }
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction"
+    return installation.kubectl(
+        "create", "--raw", path, "-f", "-", input=json.dumps(eviction), check=False
+    )
+
+
+def test_draining_the_node_keeps_one_api_pod_serving(pods_installation: Installation) -> None:
+    installation = pods_installation
+    first, second = two_ready(installation)
+    wait_for(
+        "the budget to allow one disruption",
+        lambda: (
+            json.loads(
+                installation.kubectl(
+                    "get", "pdb", "lessor-apiserver", "-n", NAMESPACE, "-o", "json"
+                ).stdout
+            )["status"].get("disruptionsAllowed")
+            == 1
+        ),
+        timeout=120,
+    )
+    node = first["spec"]["nodeName"]
+    # Cordoned, the node takes no replacement: the budget alone decides the second eviction.
+    installation.kubectl("cordon", node)
+    try:
+        evicted = evict(installation, first["metadata"]["name"])
+        assert evicted.returncode == 0, evicted.stderr
+        refused = evict(installation, second["metadata"]["name"])
+        assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stderr
+        wait_for(
+            "every request through the Service answered by the pod left",
+            lambda: the_service_answers_every_time(installation),
+            timeout=60,
+        )
+    finally:
+        installation.kubectl("uncordon", node)
+    two_ready(installation)
