@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from e2e.kind import cluster as kind_cluster
-from e2e.kind import lessor_image
+from e2e.kind import lessor_image, sandboxes
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
@@ -93,6 +93,8 @@ class Installation:
     # The ports of the processes above, held while installed: restarted replicas find them
     # free, and no other process on the machine is handed them (lessor.controlplane.ports).
     ports: PortReservation = field(default_factory=PortReservation)
+    # Where sandboxes are real containers (kind): the image with python3 and lessor-runner.
+    sandbox_image: str | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -211,20 +213,39 @@ def install_kind(work: Path) -> Installation:
                 input=input, check=check, timeout=timeout,
             )  # fmt: skip
 
+        sandbox_image = sandboxes.install(
+            kubectl, cluster.kind, cluster.name, lessor_image.python_base(_progress), _progress
+        )
         kubectl("apply", "-k", str(OVERLAY))
-        for deployment in ("lessor-operator", "lessor-apiserver"):
-            kubectl(
-                "rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE,
-                "--timeout=300s",
-            )  # fmt: skip
+        enable_sandboxes(kubectl)
         endpoint = _node_port_endpoint(kubectl)
-        installation = Installation("kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup)
+        installation = Installation(
+            "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
+            sandbox_image=sandbox_image,
+        )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:
         for step in reversed(cleanup):
             step()
         raise
     return installation
+
+
+def enable_sandboxes(kubectl: Kubectl) -> None:
+    """What docs/operations.md has an administrator do once agent-sandbox runs: the one
+    configuration key, then a restart of both Deployments, which rolls them out anew."""
+    configmap = json.loads(
+        kubectl("get", "configmap", "lessor-config", "-n", NAMESPACE, "-o", "json").stdout
+    )
+    config = configmap["data"]["config.yaml"]
+    if "mode: disabled" not in config:
+        raise AssertionError("manifests/base/config.yaml no longer says `mode: disabled`")
+    configmap["data"]["config.yaml"] = config.replace("mode: disabled", "mode: external")
+    kubectl("apply", "-f", "-", input=json.dumps(configmap))
+    for deployment in ("lessor-operator", "lessor-apiserver"):
+        kubectl("rollout", "restart", f"deployment/{deployment}", "-n", NAMESPACE)
+    for deployment in ("lessor-operator", "lessor-apiserver"):
+        kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s")
 
 
 KIND_PREFIX = "lessor-e2e-"

@@ -39,13 +39,17 @@ class Person:
     home: Path
     token: str
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LESSOR_")}
         env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"))
         env.update(LESSOR_ENDPOINT=self.installation.endpoint, LESSOR_TOKEN=self.token)
+        return env
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*LESSOR, *args], capture_output=True, text=True, env=env, timeout=600, check=False
-        )
+            [*LESSOR, *args], capture_output=True, text=True, env=self.env(), timeout=600,
+            check=False,
+        )  # fmt: skip
 
     def json(self, *args: str) -> Any:
         result = self.run(*args, "-o", "json")
@@ -77,7 +81,7 @@ class Person:
         wait_for("Released", lambda: self.phase(lease_id) == "Released", timeout=300)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def configured(installation: Installation) -> Installation:
     """What an administrator applies after installing: tokens, a policy, a warm pool."""
     installation.kubectl(
@@ -100,6 +104,12 @@ def configured(installation: Installation) -> Installation:
                 "rules": [
                     {"pools": ["e2e-*"], "maxTtl": "1h", "maxConcurrentLeases": 2,
                      "maxExtensions": 1}
+                ],
+                # Sandbox pools (e2e/test_sandboxes.py) are served where agent-sandbox runs.
+                "sandbox": [
+                    {"match": {"claim": "sub", "value": "alice"}, "pools": ["e2e-*"],
+                     "verbs": ["lease", "release"], "maxTtl": "1h",
+                     "maxConcurrentSandboxes": 2}
                 ],
             },
         }
