@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.installation import Installation, install_kind, install_local
+from e2e.installation import NAMESPACE, Installation, install_kind, install_local
 from e2e.kind.docker_setup import DockerSetupError
+from e2e.people import ALICE, BOB
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
@@ -60,3 +61,48 @@ def _destroy_local_clusters(directory: Path) -> None:
     for instance in every_cluster(directory):
         subprocess.run(["chattr", "-R", "-i", str(instance)], check=False, capture_output=True)
         LocalControlPlane(instance).destroy()
+
+
+@pytest.fixture(scope="session")
+def configured(installation: Installation) -> Installation:
+    """What an administrator applies after installing: tokens, a policy, a warm pool; once
+    per session, for every module of scenarios."""
+    installation.kubectl(
+        "create", "secret", "generic", "e2e-tokens", "-n", NAMESPACE,
+        f"--from-literal=alice={ALICE}", f"--from-literal=bob={BOB}",
+    )  # fmt: skip
+    installation.apply(
+        {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "AccessPolicy",
+            "metadata": {"name": "e2e"},
+            "spec": {
+                "auth": {
+                    "staticTokens": [
+                        {"secretRef": {"name": "e2e-tokens", "key": k}, "claims": {"sub": k}}
+                        for k in ("alice", "bob")
+                    ]
+                },
+                "identity": "{sub}",
+                "rules": [
+                    {"pools": ["e2e-*"], "maxTtl": "1h", "maxConcurrentLeases": 2,
+                     "maxExtensions": 1}
+                ],
+                # Sandbox pools (e2e/test_sandboxes.py) are served where agent-sandbox runs.
+                "sandbox": [
+                    {"match": {"claim": "sub", "value": "alice"}, "pools": ["e2e-*"],
+                     "verbs": ["lease", "release"], "maxTtl": "1h",
+                     "maxConcurrentSandboxes": 2}
+                ],
+            },
+        }
+    )  # fmt: skip
+    installation.apply(
+        {
+            "apiVersion": "lessor.dev/v1alpha1",
+            "kind": "ClusterPool",
+            "metadata": {"name": "e2e-warm"},
+            "spec": {"warmTarget": 2, "ttl": "30m", "backend": {"type": installation.backend}},
+        }
+    )
+    return installation

@@ -31,6 +31,7 @@ import yaml
 
 from e2e.kind import cluster as kind_cluster
 from e2e.kind import lessor_image, sandboxes
+from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
@@ -192,18 +193,15 @@ def operator_process(installation: Installation, config: Path, kubeconfig: Path,
 
 
 def install_kind(work: Path) -> Installation:
-    """A kind cluster of the node image built here, lessor's image built and loaded, the dev
-    overlay applied as shipped and rolled out, and the API reached the way a load balancer
-    reaches it: a NodePort Service over the API pods, on the node's address."""
+    """A kind cluster of the node image built here, agent-sandbox's controller running in it,
+    lessor's image built and loaded, the dev overlay applied as shipped and rolled out with
+    sandboxes enabled, and the API reached the way a load balancer reaches it: a NodePort
+    Service over the API pods, on the node's address."""
     forget_clusters_of_dead_runs()
-    cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=_progress)
-    cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, _progress)]
+    cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=say)
+    cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, say)]
     try:
-        image = lessor_image.build(_progress)
-        subprocess.run(
-            [str(cluster.kind), "load", "docker-image", image, "--name", cluster.name],
-            check=True, capture_output=True,
-        )  # fmt: skip
+        cluster.load(lessor_image.build(say))
 
         def kubectl(
             *args: str, input: str | None = None, check: bool = True, timeout: float = 300
@@ -213,9 +211,7 @@ def install_kind(work: Path) -> Installation:
                 input=input, check=check, timeout=timeout,
             )  # fmt: skip
 
-        sandbox_image = sandboxes.install(
-            kubectl, cluster.kind, cluster.name, lessor_image.python_base(_progress), _progress
-        )
+        sandbox_image = sandboxes.install(kubectl, cluster, lessor_image.python_base(say), say)
         kubectl("apply", "-k", str(OVERLAY))
         enable_sandboxes(kubectl)
         endpoint = _node_port_endpoint(kubectl)
@@ -252,17 +248,13 @@ KIND_PREFIX = "lessor-e2e-"
 API_NODE_PORT_SERVICE = "lessor-apiserver-e2e"
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def forget_clusters_of_dead_runs() -> None:
     """Delete the kind clusters of e2e runs whose process is gone (killed before its fixture
     could): a node container is no process the session's watchdog can see."""
     for name in kind_cluster.names():
         pid = name.removeprefix(KIND_PREFIX)
         if name.startswith(KIND_PREFIX) and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            kind_cluster.down(name, _progress)
+            kind_cluster.down(name, say)
 
 
 def _node_port_endpoint(kubectl: Kubectl) -> str:

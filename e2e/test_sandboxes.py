@@ -21,14 +21,14 @@ import pytest
 
 from e2e.installation import Installation, wait_for
 from e2e.kind.sandboxes import RUNNER_PATH
-from e2e.test_scenarios import ALICE, LESSOR, Person, configured  # noqa: F401 - the fixture
+from e2e.people import ALICE, LESSOR, Person
 
 pytestmark = pytest.mark.e2e
 POOL = "e2e-sandbox"
 
 
 @pytest.fixture(scope="module")
-def sandbox_pool(configured: Installation) -> Installation:  # noqa: F811
+def sandbox_pool(configured: Installation) -> Installation:
     if configured.sandbox_image is None:
         pytest.skip("sandboxes are containers only on kind (LESSOR_E2E_CLUSTER=kind)")
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}

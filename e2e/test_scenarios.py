@@ -6,123 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e.installation import NAMESPACE, Installation, operator_process, pid_of, wait_for
+from e2e.people import ALICE, BOB, Person
 from lessor.controlplane.binaries import find_binaries
 from lessor.controlplane.local_clusters import every_cluster
 
 pytestmark = pytest.mark.e2e
-ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
-INSTALLED = Path(sys.executable).parent / "lessor"
-LESSOR = [str(INSTALLED)] if INSTALLED.exists() else [sys.executable, "-m", "lessor.cli.main"]
-
-
-@dataclass
-class Person:
-    """Someone with the `lessor` command, a home directory, and a static token."""
-
-    installation: Installation
-    home: Path
-    token: str
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LESSOR_")}
-        env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"))
-        env.update(LESSOR_ENDPOINT=self.installation.endpoint, LESSOR_TOKEN=self.token)
-        return env
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*LESSOR, *args], capture_output=True, text=True, env=self.env(), timeout=600,
-            check=False,
-        )  # fmt: skip
-
-    def json(self, *args: str) -> Any:
-        result = self.run(*args, "-o", "json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def http(self, method: str, path: str) -> tuple[int, Any]:
-        request = urllib.request.Request(  # noqa: S310 - the local endpoint
-            self.installation.endpoint + path,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-                body = answer.read()
-                return answer.status, json.loads(body) if body else None
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
-
-    def phase(self, lease_id: str) -> str:
-        return str(self.http("GET", f"/v1/leases/{lease_id}")[1].get("phase"))
-
-    def release(self, lease_id: str) -> None:
-        """Release and wait for the teardown to end: until then the lease holds its slot of
-        the person's quota (a Recycling cluster is still torn down on their account), and the
-        next scenario would find it taken."""
-        result = self.run("release", lease_id)
-        assert result.returncode == 0, result.stderr
-        wait_for("Released", lambda: self.phase(lease_id) == "Released", timeout=300)
-
-
-@pytest.fixture(scope="session")
-def configured(installation: Installation) -> Installation:
-    """What an administrator applies after installing: tokens, a policy, a warm pool."""
-    installation.kubectl(
-        "create", "secret", "generic", "e2e-tokens", "-n", NAMESPACE,
-        f"--from-literal=alice={ALICE}", f"--from-literal=bob={BOB}",
-    )  # fmt: skip
-    installation.apply(
-        {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "AccessPolicy",
-            "metadata": {"name": "e2e"},
-            "spec": {
-                "auth": {
-                    "staticTokens": [
-                        {"secretRef": {"name": "e2e-tokens", "key": k}, "claims": {"sub": k}}
-                        for k in ("alice", "bob")
-                    ]
-                },
-                "identity": "{sub}",
-                "rules": [
-                    {"pools": ["e2e-*"], "maxTtl": "1h", "maxConcurrentLeases": 2,
-                     "maxExtensions": 1}
-                ],
-                # Sandbox pools (e2e/test_sandboxes.py) are served where agent-sandbox runs.
-                "sandbox": [
-                    {"match": {"claim": "sub", "value": "alice"}, "pools": ["e2e-*"],
-                     "verbs": ["lease", "release"], "maxTtl": "1h",
-                     "maxConcurrentSandboxes": 2}
-                ],
-            },
-        }
-    )  # fmt: skip
-    installation.apply(
-        {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "ClusterPool",
-            "metadata": {"name": "e2e-warm"},
-            "spec": {"warmTarget": 2, "ttl": "30m", "backend": {"type": installation.backend}},
-        }
-    )
-    return installation
 
 
 @pytest.fixture

@@ -35,6 +35,13 @@ class KindCluster:
     kubectl: Path
     kubeconfig: Path
 
+    def load(self, image: str) -> None:
+        """A docker image of this machine into the node's containerd (no registry to pull from)."""
+        subprocess.run(
+            [str(self.kind), "load", "docker-image", image, "--name", self.name],
+            capture_output=True, check=True,
+        )  # fmt: skip
+
     def kubectl_run(self, *args: str, stdin: str | None = None) -> str:
         command = [str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args]
         result = subprocess.run(command, input=stdin, capture_output=True, text=True, check=False)

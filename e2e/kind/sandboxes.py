@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from e2e.kind.cluster import KindCluster
+from e2e.kind.lessor_image import say
 from e2e.kind.node_image import KEY_LABEL, docker, image_key
 from lessor.controlplane.agent_sandbox import (
     CONTROLLER,
@@ -36,10 +36,6 @@ SANDBOX_IMAGE = "lessor-sandbox:dev"
 RUNNER_PATH = "/usr/local/bin/lessor-runner"
 CONTROLLER_NAMESPACE = "agent-sandbox-system"
 PLACEHOLDER = f"ko://{MODULE}/cmd/{CONTROLLER}"
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def controller_image() -> str:
@@ -105,14 +101,11 @@ def manifests(kubectl: Any, image: str, progress: Progress) -> list[dict[str, An
     return documents
 
 
-def install(kubectl: Any, kind: Path, cluster: str, base: str, progress: Progress = say) -> str:
+def install(kubectl: Any, cluster: KindCluster, base: str, progress: Progress = say) -> str:
     """agent-sandbox running in the cluster; returns the sandbox image, loaded into it."""
     controller, sandbox = build(base, progress)
     for image in (controller, sandbox):
-        subprocess.run(
-            [str(kind), "load", "docker-image", image, "--name", cluster],
-            capture_output=True, check=True,
-        )  # fmt: skip
+        cluster.load(image)
     documents = manifests(kubectl, controller, progress)
     listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
     # Server-side: the CRDs are too big for the last-applied annotation.
@@ -121,5 +114,5 @@ def install(kubectl: Any, kind: Path, cluster: str, base: str, progress: Progres
         "rollout", "status", f"deployment/{CONTROLLER}", "-n", CONTROLLER_NAMESPACE,
         "--timeout=300s",
     )  # fmt: skip
-    progress(f"agent-sandbox {pinned_version()} runs in {cluster}")
+    progress(f"agent-sandbox {pinned_version()} runs in {cluster.name}")
     return sandbox

@@ -63,7 +63,9 @@ def stack(
     control_plane: Cluster, agent: RunningAgent, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     if not isinstance(control_plane, LocalControlPlane):
-        pytest.skip("uses the local backend")
+        # Its operator serves `local` pools on this machine; in kind every e2e scenario drives
+        # the CLI against the installed API (e2e/test_scenarios.py, e2e/test_sandboxes.py).
+        pytest.skip("needs the local backend (in kind, e2e/ drives the CLI)")
     directory = tmp_path_factory.mktemp("cli")
     namespace = f"cli-{uuid.uuid4().hex[:8]}"
     kubectl = control_plane.kubectl
