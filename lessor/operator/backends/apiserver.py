@@ -121,6 +121,9 @@ class ApiserverBackend:
         if isinstance(endpoint, str):
             raise BackendError(f"kubeconfig of {instance.name}: {endpoint}")
         data = secret.get("data", {})
+        missing = {"admin.crt", "admin.key", "ca.crt"} - set(data)
+        if missing:
+            raise BackendError(f"kubeconfig of {instance.name}: its Secret lacks {sorted(missing)}")
         host, port = endpoint
         return kubeconfig(
             instance.name,
