@@ -57,9 +57,8 @@ def _build(
         context = Path(scratch)
         for name, content in files.items():
             (context / name).write_bytes(content)
-            (context / name).chmod(
-                0o755
-            )  # COPY keeps the mode (the classic builder has no --chmod)
+            # COPY keeps the mode; the classic builder has no --chmod.
+            (context / name).chmod(0o755)
         (context / "Dockerfile").write_text(f"FROM {base}\n{dockerfile}")
         docker("build", f"--label={KEY_LABEL}={key}", "--tag", tag, str(context))
     return tag
