@@ -8,7 +8,6 @@ node) built from pinned Go modules; LESSOR_TEST_KUBECONFIG points the tests at a
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +19,6 @@ from lessor.controlplane.binaries import ensure_binaries, find_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, ExistingCluster
 from lessor.controlplane.watchdog import watch_over
-
-
-def pytest_configure() -> None:
-    """Let the processes the tests start be interrupted. A shell without job control starts a
-    background command (`make test &` in a CI script) with SIGINT ignored, every child inherits
-    that, and Python installs its KeyboardInterrupt handler only where SIGINT was not ignored:
-    a CLI the tests press Ctrl-C at would then never hear it. A handler here is reset to the
-    default in each child at exec, where an ignored signal would stay ignored."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
