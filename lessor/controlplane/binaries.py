@@ -1,10 +1,12 @@
 """The local control plane's binaries, built once from pinned Go modules into a cache outside the
 repository.
 
-No Docker engine runs on the machines this project is developed and tested on, so kind cannot
-start a cluster. Building the real components from their Go modules gives the tests the real
-Kubernetes API server, controllers and scheduler, and kwok for fake nodes. The build takes minutes,
-so its output is kept in a cache directory keyed by the pinned versions and reused.
+Most tests want a real cluster in seconds, not a kind node in a minute: building the real
+components from their Go modules gives them the real Kubernetes API server, controllers and
+scheduler on loopback, and kwok for fake nodes (kind, built from the same Go build, is for the
+e2e suite's installed path: e2e/kind). No registry is reachable from the machines this project is
+developed and tested on, so nothing is downloaded prebuilt. The build takes minutes, so its output
+is kept in a cache directory keyed by the pinned versions and reused.
 """
 
 from __future__ import annotations
