@@ -20,17 +20,16 @@ import pytest
 import yaml
 
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.pki import CertificateAuthority
 from lessor.operator.backends import apiserver_manifests as manifests
 from lessor.operator.backends.apiserver import ApiserverBackend, answers_through
-from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
+from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
-CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
 async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
@@ -52,16 +51,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
     kubeconfigs = install_rbac(control_plane, namespace, tmp_path)
-    control_plane.kubectl("apply", "-f", str(CRDS))
-    wait_established(control_plane)
-    owner = {
-        "apiVersion": "lessor.dev/v1alpha1",
-        "kind": "ClusterInstance",
-        "metadata": {"name": "pool-abcde", "namespace": namespace},
-        "spec": {"pool": "pool", "backend": {"type": "apiserver"}},
-    }
-    created = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(owner))
-    instance = InstanceRef(namespace, "pool-abcde", json.loads(created.stdout)["metadata"]["uid"])
+    instance = owned_instance(control_plane, namespace, "apiserver")
     secret = f"secret/{manifests.pki_secret_name(instance)}"
 
     def keys() -> str:

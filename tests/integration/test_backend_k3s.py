@@ -12,20 +12,18 @@ import asyncio
 import base64
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.kubectl import Cluster
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends import owned
-from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.runtime.client import KubeClient
+from tests.integration.owned_instances import owned_instance
 
 pytestmark = pytest.mark.integration
-CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
 async def _until(predicate_coro, what: str, timeout: float = 120.0):  # type: ignore[no-untyped-def]
@@ -43,19 +41,7 @@ def test_k3s_objects_readiness_kubeconfig_and_verified_teardown(control_plane: C
         pytest.skip("kind runs k3s for real in the e2e suite")
     namespace = f"k3s-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", namespace)
-    # The objects are owned by their ClusterInstance; it must exist, or the garbage collector
-    # rightly deletes them as orphans.
-    control_plane.kubectl("apply", "-f", str(CRDS))
-    wait_established(control_plane)
-    owner = {
-        "apiVersion": "lessor.dev/v1alpha1",
-        "kind": "ClusterInstance",
-        "metadata": {"name": "pool-abcde", "namespace": namespace},
-        "spec": {"pool": "pool", "backend": {"type": "k3s"}},
-    }
-    created = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(owner))
-    uid = json.loads(created.stdout)["metadata"]["uid"]
-    instance = InstanceRef(namespace=namespace, name="pool-abcde", uid=uid)
+    instance = owned_instance(control_plane, namespace, "k3s")
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(control_plane.kubeconfig))

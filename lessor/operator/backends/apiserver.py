@@ -18,7 +18,7 @@ import ssl
 
 from lessor.operator.backends import apiserver_manifests as manifests
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
-from lessor.operator.backends.owned import label_selector
+from lessor.operator.backends.owned import label_selector, labelled_names
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
 from lessor.protocol.kubeconfig import kubeconfig
 
@@ -161,15 +161,12 @@ class ApiserverBackend:
             remaining.append(f"{kind} {name} still exists")
         selector = label_selector(instance)
         try:
-            pods = await self.client.request(
-                "GET", self._path("Pod", instance), params={"labelSelector": selector}
-            )
+            pods = await labelled_names(self.client, self._path("Pod", instance), instance)
         except ApiError as error:
             remaining.append(f"pods labelled {selector}: could not list ({error})")
         else:
-            names = [item["metadata"]["name"] for item in pods.get("items", [])]
-            if names:
-                remaining.append(f"pods labelled {selector}: {', '.join(names)}")
+            if pods:
+                remaining.append(f"pods labelled {selector}: {', '.join(pods)}")
             else:
                 evidence.append(f"no pod labelled {selector}")
         if remaining:

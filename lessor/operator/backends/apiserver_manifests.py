@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from lessor.controlplane.pki import CertificateAuthority, service_account_key
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.owned import Manifest, labels, metadata
+from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
 
 PORT = 6443
 ETCD_CLIENT = "http://127.0.0.1:2379"
@@ -162,41 +162,33 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
                 "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
             },
         },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": metadata(instance, name),
-            "spec": {
-                "serviceName": name,
-                "replicas": 1,
-                "selector": {"matchLabels": labels(instance)},
-                "template": {
-                    "metadata": {"labels": pod_labels},
-                    "spec": {
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                        "terminationGracePeriodSeconds": 5,
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 65532,
-                            "runAsGroup": 65532,
-                            "fsGroup": 65532,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
-                        "containers": [_etcd(config), _apiserver(instance, config)],
-                        "volumes": [
-                            {"name": "etcd", "emptyDir": {}},
-                            {
-                                "name": "pki",
-                                "secret": {
-                                    "secretName": pki_secret_name(instance),
-                                    "defaultMode": 0o440,
-                                    "items": [{"key": key, "path": key} for key in mounted],
-                                },
-                            },
-                        ],
-                    },
+        statefulset(
+            instance,
+            name,
+            pod_labels,
+            {
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": 5,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "runAsGroup": 65532,
+                    "fsGroup": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
+                "containers": [_etcd(config), _apiserver(instance, config)],
+                "volumes": [
+                    {"name": "etcd", "emptyDir": {}},
+                    {
+                        "name": "pki",
+                        "secret": {
+                            "secretName": pki_secret_name(instance),
+                            "defaultMode": 0o440,
+                            "items": [{"key": key, "path": key} for key in mounted],
+                        },
+                    },
+                ],
             },
-        },
+        ),
     ]

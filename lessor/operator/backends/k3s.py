@@ -13,7 +13,7 @@ import secrets
 
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
-from lessor.operator.backends.owned import label_selector
+from lessor.operator.backends.owned import label_selector, labelled_names
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
 
 # (api path prefix, plural) of every kind a k3s cluster consists of, in teardown order.
@@ -110,21 +110,20 @@ class K3sBackend:
 
     async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
         """List every kind by the instance's labels: verified only when each list is empty."""
-        selector = {"labelSelector": label_selector(instance)}
+        selector = label_selector(instance)
         evidence: list[str] = []
         remaining: list[str] = []
         for prefix, plural in _KINDS:
             path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
             try:
-                listed = await self.client.request("GET", path, params=selector)
+                names = await labelled_names(self.client, path, instance)
             except ApiError as error:
                 remaining.append(f"{plural}: could not list ({error})")
                 continue
-            names = [item["metadata"]["name"] for item in listed.get("items", [])]
             if names:
                 remaining.append(f"{plural}: {', '.join(names)}")
             else:
-                evidence.append(f"no {plural} labelled {selector['labelSelector']}")
+                evidence.append(f"no {plural} labelled {selector}")
         if remaining:
             return TeardownReport(verified=False, evidence=remaining)
         return TeardownReport(verified=True, evidence=evidence)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.owned import Manifest, label_selector, labels, metadata
+from lessor.operator.backends.owned import Manifest, label_selector, labels, metadata, statefulset
 
 KUBECONFIG_KEY = "kubeconfig"
 
@@ -121,74 +121,64 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
                 "ports": [{"name": "https", "port": 6443, "targetPort": 6443}],
             },
         },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": metadata(instance, name),
-            "spec": {
-                "serviceName": name,
-                "replicas": 1,
-                "selector": {"matchLabels": labels(instance)},
-                "template": {
-                    "metadata": {"labels": pod_labels},
-                    "spec": {
-                        "serviceAccountName": publisher,
-                        "containers": [
-                            {
-                                "name": "k3s",
-                                "image": config.image,
-                                "args": [
-                                    "server",
-                                    "--disable-agent",
-                                    "--token-file=/etc/k3s/token",
-                                    f"--tls-san={service_host}",
-                                    f"--tls-san={name}",
-                                    "--disable=traefik,servicelb,metrics-server,local-storage",
-                                    "--write-kubeconfig=/output/kubeconfig.yaml",
-                                    "--write-kubeconfig-mode=0600",
-                                ],
-                                "ports": [{"containerPort": 6443, "name": "https"}],
-                                # k3s refuses anonymous requests, so /readyz is asked with
-                                # the admin kubeconfig k3s wrote, from inside the container.
-                                "readinessProbe": {
-                                    "exec": {
-                                        "command": [
-                                            "kubectl",
-                                            "--kubeconfig=/output/kubeconfig.yaml",
-                                            "get",
-                                            "--raw=/readyz",
-                                        ]
-                                    },
-                                    "periodSeconds": 2,
-                                },
-                                "resources": {
-                                    "requests": {"cpu": config.cpu, "memory": config.memory}
-                                },
-                                "volumeMounts": [
-                                    {"name": "data", "mountPath": "/var/lib/rancher/k3s"},
-                                    {"name": "output", "mountPath": "/output"},
-                                    {"name": "token", "mountPath": "/etc/k3s", "readOnly": True},
-                                ],
-                            },
-                            {
-                                "name": "kubeconfig-publisher",
-                                "image": config.image,
-                                "command": ["/bin/sh", "-c", publish],
-                                "volumeMounts": [
-                                    {"name": "output", "mountPath": "/output", "readOnly": True}
-                                ],
-                            },
+        statefulset(
+            instance,
+            name,
+            pod_labels,
+            {
+                "serviceAccountName": publisher,
+                "containers": [
+                    {
+                        "name": "k3s",
+                        "image": config.image,
+                        "args": [
+                            "server",
+                            "--disable-agent",
+                            "--token-file=/etc/k3s/token",
+                            f"--tls-san={service_host}",
+                            f"--tls-san={name}",
+                            "--disable=traefik,servicelb,metrics-server,local-storage",
+                            "--write-kubeconfig=/output/kubeconfig.yaml",
+                            "--write-kubeconfig-mode=0600",
                         ],
-                        "volumes": [
-                            *volumes,
-                            {
-                                "name": "token",
-                                "secret": {"secretName": token_secret_name(instance)},
+                        "ports": [{"containerPort": 6443, "name": "https"}],
+                        # k3s refuses anonymous requests, so /readyz is asked with
+                        # the admin kubeconfig k3s wrote, from inside the container.
+                        "readinessProbe": {
+                            "exec": {
+                                "command": [
+                                    "kubectl",
+                                    "--kubeconfig=/output/kubeconfig.yaml",
+                                    "get",
+                                    "--raw=/readyz",
+                                ]
                             },
+                            "periodSeconds": 2,
+                        },
+                        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+                        "volumeMounts": [
+                            {"name": "data", "mountPath": "/var/lib/rancher/k3s"},
+                            {"name": "output", "mountPath": "/output"},
+                            {"name": "token", "mountPath": "/etc/k3s", "readOnly": True},
                         ],
                     },
-                },
-                "volumeClaimTemplates": claims,
+                    {
+                        "name": "kubeconfig-publisher",
+                        "image": config.image,
+                        "command": ["/bin/sh", "-c", publish],
+                        "volumeMounts": [
+                            {"name": "output", "mountPath": "/output", "readOnly": True}
+                        ],
+                    },
+                ],
+                "volumes": [
+                    *volumes,
+                    {
+                        "name": "token",
+                        "secret": {"secretName": token_secret_name(instance)},
+                    },
+                ],
             },
-        },
+            claims,
+        ),
     ]

@@ -1,4 +1,5 @@
-"""The labels and metadata every object a pod-based backend creates carries.
+"""What every object a pod-based backend creates carries, and the one-pod StatefulSet each
+cluster runs in.
 
 The instance's name and uid as labels let teardown verification find strays that were never
 recorded anywhere; the owner reference lets the garbage collector remove them should the operator
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lessor.operator.backends.base import InstanceRef
+from lessor.operator.runtime.client import KubeClient
 
 INSTANCE_LABEL = "lessor.dev/instance"
 INSTANCE_UID_LABEL = "lessor.dev/instance-uid"
@@ -40,3 +42,33 @@ def metadata(instance: InstanceRef, name: str) -> Manifest:
             }
         ],
     }
+
+
+def statefulset(
+    instance: InstanceRef,
+    name: str,
+    pod_labels: dict[str, str],
+    pod_spec: Manifest,
+    claims: list[Manifest] | None = None,
+) -> Manifest:
+    """One replica, selected by the instance's labels (a subset of `pod_labels`)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(instance, name),
+        "spec": {
+            "serviceName": name,
+            "replicas": 1,
+            "selector": {"matchLabels": labels(instance)},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+            "volumeClaimTemplates": claims or [],
+        },
+    }
+
+
+async def labelled_names(client: KubeClient, collection: str, instance: InstanceRef) -> list[str]:
+    """The names of the objects of `collection` (an API path) that carry the instance's labels."""
+    listed = await client.request(
+        "GET", collection, params={"labelSelector": label_selector(instance)}
+    )
+    return [item["metadata"]["name"] for item in listed.get("items", [])]
