@@ -94,20 +94,26 @@ def docker_answers() -> bool:
     return result.returncode == 0
 
 
-def running_dockerd_pid() -> int | None:
-    """The pid of a dockerd that is alive, from its pid file."""
+def running_dockerd_pid(pid_file: Path = DOCKER_PID) -> int | None:
+    """The pid of a dockerd that is alive, from its pid file: the pid of a dockerd that was
+    killed may name another process since."""
     try:
-        pid = int(DOCKER_PID.read_text().strip())
-        os.kill(pid, 0)
+        pid = int(pid_file.read_text().strip())
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
     except (OSError, ValueError):
         return None
-    return pid
+    return pid if command == "dockerd" else None
 
 
 def start_dockerd(progress: Progress) -> None:
     """Start dockerd detached from this process, its output in the cache, and wait for it."""
     log_path = docker_dir() / "dockerd.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if DOCKER_PID.exists() and running_dockerd_pid() is None:
+        # A dockerd killed outright (a session ended under it) leaves its pid file, and dockerd
+        # refuses to start while the pid there is alive, whatever process it now is.
+        progress(f"removing {DOCKER_PID}, left by a dockerd that is gone")
+        DOCKER_PID.unlink()
     progress(f"starting dockerd (log: {log_path})")
     with log_path.open("ab") as log:
         subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
 from e2e.kind import oci
+from e2e.kind.docker_setup import running_dockerd_pid
 from e2e.kind.node_image import cni_config, containerd_config, go_string_constants
 
 WRAPPER = Path(__file__).parents[2] / "e2e" / "kind" / "runc-wrapper"
@@ -107,3 +110,27 @@ def test_runc_wrapper_drops_cap_sys_resource_from_bundle_and_process(tmp_path: P
     assert json.loads((bundle / "config.json").read_text())["process"]["capabilities"] == stripped
     assert json.loads(process.read_text())["capabilities"] == stripped
     assert result.stdout.split()[0] == "create"
+
+
+def test_a_pid_file_counts_only_while_it_names_a_live_dockerd(tmp_path: Path) -> None:
+    """A dockerd killed outright leaves its pid file; the pid may be anyone's since."""
+    pid_file = tmp_path / "docker.pid"
+    dockerd = tmp_path / "dockerd"  # a process whose name is dockerd: sleep under that name
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", dockerd)
+    named = subprocess.Popen([str(dockerd), "60"])
+    try:
+        pid_file.write_text(str(named.pid))
+        comm = Path(f"/proc/{named.pid}/comm")
+        deadline = time.monotonic() + 30  # a ceiling for a hang: the exec is a moment away
+        while comm.read_text().strip() != "dockerd" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert running_dockerd_pid(pid_file) == named.pid
+    finally:
+        named.kill()
+        named.wait()
+    assert running_dockerd_pid(pid_file) is None  # gone
+    pid_file.write_text(str(os.getpid()))  # alive, but not dockerd
+    assert running_dockerd_pid(pid_file) is None
+    pid_file.write_text("not a pid")
+    assert running_dockerd_pid(pid_file) is None
+    assert running_dockerd_pid(tmp_path / "absent.pid") is None
