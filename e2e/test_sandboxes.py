@@ -114,8 +114,9 @@ def test_commands_run_in_the_sandbox_container(alice: Person, sandbox: str) -> N
 def test_run_leases_runs_and_releases(alice: Person) -> None:
     result = alice.run("run", POOL, "--", "python3", "-c", "print(6 * 7)")
     assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr
-    assert all(lease["phase"] == "Releasing" for lease in active(alice)), "run released it"
-    wait_for("the sandbox torn down", lambda: not active(alice), timeout=300)
+    # The release is an intent the operator acts on a moment later; the pool's 30 min TTL is
+    # far beyond this wait, so the lease ending within it is the release `run` made.
+    wait_for("the sandbox released and torn down", lambda: not active(alice), timeout=300)
 
 
 class Output:
