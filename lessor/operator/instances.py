@@ -2,10 +2,10 @@
 kubeconfig, and tears down with *verified* cleanup or else quarantines.
 
 Teardown is driven by a finalizer: deleting an instance (the lease reconciler does, on release or
-expiry; the pool reconciler does, for unhealthy ones) only marks it, and the object stays until
-the backend has proven that nothing of the cluster remains. If that cannot be proven the instance
-becomes Quarantined, keeps its finalizer and the evidence in its status, and its capacity stays
-withheld, so a person can see what remains and finish the cleanup.
+expiry; the pool reconciler does, for unhealthy ones no lease holds) only marks it, and the
+object stays until the backend has proven that nothing of the cluster remains. If that cannot be
+proven the instance becomes Quarantined, keeps its finalizer and the evidence in its status, and
+its capacity stays withheld, so a person can see what remains and finish the cleanup.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef
 from lessor.operator.backends.registry import Backends
+from lessor.operator.conditions import find, is_false, with_condition
 from lessor.operator.context import Context
 from lessor.operator.kinds import (
     BY_CLAIM,
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 CREATING_TIMEOUT = datetime.timedelta(minutes=5)
 HEALTH_INTERVAL = 15.0
+HEALTHY = "Healthy"
+WAS_READY = ("Ready", "Leased", "Unhealthy")
 QUARANTINE_RECHECK = 60.0
 
 
@@ -72,6 +75,7 @@ def setup(context: Context) -> Controller:
         backends=Backends(context.client, context.local_backend, settings.test_backends),
         events=context.events,
         teardown_grace=settings.teardown_grace,
+        unhealthy_after=settings.unhealthy_after,
     )
 
     def claimed_by(lease: Json) -> list[str]:
@@ -95,8 +99,10 @@ class InstanceReconciler:
         backends: Backends,
         events: EventRecorder,
         teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2),
+        unhealthy_after: datetime.timedelta = datetime.timedelta(seconds=30),
     ) -> None:
         self.teardown_grace = teardown_grace
+        self.unhealthy_after = unhealthy_after
         self.client = client
         self.instances = instances
         self.leases = leases
@@ -126,7 +132,11 @@ class InstanceReconciler:
             return Result()
         status = _status(instance)
         try:
-            await backend.provision(ref)
+            if status.ready_at is None:
+                # Creation only: a cluster that was ready and broke is reported, never made
+                # again from nothing under the same name (its lease's kubeconfig would go stale
+                # without a word).
+                await backend.provision(ref)
             readiness = await backend.readiness(ref)
         except BackendError as error:
             status.phase, status.message = status.phase or "Creating", str(error)
@@ -136,19 +146,13 @@ class InstanceReconciler:
         if "endpoint" in readiness.details:
             status.endpoint = readiness.details["endpoint"]
         status.message = readiness.message
-        was_ready = status.phase in ("Ready", "Leased")
         if readiness.ready:
             await self._publish_kubeconfig(obj, ref, backend)
-            status.kubeconfig_secret = kubeconfig_secret_name(ref.name)
-            if status.ready_at is None:
-                status.ready_at = now_seconds()
-            status.phase = "Leased" if instance.spec.claim_ref else "Ready"
-            if not was_ready:
-                await self.events.record(obj, "Normal", "Ready", readiness.message)
-            await write_status(self.client, INSTANCES, obj, status)
-            return Result(requeue_after=HEALTH_INTERVAL)
+            return await self._healthy(obj, instance, status, readiness.message)
+        if status.phase in WAS_READY:
+            return await self._failing(obj, status, readiness.message)
         created = meta.creation_timestamp or utcnow()
-        if was_ready or utcnow() - created > CREATING_TIMEOUT:
+        if utcnow() - created > CREATING_TIMEOUT:
             if status.phase != "Unhealthy":
                 await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
             status.phase = "Unhealthy"
@@ -156,6 +160,45 @@ class InstanceReconciler:
             status.phase = "Creating"
         await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=1.0 if status.phase == "Creating" else 5.0)
+
+    async def _healthy(
+        self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, message: str
+    ) -> Result:
+        status.kubeconfig_secret = kubeconfig_secret_name(instance.metadata.name or "")
+        if status.ready_at is None:
+            status.ready_at = now_seconds()
+        recovered = is_false(status.conditions, HEALTHY)
+        was_ready = status.phase in WAS_READY
+        status.phase = "Leased" if instance.spec.claim_ref else "Ready"
+        status.conditions = with_condition(
+            status.conditions, HEALTHY, True, "HealthCheckPassed", message,
+            generation=instance.metadata.generation,
+        )  # fmt: skip
+        if recovered:
+            await self.events.record(obj, "Normal", "Recovered", message)
+        elif not was_ready:
+            await self.events.record(obj, "Normal", "Ready", message)
+        await write_status(self.client, INSTANCES, obj, status)
+        return Result(requeue_after=HEALTH_INTERVAL)
+
+    async def _failing(self, obj: Json, status: ClusterInstanceStatus, message: str) -> Result:
+        """A cluster that was ready fails its check. Its Healthy condition turns False at once
+        (no new lease binds it); it becomes Unhealthy only once it has failed for
+        `unhealthy_after`, so that one slow answer does not cost a warm cluster. A leased cluster
+        is never torn down for it (the pool replaces only unclaimed ones): its lease reports it
+        and it stays until the lease ends."""
+        status.conditions = with_condition(
+            status.conditions, HEALTHY, False, "HealthCheckFailed", message,
+            generation=obj["metadata"].get("generation"),
+        )  # fmt: skip
+        failing = find(status.conditions, HEALTHY)
+        assert failing is not None
+        if utcnow() - failing.last_transition_time >= self.unhealthy_after:
+            if status.phase != "Unhealthy":
+                await self.events.record(obj, "Warning", "Unhealthy", message)
+            status.phase = "Unhealthy"
+        await write_status(self.client, INSTANCES, obj, status)
+        return Result(requeue_after=5.0)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
+from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
 from lessor.operator.kinds import (
     BY_CLAIM,
@@ -51,7 +52,12 @@ from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.base import ObjectRef
-from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
+from lessor.resources.cluster import (
+    CLUSTER_HEALTHY,
+    ClusterLease,
+    ClusterLeaseStatus,
+    ClusterPool,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +76,16 @@ def _status(lease: ClusterLease) -> ClusterLeaseStatus:
 
 
 def _is_free(instance: Json) -> bool:
+    """Ready, unclaimed, not being deleted, and not failing its health check right now."""
+    status = instance.get("status", {})
     return (
-        instance.get("status", {}).get("phase") == "Ready"
+        status.get("phase") == "Ready"
         and not instance.get("spec", {}).get("claimRef")
         and not instance["metadata"].get("deletionTimestamp")
+        and not any(
+            c.get("type") == "Healthy" and c.get("status") == "False"
+            for c in status.get("conditions", [])
+        )
     )
 
 
@@ -291,6 +303,7 @@ class LeaseReconciler:
             status.expires_at, status.extensions = expiry.replace(microsecond=0), applied
             obj = await write_status(self.client, LEASES, obj, status)
             await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
+        obj = await self._report_health(obj, lease, status)
         now = utcnow()
         if not release and now < expiry:
             return Result(requeue_after=(expiry - now).total_seconds())
@@ -303,20 +316,53 @@ class LeaseReconciler:
         )
         return await self._ending(obj, ClusterLease.model_validate(obj))
 
+    async def _report_health(
+        self, obj: Json, lease: ClusterLease, status: ClusterLeaseStatus
+    ) -> Json:
+        """The bound cluster's Healthy condition, mirrored as the lease's ClusterHealthy with an
+        Event each time it turns. A cluster that fails under a lease is kept (its owner may still
+        be using what works, and it may recover) and said so, never silently replaced; a lease
+        whose cluster stayed healthy is never written for it."""
+        instance = self._bound_instance(lease)
+        conditions = instance.get("status", {}).get("conditions", []) if instance else []
+        healthy = next((c for c in conditions if c.get("type") == "Healthy"), None)
+        if healthy is None:
+            return obj
+        ok = healthy.get("status") == "True"
+        previous = find(status.conditions, CLUSTER_HEALTHY)
+        if (previous.status == "True" if previous else True) == ok:
+            return obj
+        message = healthy.get("message", "")
+        status.conditions = with_condition(
+            status.conditions, CLUSTER_HEALTHY, ok, healthy.get("reason", "HealthCheck"), message,
+            generation=lease.metadata.generation,
+        )  # fmt: skip
+        obj = await write_status(self.client, LEASES, obj, status)
+        if ok:
+            await self.events.record(obj, "Normal", "ClusterRecovered", message)
+        else:
+            await self.events.record(
+                obj, "Warning", "ClusterUnhealthy", f"the cluster fails its health check: {message}"
+            )
+        return obj
+
+    def _bound_instance(self, lease: ClusterLease) -> Json | None:
+        """The instance the lease is bound to, if it still exists (the same uid)."""
+        reference = lease.status.instance if lease.status else None
+        if reference is None:
+            return None
+        instance = self.instances.store.get(f"{lease.metadata.namespace}/{reference.name}")
+        if instance is None or instance["metadata"]["uid"] != reference.uid:
+            return None
+        return instance
+
     # -- Recycling --------------------------------------------------------------------------
 
     async def _ending(self, obj: Json, lease: ClusterLease) -> Result:
         assert lease.status is not None
         status = _status(lease)
-        reference = lease.status.instance
         namespace = lease.metadata.namespace or ""
-        instance = self.instances.store.get(f"{namespace}/{reference.name}") if reference else None
-        if (
-            instance is not None
-            and reference is not None
-            and instance["metadata"]["uid"] != reference.uid
-        ):
-            instance = None
+        instance = self._bound_instance(lease)
         if instance is not None:
             instance_phase = instance.get("status", {}).get("phase")
             if instance_phase == "Quarantined":

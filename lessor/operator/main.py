@@ -79,6 +79,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
     parser.add_argument(
+        "--unhealthy-after",
+        type=float,
+        default=30.0,
+        help="seconds a ready cluster may fail its health check before it is Unhealthy "
+        "(then replaced, unless a lease holds it)",
+    )
+    parser.add_argument(
         "--lease-retention",
         type=float,
         default=86400.0,

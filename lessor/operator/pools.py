@@ -111,8 +111,13 @@ class PoolReconciler:
         )
         for instance in instances:
             # An unhealthy cluster is replaced, not repaired: tear it down, the deficit refills.
+            # Never under a lease: its lease reports it, and it goes when the lease ends.
             phase = instance.get("status", {}).get("phase")
-            if phase == "Unhealthy" and not instance["metadata"].get("deletionTimestamp"):
+            if (
+                phase == "Unhealthy"
+                and not instance["spec"].get("claimRef")
+                and not instance["metadata"].get("deletionTimestamp")
+            ):
                 await delete_fenced(self.client, INSTANCES, instance)
         pending = [
             lease

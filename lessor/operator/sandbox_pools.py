@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Literal
 
 from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
+from lessor.operator.conditions import with_condition
 from lessor.operator.context import Context
 from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
@@ -28,7 +28,6 @@ from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
-    now_seconds,
     remove_finalizer,
     write_status,
 )
@@ -47,23 +46,15 @@ def child_name(pool: str) -> str:
     return f"lessor-{pool}"[:63]
 
 
-def _condition(pool: SandboxPool, ok: bool, reason: str, message: str) -> Condition:
-    """The pool's AgentSandboxCompatible condition; its transition time moves only when its
-    status does."""
-    conditions = pool.status.conditions if pool.status else []
-    previous = next((c for c in conditions if c.type == "AgentSandboxCompatible"), None)
-    status: Literal["True", "False"] = "True" if ok else "False"
-    if previous is None or previous.status != status:
-        transition = now_seconds()
-    else:
-        transition = previous.last_transition_time
-    return Condition(
-        type="AgentSandboxCompatible",
-        status=status,
-        reason=reason,
-        message=message[:1000],
-        last_transition_time=transition,
-        observed_generation=pool.metadata.generation,
+def _compatible(pool: SandboxPool, ok: bool, reason: str) -> list[Condition]:
+    """The pool's AgentSandboxCompatible condition set, the verdict's reason its message."""
+    return with_condition(
+        pool.status.conditions if pool.status else [],
+        "AgentSandboxCompatible",
+        ok,
+        "Compatible" if ok else "Incompatible",
+        reason,
+        generation=pool.metadata.generation,
     )
 
 
@@ -135,7 +126,7 @@ class SandboxPoolReconciler:
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
             status.phase = "Unavailable"
-            status.conditions = [_condition(pool, False, "Incompatible", verdict.reason)]
+            status.conditions = _compatible(pool, False, verdict.reason)
             await write_status(self.client, SANDBOX_POOLS, obj, status)
             return Result(requeue_after=RECHECK_FAILING_SECONDS)
         template, warm_pool = await asyncio.gather(
@@ -152,7 +143,7 @@ class SandboxPoolReconciler:
                 "ready": ready,
                 "template_ref": _reference(template),
                 "warm_pool_ref": _reference(warm_pool),
-                "conditions": [_condition(pool, True, "Compatible", verdict.reason)],
+                "conditions": _compatible(pool, True, verdict.reason),
             }
         )
         await write_status(self.client, SANDBOX_POOLS, obj, status)

@@ -240,6 +240,10 @@ class ClusterLeaseSpec(SpecModel):
         return expires_at(bound_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
 
 
+CLUSTER_HEALTHY = "ClusterHealthy"
+"""The lease's condition that mirrors its bound cluster's health checks (written once one fails)."""
+
+
 class ClusterLeaseStatus(StatusModel):
     phase: ClusterLeasePhase | None = None
     queue_position: int | None = Field(default=None, ge=1)

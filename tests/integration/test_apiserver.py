@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -364,6 +365,44 @@ def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: 
     )
     lease_until(stack, ALICE, lease_id, "Released")
     assert stack.api.call("GET", "/v1/leases", token=ALICE).body == []
+
+
+def test_a_bound_lease_says_when_its_cluster_fails_its_health_check(stack: Stack) -> None:
+    created = stack.api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-warm"})
+    lease_id = created.body["id"]
+    bound = lease_until(stack, ALICE, lease_id, "Bound")
+    assert "cluster_health" not in bound, "nothing to say while the cluster stayed healthy"
+    lease = json.loads(
+        stack.cluster.kubectl(
+            "get", "clusterlease", lease_id, "-n", stack.namespace, "-o", "json"
+        ).stdout
+    )
+    instance = json.loads(
+        stack.cluster.kubectl(
+            "get", "clusterinstance", lease["status"]["clusterName"], "-n", stack.namespace,
+            "-o", "json",
+        ).stdout
+    )  # fmt: skip
+    details = instance["status"]["backendDetails"]["pids"]
+    [apiserver] = [int(p.split("=")[1]) for p in details.split(",") if "kube-apiserver=" in p]
+
+    def health() -> dict[str, Any] | None:
+        body = stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body
+        return body.get("cluster_health")
+
+    os.kill(apiserver, signal.SIGSTOP)  # a real fault: the cluster stops answering
+    try:
+        failing = wait_for("unhealthy", lambda: (h := health()) and not h["healthy"] and h)
+        assert failing["message"] and failing["since"]
+        assert stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body["phase"] == (
+            "Bound"
+        )
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    recovered = wait_for("healthy again", lambda: (h := health()) and h["healthy"] and h)
+    assert recovered["since"] >= failing["since"]
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+    lease_until(stack, ALICE, lease_id, "Released")
 
 
 def test_another_tenants_lease_is_not_found_and_redacted_in_listings(stack: Stack) -> None:

@@ -6,6 +6,7 @@ import base64
 import collections
 import datetime
 import json
+import os
 import random
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.local_clusters import every_cluster
 from lessor.operator.pools import count_instances
+from lessor.protocol.json_object import Json
 from tests.integration.operator_harness import (
     CrashPoint,
     Objects,
@@ -227,6 +229,87 @@ def test_quarantine_when_teardown_cannot_be_verified(
     assert objects.phase("clusterlease", "stuck") == "Quarantined"
     assert objects.get("clusterinstance", name) is not None
     assert "TeardownQuarantined" in objects.events("stuck")
+
+
+def _apiserver_pid(instance: Json) -> int:
+    details = instance["status"]["backendDetails"]["pids"]
+    [pid] = [int(p.split("=")[1]) for p in details.split(",") if p.startswith("kube-apiserver=")]
+    return pid
+
+
+def _cluster_healthy(objects: Objects, lease: str) -> str | None:
+    """The lease's ClusterHealthy condition status ("True", "False"), None while it has none."""
+    conditions = (objects.get("clusterlease", lease) or {}).get("status", {}).get("conditions", [])
+    return next((c["status"] for c in conditions if c["type"] == "ClusterHealthy"), None)
+
+
+def test_a_leased_cluster_that_fails_is_reported_and_kept_until_its_lease_ends(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    operator = start_operator(cluster, objects, started, tmp_path, extra=("--unhealthy-after=3",))
+    objects.pool("sick", warmTarget=1)
+    objects.lease("mine", "sick")
+    name = objects.wait_phase("mine", "Bound")["status"]["clusterName"]
+    instance = objects.get("clusterinstance", name)
+    assert instance is not None
+    apiserver = _apiserver_pid(instance)
+
+    # A real fault: the leased cluster's kube-apiserver stops answering.
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        wait_for("ClusterHealthy False", lambda: _cluster_healthy(objects, "mine") == "False")
+        wait_for(
+            "the instance Unhealthy", lambda: objects.phase("clusterinstance", name) == "Unhealthy"
+        )
+        passes = operator.metric('lessor_reconcile_total{controller="clusterpool"')
+        objects.patch("clusterpool", "sick", {"metadata": {"annotations": {"poke": "1"}}})
+        wait_for(
+            "the pool to look at the unhealthy instance again",
+            lambda: operator.metric('lessor_reconcile_total{controller="clusterpool"') > passes,
+        )
+        kept = objects.get("clusterinstance", name)
+        assert kept is not None and not kept["metadata"].get("deletionTimestamp"), (
+            "a leased cluster is not torn down under its lease"
+        )
+        assert objects.phase("clusterlease", "mine") == "Bound"
+        assert "ClusterUnhealthy" in objects.events("mine")
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+
+    wait_for("ClusterHealthy True", lambda: _cluster_healthy(objects, "mine") == "True")
+    assert objects.phase("clusterinstance", name) == "Leased"
+    assert "ClusterRecovered" in objects.events("mine")
+
+    # Dead for good: still kept, not started again from nothing under the lease.
+    os.kill(apiserver, signal.SIGKILL)
+    wait_for("Unhealthy again", lambda: objects.phase("clusterinstance", name) == "Unhealthy")
+    instance = objects.get("clusterinstance", name)
+    assert instance is not None and not alive(apiserver)
+    assert _apiserver_pid(instance) == apiserver, "no new kube-apiserver under the same lease"
+    objects.patch("clusterlease", "mine", {"spec": {"releaseRequested": True}})
+    wait_for("Released", lambda: objects.phase("clusterlease", "mine") == "Released")
+    assert objects.get("clusterinstance", name) is None
+
+
+def test_an_unclaimed_cluster_that_fails_is_replaced(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path, extra=("--unhealthy-after=1",))
+    objects.pool("flaky", warmTarget=1)
+    wait_for("1 ready", lambda: objects.pool_status("flaky").get("ready") == 1)
+    [instance] = objects.list("clusterinstances")
+    os.kill(_apiserver_pid(instance), signal.SIGKILL)
+    wait_for(
+        "a replacement, ready",
+        lambda: (
+            objects.pool_status("flaky").get("ready") == 1
+            and instance["metadata"]["name"]
+            not in {i["metadata"]["name"] for i in objects.list("clusterinstances")}
+        ),
+    )
+    assert {"Unhealthy", "TeardownVerified"} <= set(objects.events(instance["metadata"]["name"]))
 
 
 def test_two_operators_one_leader_and_failover(

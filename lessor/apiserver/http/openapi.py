@@ -21,6 +21,7 @@ from lessor.apiserver.http.bodies import (
 from lessor.apiserver.http.responses import (
     DEFAULT_TIMEOUT_TEXT,
     MAX_TIMEOUT_TEXT,
+    ClusterHealth,
     Error,
     Execution,
     ExecutionLogs,
@@ -51,6 +52,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     Error,
     LeaseCreated,
     LeaseSummary,
+    ClusterHealth,
     Lease,
     Expiry,
     PoolRecord,

@@ -48,10 +48,21 @@ class LeaseSummary(BaseModel):
     alias: str | None = None
 
 
+class ClusterHealth(BaseModel):
+    healthy: bool
+    since: str = Field(description="When the cluster last turned healthy or unhealthy.")
+    message: str = Field(description="What the last health check found.")
+
+
 class Lease(LeaseSummary):
     metadata: dict[str, Any] | None = None
     queue_position: int | None = Field(default=None, description="1-based, while Pending.")
     kubeconfig: str | None = Field(default=None, description="Present once the lease is Bound.")
+    cluster_health: ClusterHealth | None = Field(
+        default=None,
+        description="While Bound, once the cluster has failed a health check: a cluster that "
+        "fails under a lease is kept until the lease ends, and this says so.",
+    )
 
 
 class Expiry(BaseModel):

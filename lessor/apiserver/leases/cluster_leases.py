@@ -34,7 +34,7 @@ from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import looks_like_an_id
 from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.cluster import CLUSTER_HEALTHY, ClusterLease, ClusterPool
 
 REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
@@ -50,6 +50,18 @@ def requester_label(identity: str) -> str:
 def _phase(obj: Json) -> str | None:
     phase: str | None = obj.get("status", {}).get("phase")
     return phase
+
+
+def _cluster_health(status: Json) -> Json | None:
+    """The lease's ClusterHealthy condition as the API shows it, once the operator wrote one."""
+    for condition in status.get("conditions", []):
+        if condition.get("type") == CLUSTER_HEALTHY:
+            return {
+                "healthy": condition.get("status") == "True",
+                "since": condition.get("lastTransitionTime", ""),
+                "message": condition.get("message", ""),
+            }
+    return None
 
 
 class LeaseService:
@@ -218,6 +230,9 @@ class LeaseService:
             value = self.kube.secret_value(self.kube.namespace, secret_name, "kubeconfig")
             if value:
                 body["kubeconfig"] = value
+            health = _cluster_health(status)
+            if health is not None:
+                body["cluster_health"] = health
         return body
 
     # -- release and extend -----------------------------------------------------------------
