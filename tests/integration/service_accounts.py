@@ -12,7 +12,10 @@ import yaml
 from lessor.controlplane.cluster import LocalControlPlane
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+RBAC_KINDS = {
+    "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
 
 
 def install_rbac(
@@ -22,12 +25,15 @@ def install_rbac(
     sandboxes: str | None = None,
     *,
     local_backend: bool = False,
+    instance_namespaces: bool = False,
 ) -> dict[str, Path]:
     """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}; with `sandboxes` (an
     existing namespace standing for lessor-sandboxes), also the rights there; with
-    `local_backend`, manifests/local-backend."""
+    `local_backend`, manifests/local-backend; with `instance_namespaces`,
+    manifests/instance-namespaces (its admission policy included)."""
     directories = [MANIFESTS / "base", *([MANIFESTS / "sandboxes"] if sandboxes else [])]
     directories += [MANIFESTS / "local-backend"] if local_backend else []
+    directories += [MANIFESTS / "instance-namespaces"] if instance_namespaces else []
     for directory in directories:
         rendered = cluster.kubectl("kustomize", str(directory)).stdout
         for document in yaml.safe_load_all(rendered):

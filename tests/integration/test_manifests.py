@@ -133,8 +133,11 @@ def test_only_an_operator_of_local_pools_may_read_the_kube_system_namespace(
     installed_rbac: Cluster,
 ) -> None:
     """Issue 25: a `local` cluster's directory is named by its host, the uid of kube-system,
-    which only the `local` backend needs to read; the install grants it only with
-    manifests/local-backend, and then that one namespace and no other."""
+    which only the `local` backend needs to read; base grants no namespace read, and
+    manifests/local-backend that one namespace and no other. (manifests/instance-namespaces,
+    which the overlays install, lets the operator `get` a namespace by name, to verify the
+    teardown of the ones it made: never `list`. tests/integration/test_instance_namespaces.py
+    covers it.)"""
     for overlay in ("dev", "production-like"):
         bound = [
             d for d in render(installed_rbac, overlay)
