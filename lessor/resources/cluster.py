@@ -34,15 +34,6 @@ from lessor.resources.lease_time import expires_at
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 
 
-class K3sBackendConfig(SpecModel):
-    image: str = Field(default="rancher/k3s:v1.35.4-k3s1", min_length=1)
-    persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
-    storage_size: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")
-    storage_class: str | None = None
-    cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-
-
 class NodePortExposure(SpecModel):
     """How a leased cluster is reached from outside the host cluster: a NodePort Service."""
 
@@ -55,6 +46,16 @@ class NodePortExposure(SpecModel):
         " to the cluster's certificate); default: the InternalIP of the node the cluster's pod"
         " runs on.",
     )
+
+
+class K3sBackendConfig(SpecModel):
+    image: str = Field(default="rancher/k3s:v1.35.4-k3s1", min_length=1)
+    persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
+    storage_size: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")
+    storage_class: str | None = None
+    cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
 
 
 class ApiserverBackendConfig(SpecModel):

@@ -23,7 +23,8 @@ from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.pki import CertificateAuthority
 from lessor.operator.backends import apiserver_manifests as manifests
-from lessor.operator.backends.apiserver import ApiserverBackend, answers_through
+from lessor.operator.backends.apiserver import ApiserverBackend
+from lessor.operator.backends.node_port import answers_through
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
 from tests.integration.owned_instances import owned_instance

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
-import ssl
 
 from lessor.operator.backends import apiserver_manifests as manifests
+from lessor.operator.backends import node_port
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.backends.owned import label_selector, labelled_names
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
@@ -62,20 +61,13 @@ class ApiserverBackend:
                 raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
 
     async def _endpoint(self, instance: InstanceRef) -> tuple[str, int] | str:
-        """(host, node port) clients connect to, or why there is none yet."""
-        name = manifests.object_name(instance)
-        service = await self.client.get(self._path("Service", instance, name))
-        ports = service.get("spec", {}).get("ports") or [{}]
-        node_port = ports[0].get("nodePort")
-        if not node_port:
-            return "no node port allocated yet"
-        if self.config.host:
-            return self.config.host, int(node_port)
-        pod = await self.client.get(self._path("Pod", instance, manifests.pod_name(instance)))
-        host = pod.get("status", {}).get("hostIP")
-        if not host:
-            return "the cluster's pod is not on a node yet"
-        return str(host), int(node_port)
+        return await node_port.endpoint(
+            self.client,
+            instance.namespace,
+            manifests.object_name(instance),
+            manifests.pod_name(instance),
+            self.config.host,
+        )
 
     async def readiness(self, instance: InstanceRef) -> Readiness:
         details = {"service": f"{manifests.service_host(instance)}:{manifests.PORT}"}
@@ -104,9 +96,7 @@ class ApiserverBackend:
         )
         ca = base64.b64decode(secret.get("data", {}).get("ca.crt", "")).decode()
         server_name = self.config.host or manifests.service_host(instance)
-        # The pod being Ready is not enough: the node port answers only once the Service's
-        # endpoints reached kube-proxy, and a kubeconfig handed out before would be refused.
-        if not await asyncio.to_thread(answers_through, *endpoint, ca, server_name):
+        if not await asyncio.to_thread(node_port.answers_through, *endpoint, ca, server_name):
             return "kube-apiserver not reachable through its node port yet"
         return None
 
@@ -127,7 +117,7 @@ class ApiserverBackend:
         host, port = endpoint
         return kubeconfig(
             instance.name,
-            f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",
+            node_port.server_url(host, port),
             manifests.ADMIN_USER,
             {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]},
             ca_data=data["ca.crt"],
@@ -172,23 +162,3 @@ class ApiserverBackend:
         if remaining:
             return TeardownReport(verified=False, evidence=remaining)
         return TeardownReport(verified=True, evidence=evidence)
-
-
-def answers_through(host: str, port: int, ca: str, server_name: str) -> bool:
-    """Whether https://host:port answers HTTP behind a certificate of `ca` issued for
-    `server_name`, as a kubeconfig with that `tls-server-name` would see it; bounded in time
-    and in what is read. Any status counts: this is about reaching the cluster (its health is
-    the pod's readiness probe), and a tenant may well have closed /readyz to anonymous callers."""
-    try:
-        context = ssl.create_default_context(cadata=ca)
-        with (
-            socket.create_connection((host, port), timeout=2) as raw,
-            context.wrap_socket(raw, server_hostname=server_name) as connection,
-        ):
-            connection.sendall(
-                f"GET /readyz HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode()
-            )
-            status_line = connection.recv(64).split(b"\r\n", 1)[0]
-    except (OSError, ValueError):
-        return False
-    return status_line.startswith(b"HTTP/1.1 ")

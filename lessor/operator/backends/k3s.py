@@ -1,57 +1,50 @@
-"""The `k3s` backend: a k3s server StatefulSet, Service and Secrets in the host cluster.
+"""The `k3s` backend: a k3s server with its agent, in a namespace of its own in the host cluster.
 
-This is the production path: the clusters live in the host cluster itself, so the operator can run
-anywhere and scale with the host. The operator creates the objects rendered by `k3s_manifests`,
-watches the StatefulSet become ready and the sidecar publish the kubeconfig Secret, and at teardown
-deletes everything by label and then verifies, by listing each kind again, that nothing remains.
+The clusters live in the host cluster itself, so the operator can run anywhere and scale with the
+host, and each has a node that runs pods. The operator makes the cluster's namespace
+(lessor.operator.backends.instance_namespace), creates the objects `k3s_manifests` renders in it,
+waits for the StatefulSet, the kubeconfig the sidecar publishes and the node port to answer, and
+hands out that kubeconfig pointed at the node port. Teardown deletes the namespace; it is verified
+when the namespace is gone, which the namespace controller allows only once everything in it is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 
+import yaml
+
 from lessor.operator.backends import k3s_manifests as manifests
+from lessor.operator.backends import node_port
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
-from lessor.operator.backends.owned import label_selector, labelled_names
+from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
 
-# (api path prefix, plural) of every kind a k3s cluster consists of, in teardown order.
-_KINDS: tuple[tuple[str, str], ...] = (
-    ("apis/apps/v1", "statefulsets"),
-    ("api/v1", "services"),
-    ("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
-    ("apis/rbac.authorization.k8s.io/v1", "roles"),
-    ("api/v1", "serviceaccounts"),
-    ("api/v1", "secrets"),
-    ("api/v1", "persistentvolumeclaims"),
-    ("api/v1", "pods"),
-)
 _PLURALS = {
-    "Secret": "secrets",
-    "ServiceAccount": "serviceaccounts",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "Service": "services",
-    "StatefulSet": "statefulsets",
+    "Secret": "api/v1/namespaces/{ns}/secrets",
+    "ServiceAccount": "api/v1/namespaces/{ns}/serviceaccounts",
+    "RoleBinding": "apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "Service": "api/v1/namespaces/{ns}/services",
+    "StatefulSet": "apis/apps/v1/namespaces/{ns}/statefulsets",
 }
-
-
-def _prefix(api_version: str) -> str:
-    return "api/v1" if api_version == "v1" else f"apis/{api_version}"
+KUBECONFIG_LIMIT = 64 * 1024
 
 
 class K3sBackend:
     def __init__(self, client: KubeClient, config: manifests.K3sConfig) -> None:
         self.client = client
         self.config = config
+        self.namespaces = InstanceNamespaces(client)
 
     async def provision(self, instance: InstanceRef) -> None:
         # Creates are atomic: on replay, objects that already exist answer 409 and are kept. The
         # token is only used if its Secret does not exist yet, so a replay never changes it.
-        for manifest in manifests.render(instance, self.config, secrets.token_urlsafe(32)):
-            plural = _PLURALS[manifest["kind"]]
-            path = f"/{_prefix(manifest['apiVersion'])}/namespaces/{instance.namespace}/{plural}"
+        namespace = await self.namespaces.ensure(instance, manifests.POD_SECURITY)
+        token = secrets.token_urlsafe(32)
+        for manifest in manifests.render(instance, self.config, token, namespace):
+            path = "/" + _PLURALS[manifest["kind"]].format(ns=namespace)
             try:
                 await self.client.create(path, manifest)
             except ConflictError:
@@ -61,69 +54,103 @@ class K3sBackend:
                 raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
 
     async def readiness(self, instance: InstanceRef) -> Readiness:
-        ns = instance.namespace
-        name = manifests.object_name(instance)
-        details = {"service": f"{name}.{ns}.svc:6443"}
+        namespace = namespace_name(instance)
+        details = {
+            "namespace": namespace,
+            "service": f"{manifests.service_host(instance, namespace)}:{manifests.PORT}",
+        }
         try:
-            statefulset = await self.client.get(
-                f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}"
-            )
-        except NotFoundError:
-            return Readiness(False, "StatefulSet missing", details)
+            unready = await self._unready(instance, namespace, details)
+        except NotFoundError as error:
+            unready = f"not provisioned yet ({error.reason})"
         except ApiError as error:
-            return Readiness(False, f"StatefulSet unreadable: {error}", details)
-        if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
-            return Readiness(False, "k3s server not ready", details)
-        if await self._published_kubeconfig(instance) is None:
-            return Readiness(False, "kubeconfig not published yet", details)
-        return Readiness(True, "k3s server ready, kubeconfig published", details)
+            unready = f"unreadable: {error}"
+        if unready:
+            return Readiness(False, unready, details)
+        return Readiness(True, "k3s ready through its node port", details)
 
-    async def _published_kubeconfig(self, instance: InstanceRef) -> str | None:
+    async def _unready(
+        self, instance: InstanceRef, namespace: str, details: dict[str, str]
+    ) -> str | None:
+        name = manifests.object_name(instance)
+        statefulset = await self.client.get(
+            f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"
+        )
+        if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
+            return "k3s server not ready"
+        published = await self._published(instance, namespace)
+        if published is None:
+            return "kubeconfig not published yet"
+        endpoint = await self._endpoint(instance, namespace)
+        if isinstance(endpoint, str):
+            return endpoint
+        details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
+        ca = base64.b64decode(str(_cluster_entry(published).get("certificate-authority-data", "")))
+        server_name = self.config.host or manifests.service_host(instance, namespace)
+        if not await asyncio.to_thread(
+            node_port.answers_through, *endpoint, ca.decode(errors="replace"), server_name
+        ):
+            return "k3s not reachable through its node port yet"
+        return None
+
+    async def _endpoint(self, instance: InstanceRef, namespace: str) -> tuple[str, int] | str:
+        return await node_port.endpoint(
+            self.client,
+            namespace,
+            manifests.object_name(instance),
+            manifests.pod_name(instance),
+            self.config.host,
+        )
+
+    async def _published(self, instance: InstanceRef, namespace: str) -> dict[str, object] | None:
+        """The kubeconfig k3s wrote, as the sidecar published it; None until it has. What the
+        pod wrote is the cluster's, not lessor's: bounded and checked before it is used."""
         secret_name = manifests.kubeconfig_secret_name(instance)
         try:
-            secret = await self.client.get(
-                f"/api/v1/namespaces/{instance.namespace}/secrets/{secret_name}"
-            )
-        except ApiError:
+            secret = await self.client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+        except NotFoundError:
             return None
-        encoded = secret.get("data", {}).get(manifests.KUBECONFIG_KEY)
-        return base64.b64decode(encoded).decode() if encoded else None
+        encoded = secret.get("data", {}).get(manifests.KUBECONFIG_KEY, "")
+        if not encoded:
+            return None
+        if len(encoded) > KUBECONFIG_LIMIT:
+            raise BackendError(f"the kubeconfig published by {instance.name} is too large")
+        try:
+            document = yaml.safe_load(base64.b64decode(encoded))
+        except (ValueError, yaml.YAMLError) as error:
+            raise BackendError(
+                f"the kubeconfig published by {instance.name} is not YAML"
+            ) from error
+        if not isinstance(document, dict) or not _cluster_entry(document):
+            raise BackendError(f"the kubeconfig published by {instance.name} names no cluster")
+        return document
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
-        kubeconfig = await self._published_kubeconfig(instance)
-        if kubeconfig is None:
-            raise BackendError(f"kubeconfig of {instance.name} is not published")
-        return kubeconfig
+        namespace = namespace_name(instance)
+        try:
+            published = await self._published(instance, namespace)
+            endpoint = await self._endpoint(instance, namespace)
+        except ApiError as error:
+            raise BackendError(f"kubeconfig of {instance.name}: {error}") from error
+        if published is None or isinstance(endpoint, str):
+            raise BackendError(f"kubeconfig of {instance.name} is not available yet")
+        cluster = _cluster_entry(published)
+        cluster["server"] = node_port.server_url(*endpoint)
+        if endpoint[0] != self.config.host:
+            cluster["tls-server-name"] = manifests.service_host(instance, namespace)
+        return yaml.safe_dump(published, sort_keys=False)
 
     async def teardown(self, instance: InstanceRef) -> None:
-        selector = {"labelSelector": label_selector(instance)}
-        for prefix, plural in _KINDS:
-            path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
-            try:
-                await self.client.request("DELETE", path, params=selector)
-            except NotFoundError:
-                continue
-            except ApiError as error:
-                raise BackendError(
-                    f"deleting {plural} of {instance.name} failed: {error}"
-                ) from error
+        await self.namespaces.delete(instance)
 
     async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
-        """List every kind by the instance's labels: verified only when each list is empty."""
-        selector = label_selector(instance)
-        evidence: list[str] = []
-        remaining: list[str] = []
-        for prefix, plural in _KINDS:
-            path = f"/{prefix}/namespaces/{instance.namespace}/{plural}"
-            try:
-                names = await labelled_names(self.client, path, instance)
-            except ApiError as error:
-                remaining.append(f"{plural}: could not list ({error})")
-                continue
-            if names:
-                remaining.append(f"{plural}: {', '.join(names)}")
-            else:
-                evidence.append(f"no {plural} labelled {selector}")
-        if remaining:
-            return TeardownReport(verified=False, evidence=remaining)
-        return TeardownReport(verified=True, evidence=evidence)
+        return await self.namespaces.verify(instance)
+
+
+def _cluster_entry(kubeconfig: dict[str, object]) -> dict[str, object]:
+    """The `cluster` entry of a one-cluster kubeconfig (k3s writes one), {} if it has none."""
+    clusters = kubeconfig.get("clusters")
+    if not isinstance(clusters, list) or len(clusters) != 1 or not isinstance(clusters[0], dict):
+        return {}
+    entry = clusters[0].get("cluster")
+    return entry if isinstance(entry, dict) else {}

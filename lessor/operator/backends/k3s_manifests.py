@@ -1,11 +1,17 @@
-"""The objects of one `k3s` cluster in the host cluster, rendered as plain manifests.
+"""The objects of one `k3s` cluster, rendered as plain manifests for the cluster's own namespace.
 
-A k3s server runs as a one-replica StatefulSet (its datastore on a volume), reachable through a
-Service; a sidecar in the same pod waits for the kubeconfig k3s writes, points it at the Service
-and publishes it into a Secret, which is the only thing the operator reads back. The sidecar's
-ServiceAccount may write that one Secret and nothing else. Every object carries the instance's
-name and uid as labels, so teardown verification can list by label and find strays that were
-never recorded anywhere.
+A k3s server with its agent (so the cluster has a node that runs pods) is a one-replica
+StatefulSet; the agent runs a kubelet and containerd inside the container, which needs a
+privileged container, so the cluster lives in a namespace of its own at Pod Security
+`privileged` (lessor.operator.backends.instance_namespace), never in lessor-system. A NodePort
+Service makes it reachable from outside the host cluster (lessor.operator.backends.node_port).
+
+k3s writes its admin kubeconfig inside the pod; a sidecar, non-root and without privileges, waits
+for it and publishes it unchanged as a Secret of the namespace (through a RoleBinding of the
+shipped ClusterRole `lessor-k3s-publisher`: Secrets of that namespace only). The operator rewrites
+its server to the node port when it hands it out. The sidecar uses the image's own tools: `sh`
+and `sleep` (busybox, from k3s-root) and `kubectl` (a link to the k3s binary), as k3s's
+package/Dockerfile assembles the image.
 """
 
 from __future__ import annotations
@@ -13,9 +19,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.owned import Manifest, label_selector, labels, metadata, statefulset
+from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
 
 KUBECONFIG_KEY = "kubeconfig"
+PORT = 6443
+POD_SECURITY = "privileged"
+PUBLISHER_ROLE = "lessor-k3s-publisher"
+# k3s writes the kubeconfig as root with mode 0640 into a directory whose group is this fsGroup
+# (set-group-id, as kubelet makes emptyDirs with an fsGroup), so the sidecar reads it as a member
+# of the group without being root.
+SHARED_GROUP = 2000
+NOBODY = 65534
+PUBLISHER_HOME = "/home/publisher"
+PUBLISHER_CONTAINER: Manifest = {
+    "runAsNonRoot": True,
+    "runAsUser": NOBODY,
+    "runAsGroup": NOBODY,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 @dataclass(frozen=True)
@@ -28,10 +51,16 @@ class K3sConfig:
     persistent: bool = True
     cpu: str = "500m"
     memory: str = "1Gi"
+    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    host: str | None = None
 
 
 def object_name(instance: InstanceRef) -> str:
     return f"k3s-{instance.name}"
+
+
+def pod_name(instance: InstanceRef) -> str:
+    return f"{object_name(instance)}-0"
 
 
 def kubeconfig_secret_name(instance: InstanceRef) -> str:
@@ -42,22 +71,67 @@ def token_secret_name(instance: InstanceRef) -> str:
     return f"{object_name(instance)}-token"
 
 
-def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifest]:
-    """Every object of the cluster, in the order they are created."""
-    name = object_name(instance)
-    service_host = f"{name}.{instance.namespace}.svc"
-    publisher = f"{name}-publisher"
-    publish = (
+def service_host(instance: InstanceRef, namespace: str) -> str:
+    return f"{object_name(instance)}.{namespace}.svc"
+
+
+def _publish_script(instance: InstanceRef, namespace: str) -> str:
+    """Wait for k3s's kubeconfig, then create (or on a restart, replace) its Secret."""
+    secret = kubeconfig_secret_name(instance)
+    return (
         "until [ -s /output/kubeconfig.yaml ]; do sleep 1; done; "
-        f'sed "s#https://127.0.0.1:6443#https://{service_host}:6443#" /output/kubeconfig.yaml '
-        "> /tmp/kubeconfig; "
-        f"kubectl create secret generic {kubeconfig_secret_name(instance)} "
-        f"--from-file={KUBECONFIG_KEY}=/tmp/kubeconfig --dry-run=client -o yaml "
-        f"| kubectl label --local -f - {label_selector(instance).replace(',', ' ')} -o yaml "
-        "| kubectl apply -f - && exec sleep 2147483647"
+        f"kubectl -n {namespace} create secret generic {secret} "
+        f"--from-file={KUBECONFIG_KEY}=/output/kubeconfig.yaml --dry-run=client -o yaml "
+        f"| kubectl -n {namespace} apply -f - && exec sleep 2147483647"
     )
-    data_volume: Manifest = {"name": "data"}
+
+
+def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
+    names = [service_host(instance, namespace), object_name(instance)]
+    names += [config.host] if config.host else []
+    return {
+        "name": "k3s",
+        "image": config.image,
+        "args": [
+            "server",
+            "--token-file=/etc/k3s/token",
+            *(f"--tls-san={name}" for name in names),
+            "--disable=traefik,servicelb,metrics-server",
+            "--write-kubeconfig=/output/kubeconfig.yaml",
+            "--write-kubeconfig-mode=0640",
+        ],
+        "ports": [{"containerPort": PORT, "name": "https"}],
+        # k3s refuses anonymous requests, so /readyz is asked with the admin kubeconfig k3s
+        # wrote, from inside the container.
+        "readinessProbe": {
+            "exec": {
+                "command": [
+                    "kubectl",
+                    "--kubeconfig=/output/kubeconfig.yaml",
+                    "get",
+                    "--raw=/readyz",
+                ]
+            },
+            "periodSeconds": 2,
+        },
+        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        # The agent's kubelet and containerd: the reason for the namespace's `privileged`.
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/rancher/k3s"},
+            {"name": "output", "mountPath": "/output"},
+            {"name": "token", "mountPath": "/etc/k3s", "readOnly": True},
+        ],
+    }
+
+
+def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str) -> list[Manifest]:
+    """Every object of the cluster in `namespace` (the cluster's own), in the order they are
+    created."""
+    name = object_name(instance)
+    publisher = f"{name}-publisher"
     claims: list[Manifest] = []
+    volumes: list[Manifest] = [{"name": "output", "emptyDir": {}}, {"name": "home", "emptyDir": {}}]
     if config.persistent:
         claim_spec: Manifest = {
             "accessModes": ["ReadWriteOnce"],
@@ -69,56 +143,42 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
             {"metadata": {"name": "data", "labels": labels(instance)}, "spec": claim_spec}
         )
     else:
-        data_volume["emptyDir"] = {}
-    volumes = [{"name": "output", "emptyDir": {}}]
-    if not config.persistent:
-        volumes.append(data_volume)
+        volumes.append({"name": "data", "emptyDir": {}})
+    volumes.append({"name": "token", "secret": {"secretName": token_secret_name(instance)}})
     pod_labels = {**labels(instance), "app.kubernetes.io/name": "k3s"}
     return [
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": metadata(instance, token_secret_name(instance)),
+            "metadata": metadata(instance, token_secret_name(instance), namespace),
             "type": "Opaque",
             "stringData": {"token": token},
         },
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": metadata(instance, publisher),
+            "metadata": metadata(instance, publisher, namespace),
             "automountServiceAccountToken": True,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": metadata(instance, publisher),
-            "rules": [
-                # `create` cannot be limited by name; `get`/`patch` are, to the one Secret.
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "resourceNames": [kubeconfig_secret_name(instance)],
-                    "verbs": ["get", "patch", "update"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": metadata(instance, publisher),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": publisher},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": publisher, "namespace": instance.namespace}
-            ],
+            "metadata": metadata(instance, publisher, namespace),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": PUBLISHER_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": publisher, "namespace": namespace}],
         },
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(instance, name),
+            "metadata": metadata(instance, name, namespace),
             "spec": {
+                "type": "NodePort",
                 "selector": labels(instance),
-                "ports": [{"name": "https", "port": 6443, "targetPort": 6443}],
+                "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
             },
         },
         statefulset(
@@ -127,58 +187,30 @@ def render(instance: InstanceRef, config: K3sConfig, token: str) -> list[Manifes
             pod_labels,
             {
                 "serviceAccountName": publisher,
+                "enableServiceLinks": False,
+                "securityContext": {
+                    "fsGroup": SHARED_GROUP,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
                 "containers": [
-                    {
-                        "name": "k3s",
-                        "image": config.image,
-                        "args": [
-                            "server",
-                            "--disable-agent",
-                            "--token-file=/etc/k3s/token",
-                            f"--tls-san={service_host}",
-                            f"--tls-san={name}",
-                            "--disable=traefik,servicelb,metrics-server,local-storage",
-                            "--write-kubeconfig=/output/kubeconfig.yaml",
-                            "--write-kubeconfig-mode=0600",
-                        ],
-                        "ports": [{"containerPort": 6443, "name": "https"}],
-                        # k3s refuses anonymous requests, so /readyz is asked with
-                        # the admin kubeconfig k3s wrote, from inside the container.
-                        "readinessProbe": {
-                            "exec": {
-                                "command": [
-                                    "kubectl",
-                                    "--kubeconfig=/output/kubeconfig.yaml",
-                                    "get",
-                                    "--raw=/readyz",
-                                ]
-                            },
-                            "periodSeconds": 2,
-                        },
-                        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
-                        "volumeMounts": [
-                            {"name": "data", "mountPath": "/var/lib/rancher/k3s"},
-                            {"name": "output", "mountPath": "/output"},
-                            {"name": "token", "mountPath": "/etc/k3s", "readOnly": True},
-                        ],
-                    },
+                    _k3s(instance, config, namespace),
                     {
                         "name": "kubeconfig-publisher",
                         "image": config.image,
-                        "command": ["/bin/sh", "-c", publish],
+                        "command": ["/bin/sh", "-c", _publish_script(instance, namespace)],
+                        # kubectl's cache; the root filesystem is read-only.
+                        "env": [{"name": "HOME", "value": PUBLISHER_HOME}],
+                        "securityContext": PUBLISHER_CONTAINER,
+                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                         "volumeMounts": [
-                            {"name": "output", "mountPath": "/output", "readOnly": True}
+                            {"name": "output", "mountPath": "/output", "readOnly": True},
+                            {"name": "home", "mountPath": PUBLISHER_HOME},
                         ],
                     },
                 ],
-                "volumes": [
-                    *volumes,
-                    {
-                        "name": "token",
-                        "secret": {"secretName": token_secret_name(instance)},
-                    },
-                ],
+                "volumes": volumes,
             },
-            claims,
+            claims=claims,
+            namespace=namespace,
         ),
     ]

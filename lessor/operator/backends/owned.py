@@ -27,12 +27,15 @@ def label_selector(instance: InstanceRef) -> str:
     return ",".join(f"{key}={value}" for key, value in labels(instance).items())
 
 
-def metadata(instance: InstanceRef, name: str) -> Manifest:
-    return {
-        "name": name,
-        "namespace": instance.namespace,
-        "labels": labels(instance),
-        "ownerReferences": [
+def metadata(instance: InstanceRef, name: str, namespace: str | None = None) -> Manifest:
+    """In the instance's namespace an object is owned by the instance. In another (the cluster's
+    own, lessor.operator.backends.instance_namespace) it carries only the labels: an owner
+    reference cannot cross namespaces, and the garbage collector, finding no such owner in the
+    object's namespace, would delete the object."""
+    where = namespace or instance.namespace
+    found: Manifest = {"name": name, "namespace": where, "labels": labels(instance)}
+    if where == instance.namespace:
+        found["ownerReferences"] = [
             {
                 "apiVersion": "lessor.dev/v1alpha1",
                 "kind": "ClusterInstance",
@@ -40,8 +43,8 @@ def metadata(instance: InstanceRef, name: str) -> Manifest:
                 "uid": instance.uid,
                 "blockOwnerDeletion": False,
             }
-        ],
-    }
+        ]
+    return found
 
 
 def statefulset(
@@ -49,13 +52,15 @@ def statefulset(
     name: str,
     pod_labels: dict[str, str],
     pod_spec: Manifest,
+    *,
     claims: list[Manifest] | None = None,
+    namespace: str | None = None,
 ) -> Manifest:
     """One replica, selected by the instance's labels (a subset of `pod_labels`)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": metadata(instance, name),
+        "metadata": metadata(instance, name, namespace),
         "spec": {
             "serviceName": name,
             "replicas": 1,

@@ -27,20 +27,7 @@ class Backends:
             return self.namespace
         if backend.type == "apiserver":
             return ApiserverBackend(self.client, apiserver_config(backend))
-        settings = backend.k3s
-        config = (
-            K3sConfig(
-                image=settings.image,
-                storage_size=settings.storage_size,
-                storage_class=settings.storage_class,
-                persistent=settings.persistent,
-                cpu=settings.cpu,
-                memory=settings.memory,
-            )
-            if settings
-            else K3sConfig()
-        )
-        return K3sBackend(self.client, config)
+        return K3sBackend(self.client, k3s_config(backend))
 
 
 def apiserver_config(backend: Backend) -> ApiserverConfig:
@@ -50,6 +37,21 @@ def apiserver_config(backend: Backend) -> ApiserverConfig:
     return ApiserverConfig(
         image=settings.image,
         etcd_image=settings.etcd_image,
+        cpu=settings.cpu,
+        memory=settings.memory,
+        host=settings.exposure.host,
+    )
+
+
+def k3s_config(backend: Backend) -> K3sConfig:
+    settings = backend.k3s
+    if settings is None:
+        return K3sConfig()
+    return K3sConfig(
+        image=settings.image,
+        storage_size=settings.storage_size,
+        storage_class=settings.storage_class,
+        persistent=settings.persistent,
         cpu=settings.cpu,
         memory=settings.memory,
         host=settings.exposure.host,

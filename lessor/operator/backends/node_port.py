@@ -1,0 +1,59 @@
+"""How a cluster living in the host cluster is reached from outside it: a NodePort Service in
+front of its API server, at a node's address (or the name an administrator gives for the nodes),
+with the certificate checked against the Service's DNS name (`tls-server-name`).
+
+Shared by the backends whose clusters are pods (`apiserver`, `k3s`): where the kubeconfig points,
+and whether a client can get there yet. A pod being Ready is not enough: the node port answers
+only once the Service's endpoints have reached kube-proxy, and a kubeconfig handed out before
+would be refused.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+from lessor.operator.runtime.client import KubeClient
+
+
+async def endpoint(
+    client: KubeClient, namespace: str, service: str, pod: str, host: str | None
+) -> tuple[str, int] | str:
+    """(host, node port) clients connect to, or why there is none yet. `host` is the name or
+    address the administrator gave for the nodes; without one, the node the pod runs on."""
+    found = await client.get(f"/api/v1/namespaces/{namespace}/services/{service}")
+    ports = found.get("spec", {}).get("ports") or [{}]
+    node_port = ports[0].get("nodePort")
+    if not node_port:
+        return "no node port allocated yet"
+    if host:
+        return host, int(node_port)
+    running = await client.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+    node = running.get("status", {}).get("hostIP")
+    if not node:
+        return "the cluster's pod is not on a node yet"
+    return str(node), int(node_port)
+
+
+def server_url(host: str, port: int) -> str:
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def answers_through(host: str, port: int, ca: str, server_name: str) -> bool:
+    """Whether https://host:port answers HTTP behind a certificate of `ca` issued for
+    `server_name`, as a kubeconfig with that `tls-server-name` would see it; bounded in time
+    and in what is read. Any status counts: this is about reaching the cluster (its health is
+    the pod's readiness probe), and a tenant may well have closed /readyz to anonymous callers."""
+    try:
+        context = ssl.create_default_context(cadata=ca)
+        with (
+            socket.create_connection((host, port), timeout=2) as raw,
+            context.wrap_socket(raw, server_hostname=server_name) as connection,
+        ):
+            connection.sendall(
+                f"GET /readyz HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode()
+            )
+            status_line = connection.recv(64).split(b"\r\n", 1)[0]
+    except (OSError, ValueError):
+        return False
+    return status_line.startswith(b"HTTP/1.1 ")
