@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from e2e.kind import cluster as kind_cluster
-from e2e.kind import lessor_image, sandboxes
+from e2e.kind import lessor_image, sandboxes, vcluster
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import run_kubectl, wait_established
@@ -96,6 +96,8 @@ class Installation:
     ports: PortReservation = field(default_factory=PortReservation)
     # Where sandboxes are real containers (kind): the image with python3 and lessor-runner.
     sandbox_image: str | None = None
+    # Where pods run on real nodes (kind): vcluster's image, built here (e2e/kind/vcluster.py).
+    vcluster_image: str | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -211,13 +213,16 @@ def install_kind(work: Path) -> Installation:
                 input=input, check=check, timeout=timeout,
             )  # fmt: skip
 
-        sandbox_image = sandboxes.install(kubectl, cluster, lessor_image.python_base(say), say)
+        base = lessor_image.python_base(say)
+        sandbox_image = sandboxes.install(kubectl, cluster, base, say)
+        vcluster_image = vcluster.build(base, say)
+        cluster.load(vcluster_image)
         kubectl("apply", "-k", str(OVERLAY))
         enable_sandboxes(kubectl)
         endpoint = _node_port_endpoint(kubectl)
         installation = Installation(
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
-            sandbox_image=sandbox_image,
+            sandbox_image=sandbox_image, vcluster_image=vcluster_image,
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:

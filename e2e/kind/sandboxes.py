@@ -42,7 +42,7 @@ def controller_image() -> str:
     return f"lessor-agent-sandbox-controller:{pinned_version()}"
 
 
-def _build(
+def build_image(
     tag: str, base: str, files: dict[str, bytes], dockerfile: str, progress: Progress
 ) -> str:
     """`docker build` of a context holding `files`, unless `tag` was built from the same."""
@@ -67,7 +67,7 @@ def _build(
 def build(base: str, progress: Progress = say) -> tuple[str, str]:
     """(the controller's image, the sandbox image), both on `base` (lessor's python3 base)."""
     binary = (ensure_agent_sandbox(progress) / CONTROLLER).read_bytes()
-    controller = _build(
+    controller = build_image(
         controller_image(), base, {CONTROLLER: binary},
         f"COPY {CONTROLLER} /usr/local/bin/{CONTROLLER}\n"
         f"USER 65532:65532\nENTRYPOINT [\"/usr/local/bin/{CONTROLLER}\"]\n",
@@ -75,7 +75,7 @@ def build(base: str, progress: Progress = say) -> tuple[str, str]:
     )  # fmt: skip
     # The runner is one standard-library file; the image carries it as a script.
     script = b"#!/usr/bin/python3\n" + Path(runner.__file__).read_bytes()
-    sandbox = _build(
+    sandbox = build_image(
         SANDBOX_IMAGE, base, {"lessor-runner": script},
         f"COPY lessor-runner {RUNNER_PATH}\nUSER 65532:65532\nWORKDIR /tmp\n",
         progress,

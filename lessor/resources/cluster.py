@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from lessor.protocol.durations import PositiveDuration
 from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
@@ -58,6 +58,29 @@ class K3sBackendConfig(SpecModel):
     exposure: NodePortExposure = Field(default_factory=NodePortExposure)
 
 
+class VclusterBackendConfig(SpecModel):
+    image: str = Field(
+        default="ghcr.io/loft-sh/vcluster-pro:0.30.0",
+        min_length=1,
+        description="vcluster's image (the syncer at /vcluster, kine at /usr/local/bin/kine).",
+    )
+    kubernetes_image: str = Field(
+        default="ghcr.io/loft-sh/kubernetes:v1.34.0",
+        min_length=1,
+        description="An image with kube-apiserver and kube-controller-manager under /kubernetes"
+        " and a `cp`: an init container copies them into the pod.",
+    )
+    coredns_image: str = Field(default="coredns/coredns:1.12.1", min_length=1)
+    cpu: str = Field(default="200m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    pod_security: Literal["restricted", "baseline", "privileged"] = Field(
+        default="baseline",
+        description="The Pod Security level of the cluster's namespace, where the pods created in"
+        " the virtual cluster run: what its tenants' pods may ask for.",
+    )
+    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
+
+
 class ApiserverBackendConfig(SpecModel):
     image: str = Field(default="registry.k8s.io/kube-apiserver:v1.35.4", min_length=1)
     etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
@@ -66,19 +89,47 @@ class ApiserverBackendConfig(SpecModel):
     exposure: NodePortExposure = Field(default_factory=NodePortExposure)
 
 
+_SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")
+
+
 class Backend(SpecModel):
-    type: Literal["local", "apiserver", "k3s", "namespace"] = Field(
+    """Which kind of cluster a pool's instances are, and that kind's settings: a settings block
+    of another kind is refused (by the CRD's schema, and by this model), not silently ignored."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!has(self.{block}) || self.type == '{block}'",
+                    "message": f"backend.{block} is set but backend.type is not {block}",
+                }
+                for block in _SETTINGS_BLOCKS
+            ]
+        }
+    )
+
+    type: Literal["local", "apiserver", "k3s", "vcluster", "namespace"] = Field(
         default="local",
         description="local: kube-apiserver and etcd processes on the operator's host (development,"
         " demos, CI); apiserver: kube-apiserver and etcd as a pod of the host cluster, reached"
         " through a NodePort (a control plane without nodes, for jobs that need only an API"
-        " server); k3s: a k3s server StatefulSet in the host cluster (production); namespace:"
+        " server); k3s: a k3s server and agent in a namespace of the host cluster; vcluster: a"
+        " virtual cluster whose pods run on the host cluster's nodes, in a namespace of its own;"
+        " namespace:"
         " a namespace of the host cluster, for tests and benchmarks only (operator flag"
         " --test-backends).",
     )
     apiserver: ApiserverBackendConfig | None = None
     # An explicit alias: the camelCase generator would spell it "k3S".
     k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")
+    vcluster: VclusterBackendConfig | None = None
+
+    @model_validator(mode="after")
+    def _settings_of_its_type(self) -> Backend:
+        for block in _SETTINGS_BLOCKS:
+            if getattr(self, block) is not None and self.type != block:
+                raise ValueError(f"backend.{block} is set but backend.type is not {block}")
+        return self
 
 
 class PoolPolicy(SpecModel):

@@ -8,6 +8,8 @@ from lessor.operator.backends.base import ClusterBackend
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
 from lessor.operator.backends.namespace import NamespaceBackend
+from lessor.operator.backends.vcluster import VclusterBackend
+from lessor.operator.backends.vcluster_manifests import VclusterConfig
 from lessor.operator.runtime.client import KubeClient
 from lessor.resources.cluster import Backend
 
@@ -27,6 +29,8 @@ class Backends:
             return self.namespace
         if backend.type == "apiserver":
             return ApiserverBackend(self.client, apiserver_config(backend))
+        if backend.type == "vcluster":
+            return VclusterBackend(self.client, vcluster_config(backend))
         return K3sBackend(self.client, k3s_config(backend))
 
 
@@ -54,5 +58,20 @@ def k3s_config(backend: Backend) -> K3sConfig:
         persistent=settings.persistent,
         cpu=settings.cpu,
         memory=settings.memory,
+        host=settings.exposure.host,
+    )
+
+
+def vcluster_config(backend: Backend) -> VclusterConfig:
+    settings = backend.vcluster
+    if settings is None:
+        return VclusterConfig()
+    return VclusterConfig(
+        image=settings.image,
+        kubernetes_image=settings.kubernetes_image,
+        coredns_image=settings.coredns_image,
+        cpu=settings.cpu,
+        memory=settings.memory,
+        pod_security=settings.pod_security,
         host=settings.exposure.host,
     )

@@ -1,0 +1,141 @@
+"""What the backends whose clusters run as a pod in a namespace of their own share (k3s, vcluster).
+
+Each cluster is a one-replica StatefulSet in its own namespace
+(lessor.operator.backends.instance_namespace), reached through a NodePort Service
+(lessor.operator.backends.node_port), whose admin kubeconfig the cluster itself writes into a
+Secret of that namespace (lessor.operator.backends.published_kubeconfig). Provisioning makes the
+namespace and creates the rendered objects; readiness is the StatefulSet's ready replica, the
+published kubeconfig and a TLS handshake through the node port verified against the cluster's
+CA; teardown deletes the namespace and is verified when it is gone. A backend says only what its
+objects are and where its kubeconfig is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from lessor.operator.backends import node_port, published_kubeconfig
+from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
+from lessor.operator.backends.owned import Manifest
+from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+
+_COLLECTIONS = {
+    "Secret": "api/v1/namespaces/{ns}/secrets",
+    "ServiceAccount": "api/v1/namespaces/{ns}/serviceaccounts",
+    "RoleBinding": "apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "Service": "api/v1/namespaces/{ns}/services",
+    "StatefulSet": "apis/apps/v1/namespaces/{ns}/statefulsets",
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one cluster's parts are, in its namespace."""
+
+    statefulset: str
+    pod: str
+    service: str
+    kubeconfig_secret: str
+    kubeconfig_key: str
+    # The name the cluster's certificate is issued for, whatever address reaches it.
+    server_name: str
+
+
+class PodClusterBackend:
+    kind = "cluster"
+    pod_security = "restricted"
+
+    def __init__(self, client: KubeClient, host: str | None) -> None:
+        self.client = client
+        self.host = host
+        self.namespaces = InstanceNamespaces(client)
+
+    def layout(self, instance: InstanceRef, namespace: str) -> Layout:
+        raise NotImplementedError
+
+    def render(self, instance: InstanceRef, namespace: str) -> list[Manifest]:
+        """Every object of the cluster in `namespace`, in creation order; secrets made here are
+        used only if their object does not exist yet, so a replay never changes them."""
+        raise NotImplementedError
+
+    async def provision(self, instance: InstanceRef) -> None:
+        # Creates are atomic: on replay, what exists answers 409 and is kept.
+        namespace = await self.namespaces.ensure(instance, self.pod_security)
+        for manifest in self.render(instance, namespace):
+            path = "/" + _COLLECTIONS[manifest["kind"]].format(ns=namespace)
+            try:
+                await self.client.create(path, manifest)
+            except ConflictError:
+                continue
+            except ApiError as error:
+                name = manifest["metadata"]["name"]
+                raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
+
+    async def readiness(self, instance: InstanceRef) -> Readiness:
+        namespace = namespace_name(instance)
+        layout = self.layout(instance, namespace)
+        details = {"namespace": namespace, "service": f"{layout.service}.{namespace}.svc"}
+        try:
+            unready = await self._unready(layout, namespace, details)
+        except NotFoundError as error:
+            unready = f"not provisioned yet ({error.reason})"
+        except ApiError as error:
+            unready = f"unreadable: {error}"
+        if unready:
+            return Readiness(False, unready, details)
+        return Readiness(True, f"{self.kind} ready through its node port", details)
+
+    async def _unready(self, layout: Layout, namespace: str, details: dict[str, str]) -> str | None:
+        """Why the cluster cannot be handed out yet, or None."""
+        statefulset = await self.client.get(
+            f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{layout.statefulset}"
+        )
+        if int(statefulset.get("status", {}).get("readyReplicas", 0)) < 1:
+            return f"{self.kind} not ready"
+        published = await self._published(layout, namespace)
+        if published is None:
+            return "kubeconfig not published yet"
+        endpoint = await self._endpoint(layout, namespace)
+        if isinstance(endpoint, str):
+            return endpoint
+        details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
+        ca = published_kubeconfig.ca_pem(published)
+        server_name = self.host or layout.server_name
+        if not await asyncio.to_thread(node_port.answers_through, *endpoint, ca, server_name):
+            return f"{self.kind} not reachable through its node port yet"
+        return None
+
+    async def _endpoint(self, layout: Layout, namespace: str) -> tuple[str, int] | str:
+        return await node_port.endpoint(
+            self.client, namespace, layout.service, layout.pod, self.host
+        )
+
+    async def _published(
+        self, layout: Layout, namespace: str
+    ) -> published_kubeconfig.Kubeconfig | None:
+        return await published_kubeconfig.read(
+            self.client, namespace, layout.kubeconfig_secret, layout.kubeconfig_key
+        )
+
+    async def kubeconfig(self, instance: InstanceRef) -> str:
+        namespace = namespace_name(instance)
+        layout = self.layout(instance, namespace)
+        try:
+            published = await self._published(layout, namespace)
+            endpoint = await self._endpoint(layout, namespace)
+        except ApiError as error:
+            raise BackendError(f"kubeconfig of {instance.name}: {error}") from error
+        if published is None or isinstance(endpoint, str):
+            raise BackendError(f"kubeconfig of {instance.name} is not available yet")
+        server_name = None if endpoint[0] == self.host else layout.server_name
+        return published_kubeconfig.pointed_at(
+            published, node_port.server_url(*endpoint), server_name
+        )
+
+    async def teardown(self, instance: InstanceRef) -> None:
+        await self.namespaces.delete(instance)
+
+    async def verify_teardown(self, instance: InstanceRef) -> TeardownReport:
+        return await self.namespaces.verify(instance)

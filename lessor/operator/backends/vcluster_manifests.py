@@ -1,0 +1,259 @@
+"""The objects of one `vcluster` cluster, rendered for the cluster's own namespace.
+
+vcluster (v0.30, its `k8s` distro) runs a virtual control plane in one pod: its syncer starts
+kine (SQLite behind an etcd API), kube-apiserver and kube-controller-manager, serves the virtual
+API on 8443, and copies the pods created in the virtual cluster into its host namespace, where
+the host's scheduler and kubelets run them. So the cluster's namespace is where tenants' pods
+run: its Pod Security level is the pool's choice (`podSecurity`, default baseline), while the
+vcluster pod itself passes `restricted`.
+
+What vcluster's Helm chart would make is made here, as plain objects: the syncer's
+ServiceAccount, bound to the shipped ClusterRole `lessor-vcluster` (the rules the chart's Role has
+with these settings; nothing cluster-scoped), the ServiceAccount its synced pods run as, the
+configuration Secret, the Service named after the vcluster (NodePort, so that the kubeconfig
+works from outside the host cluster), and the StatefulSet.
+
+The configuration is lessor's own, complete for what it uses: vcluster reads it strictly and
+fills in no defaults (its Helm chart writes all of them), so every setting that must be on is
+set here, and the ones left out are off (no telemetry, no rewriteHosts init container, which
+would need an image of its own, no volume snapshot rules, which need cluster-wide rights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
+
+PORT = 8443
+CONFIG_DIR = "/var/lib/vcluster"
+ROLE = "lessor-vcluster"
+SERVICE_NOTE = "lessor.dev/vcluster"
+UID = 65532
+# One replica (the embedded database allows no more), with the chart's election timings.
+HIGH_AVAILABILITY: Manifest = {
+    "replicas": 1, "leaseDuration": 60, "renewDeadline": 40, "retryPeriod": 15,
+}  # fmt: skip
+LIVENESS: Manifest = {"path": "/healthz", "port": PORT, "scheme": "HTTPS"}
+RESTRICTED_CONTAINER: Manifest = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+
+
+@dataclass(frozen=True)
+class VclusterConfig:
+    image: str = "ghcr.io/loft-sh/vcluster-pro:0.30.0"
+    kubernetes_image: str = "ghcr.io/loft-sh/kubernetes:v1.34.0"
+    coredns_image: str = "coredns/coredns:1.12.1"
+    cpu: str = "200m"
+    memory: str = "256Mi"
+    pod_security: str = "baseline"
+    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    host: str | None = None
+
+
+def vcluster_name(instance: InstanceRef) -> str:
+    """The vcluster's name: its Service's, and the suffix of every object it syncs."""
+    return instance.name
+
+
+def pod_name(instance: InstanceRef) -> str:
+    return f"{vcluster_name(instance)}-0"
+
+
+def kubeconfig_secret_name(instance: InstanceRef) -> str:
+    """Where the syncer writes the virtual cluster's admin kubeconfig (key `config`)."""
+    return f"vc-{vcluster_name(instance)}"
+
+
+def config_secret_name(instance: InstanceRef) -> str:
+    return f"vc-config-{vcluster_name(instance)}"
+
+
+def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str) -> Manifest:
+    """vcluster.yaml: every setting vcluster must see on."""
+    name = vcluster_name(instance)
+    sans = [f"{name}.{namespace}.svc", *([config.host] if config.host else [])]
+    enabled = {"enabled": True}
+    return {
+        "sync": {
+            "toHost": {
+                "services": enabled,
+                "endpoints": enabled,
+                "endpointSlices": enabled,
+                "persistentVolumeClaims": enabled,
+                "configMaps": {"enabled": True},
+                "secrets": {"enabled": True},
+                "pods": {"enabled": True, "rewriteHosts": {"enabled": False}},
+            },
+            "fromHost": {
+                "events": enabled,
+                "csiDrivers": {"enabled": "auto"},
+                "csiNodes": {"enabled": "auto"},
+                "csiStorageCapacities": {"enabled": "auto"},
+                "storageClasses": {"enabled": "auto"},
+            },
+        },
+        "controlPlane": {
+            "distro": {
+                "k8s": {"enabled": True, "apiServer": enabled, "controllerManager": enabled}
+            },
+            "backingStore": {"database": {"embedded": enabled}},
+            # In the pod, for the Service: the pod's network is its boundary.
+            "proxy": {"bindAddress": "0.0.0.0", "port": PORT, "extraSANs": sans},  # noqa: S104
+            "coredns": {
+                "enabled": True,
+                "service": {"spec": {"type": "ClusterIP"}},
+                "deployment": {"image": config.coredns_image, "replicas": 1},
+                "security": {
+                    "podSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                },
+            },
+            "service": {"enabled": True, "spec": {"type": "NodePort"}},
+            "statefulSet": {"highAvailability": HIGH_AVAILABILITY},
+            "advanced": {"serviceAccount": enabled, "workloadServiceAccount": enabled},
+        },
+        "networking": {
+            "advanced": {
+                "clusterDomain": "cluster.local",
+                "proxyKubelets": {"byHostname": True, "byIP": True},
+            }
+        },
+        "rbac": {
+            "role": enabled,
+            "clusterRole": {"enabled": False},
+            "enableVolumeSnapshotRules": {"enabled": False},
+        },
+        "experimental": {"syncSettings": {"setOwner": True}},
+        "telemetry": {"enabled": False},
+        "logging": {"encoding": "console"},
+    }
+
+
+def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
+    def field(path: str) -> Manifest:
+        return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    probe: Manifest = {
+        "httpGet": {"path": "/readyz", "port": PORT, "scheme": "HTTPS"},
+        "periodSeconds": 2,
+        "timeoutSeconds": 3,
+    }
+    return {
+        "name": "syncer",
+        "image": config.image,
+        "env": [
+            {"name": "VCLUSTER_NAME", "value": vcluster_name(instance)},
+            {"name": "POD_NAME", **field("metadata.name")},
+            {"name": "POD_IP", **field("status.podIP")},
+            {"name": "NODE_NAME", **field("spec.nodeName")},
+            {"name": "NODE_IP", **field("status.hostIP")},
+        ],
+        "ports": [{"containerPort": PORT, "name": "https"}],
+        "readinessProbe": {**probe, "failureThreshold": 60},
+        "startupProbe": {**probe, "periodSeconds": 3, "failureThreshold": 200},
+        "livenessProbe": {**probe, "httpGet": LIVENESS, "failureThreshold": 60},
+        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        "securityContext": RESTRICTED_CONTAINER,
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "binaries", "mountPath": "/binaries"},
+            {"name": "certs", "mountPath": "/pki"},
+            {"name": "helm-cache", "mountPath": "/.cache/helm"},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir of its own
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+    }
+
+
+def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> list[Manifest]:
+    """Every object of the cluster in `namespace` (the cluster's own), in creation order."""
+    name = vcluster_name(instance)
+    syncer_account = f"vc-{name}"
+    # The syncer finds its own pods by these two labels, as the chart sets them.
+    pod_labels = {**labels(instance), "app": "vcluster", "release": name}
+    empty = ("data", "binaries", "certs", "helm-cache", "tmp")
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata(instance, config_secret_name(instance), namespace),
+            "type": "Opaque",
+            "stringData": {
+                "config.yaml": yaml.safe_dump(configuration(instance, config, namespace))
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": metadata(instance, syncer_account, namespace),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": metadata(instance, f"vc-workload-{name}", namespace),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata(instance, syncer_account, namespace),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": ROLE,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": syncer_account, "namespace": namespace}
+            ],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            # The syncer records the host's service CIDR in an annotation, and assumes the
+            # Service has annotations to add it to.
+            "metadata": {**metadata(instance, name, namespace), "annotations": {SERVICE_NOTE: ""}},
+            "spec": {
+                "type": "NodePort",
+                "selector": labels(instance),
+                "ports": [{"name": "https", "port": 443, "targetPort": PORT}],
+            },
+        },
+        statefulset(
+            instance,
+            name,
+            pod_labels,
+            {
+                "serviceAccountName": syncer_account,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": 10,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": UID,
+                    "runAsGroup": UID,
+                    "fsGroup": UID,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "initContainers": [
+                    {
+                        "name": "kubernetes",
+                        "image": config.kubernetes_image,
+                        "command": ["cp", "-r", "/kubernetes/.", "/binaries/"],
+                        "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
+                        "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
+                    }
+                ],
+                "containers": [_syncer(instance, config)],
+                "volumes": [
+                    *({"name": volume, "emptyDir": {}} for volume in empty),
+                    {"name": "config", "secret": {"secretName": config_secret_name(instance)}},
+                ],
+            },
+            namespace=namespace,
+        ),
+    ]

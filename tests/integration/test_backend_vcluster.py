@@ -1,0 +1,112 @@
+"""The `vcluster` backend against a real API server, driven with the operator's own ServiceAccount
+under the shipped RBAC (manifests/base and manifests/instance-namespaces), from a namespace that
+enforces `restricted` as lessor-system does: the cluster's namespace at its pool's Pod Security
+level, every object admitted, the vcluster pod scheduled on the kwok node, the syncer's
+ServiceAccount able to do its work in that namespace and nothing outside it, readiness up to the
+node port, the kubeconfig pointed at it, and a teardown verified by the namespace being gone.
+
+kwok runs no containers: vcluster itself runs in kind (e2e/test_vcluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster
+from lessor.operator.backends import vcluster_manifests as manifests
+from lessor.operator.backends.instance_namespace import namespace_name
+from lessor.operator.backends.vcluster import VclusterBackend
+from lessor.operator.runtime.client import KubeClient
+from tests.integration.owned_instances import owned_instance
+from tests.integration.service_accounts import install_rbac
+from tests.integration.test_backend_k3s import published_kubeconfig
+
+pytestmark = pytest.mark.integration
+
+
+async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await probe():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
+    control_plane: Cluster, tmp_path: Path
+) -> None:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("needs the local control plane's kwok node; kind runs vcluster (e2e)")
+    namespace = f"vc-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    control_plane.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    kubeconfigs = install_rbac(control_plane, namespace, tmp_path, instance_namespaces=True)
+    instance = owned_instance(control_plane, namespace, "vcluster")
+    own = namespace_name(instance)
+    name = manifests.vcluster_name(instance)
+
+    def kubectl(*args: str, check: bool = True, **kwargs: str) -> tuple[int, str, str]:
+        done = control_plane.kubectl(*args, check=check, **kwargs)  # type: ignore[arg-type]
+        return done.returncode, done.stdout, done.stderr
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
+        backend = VclusterBackend(client, manifests.VclusterConfig(pod_security="restricted"))
+        await backend.provision(instance)
+        await backend.provision(instance)  # a replay after a crash
+
+        async def waiting_for_kubeconfig() -> bool:
+            readiness = await backend.readiness(instance)
+            return readiness.message == "kubeconfig not published yet"
+
+        await until(waiting_for_kubeconfig, "the pod to be admitted (restricted), scheduled, ready")
+        _, found, _ = kubectl("get", "namespace", own, "-o", "json")
+        labels = json.loads(found)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+        # The syncer, as its own ServiceAccount: its work in its namespace, nothing beyond.
+        token = kubectl("create", "token", f"vc-{name}", "-n", own)[1].strip()
+        syncer = ("--token", token, "--kubeconfig", "/dev/null", "--server", control_plane.server,
+                  "--certificate-authority", str(control_plane.pki / "ca.crt"))  # fmt: skip
+        for verb, resource in (("create", "pods"), ("update", "secrets"), ("create", "events")):
+            allowed = kubectl("auth", "can-i", verb, resource, "-n", own, *syncer, check=False)
+            assert allowed[1].strip() == "yes", (verb, resource)
+            elsewhere = kubectl("auth", "can-i", verb, resource, "-n", namespace, *syncer,
+                                check=False)  # fmt: skip
+            assert elsewhere[1].strip() == "no", (verb, resource)
+        assert kubectl("auth", "can-i", "list", "nodes", *syncer, check=False)[1].strip() == "no"
+        secret = {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": manifests.kubeconfig_secret_name(instance), "namespace": own},
+            "stringData": {"config": published_kubeconfig()},
+        }  # fmt: skip
+        kubectl("apply", "-f", "-", *syncer, input=json.dumps(secret))
+
+        async def ready_but_for_kube_proxy() -> bool:
+            readiness = await backend.readiness(instance)
+            return readiness.message == "vcluster not reachable through its node port yet"
+
+        await until(ready_but_for_kube_proxy, "readiness up to the node port")
+        document = yaml.safe_load(await backend.kubeconfig(instance))
+        cluster = document["clusters"][0]["cluster"]
+        assert cluster["server"].startswith("https://127.0.0.1:")  # kwok's node address
+        assert cluster["tls-server-name"] == f"{name}.{own}.svc"
+
+        await backend.teardown(instance)
+
+        async def verified() -> bool:
+            return (await backend.verify_teardown(instance)).verified
+
+        await until(verified, "the namespace to be gone")
+
+    asyncio.run(scenario())
+    assert kubectl("get", "namespace", own, check=False)[0] != 0
