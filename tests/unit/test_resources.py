@@ -87,7 +87,7 @@ def test_pool_defaults_and_bounds() -> None:
         "fixed",
     )
     with pytest.raises(ValidationError, match="backend"):
-        ClusterPoolSpec.model_validate({"backend": {"type": "vcluster"}})
+        ClusterPoolSpec.model_validate({"backend": {"type": "kubevirt"}})
     with pytest.raises(ValidationError, match="warmTarget"):
         ClusterPoolSpec.model_validate({"warmTarget": -1})
     assert ClusterPool.crd.plural == "clusterpools"
