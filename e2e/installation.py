@@ -33,7 +33,7 @@ from e2e.kind import cluster as kind_cluster
 from e2e.kind import lessor_image, sandboxes, vcluster
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import run_kubectl, wait_established
+from lessor.controlplane.kubectl import Cluster, ExistingCluster, run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +98,8 @@ class Installation:
     sandbox_image: str | None = None
     # Where pods run on real nodes (kind): vcluster's image, built here (e2e/kind/vcluster.py).
     vcluster_image: str | None = None
+    # The host cluster, as an administrator's kubectl reaches it (its admin kubeconfig).
+    host: Cluster | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -159,7 +161,7 @@ def install_local(cluster: LocalControlPlane, work: Path) -> Installation:
     ports = PortReservation()
     port = ports.take()
     installation = Installation(
-        "local", kubectl, f"http://127.0.0.1:{port}", "local", work, ports=ports
+        "local", kubectl, f"http://127.0.0.1:{port}", "local", work, ports=ports, host=cluster
     )
     for n in range(2):
         installation.apis.append(
@@ -223,6 +225,7 @@ def install_kind(work: Path) -> Installation:
         installation = Installation(
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
             sandbox_image=sandbox_image, vcluster_image=vcluster_image,
+            host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl),
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:

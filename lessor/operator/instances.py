@@ -27,7 +27,7 @@ from lessor.operator.kinds import (
     SECRETS,
     index_by_claim,
 )
-from lessor.operator.runtime.client import ConflictError, KubeClient
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
@@ -152,13 +152,11 @@ class InstanceReconciler:
         if status.phase in WAS_READY:
             return await self._failing(obj, status, readiness.message)
         created = meta.creation_timestamp or utcnow()
-        if utcnow() - created > CREATING_TIMEOUT:
-            if status.phase != "Unhealthy":
-                await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
-            status.phase = "Unhealthy"
-        else:
-            status.phase = "Creating"
-        await write_status(self.client, INSTANCES, obj, status)
+        turned = status.phase != "Unhealthy" and utcnow() - created > CREATING_TIMEOUT
+        status.phase = "Unhealthy" if utcnow() - created > CREATING_TIMEOUT else "Creating"
+        obj = await write_status(self.client, INSTANCES, obj, status)
+        if turned:
+            await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
         return Result(requeue_after=1.0 if status.phase == "Creating" else 5.0)
 
     async def _healthy(
@@ -174,11 +172,11 @@ class InstanceReconciler:
             status.conditions, HEALTHY, True, "HealthCheckPassed", message,
             generation=instance.metadata.generation,
         )  # fmt: skip
+        obj = await write_status(self.client, INSTANCES, obj, status)
         if recovered:
             await self.events.record(obj, "Normal", "Recovered", message)
         elif not was_ready:
             await self.events.record(obj, "Normal", "Ready", message)
-        await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=HEALTH_INTERVAL)
 
     async def _failing(self, obj: Json, status: ClusterInstanceStatus, message: str) -> Result:
@@ -193,11 +191,12 @@ class InstanceReconciler:
         )  # fmt: skip
         failing = find(status.conditions, HEALTHY)
         assert failing is not None
+        turned = False
         if utcnow() - failing.last_transition_time >= self.unhealthy_after:
-            if status.phase != "Unhealthy":
-                await self.events.record(obj, "Warning", "Unhealthy", message)
-            status.phase = "Unhealthy"
-        await write_status(self.client, INSTANCES, obj, status)
+            turned, status.phase = status.phase != "Unhealthy", "Unhealthy"
+        obj = await write_status(self.client, INSTANCES, obj, status)
+        if turned:
+            await self.events.record(obj, "Warning", "Unhealthy", message)
         return Result(requeue_after=5.0)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
@@ -210,6 +209,12 @@ class InstanceReconciler:
         self, obj: Json, ref: InstanceRef, backend: ClusterBackend
     ) -> None:
         name = kubeconfig_secret_name(ref.name)
+        # Published on an earlier pass (a cluster's credentials never change): a read first, so
+        # that a pass after a crash writes nothing it need not (a kubeconfig may cost a write:
+        # a token request).
+        with contextlib.suppress(NotFoundError):
+            await self.client.get(SECRETS.path(ref.namespace, name))
+            return
         kubeconfig = await backend.kubeconfig(ref)
         secret = {
             "apiVersion": "v1",
@@ -223,7 +228,6 @@ class InstanceReconciler:
             "type": "Opaque",
             "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
         }
-        # 409: published on an earlier pass; a cluster's credentials never change.
         with contextlib.suppress(ConflictError):
             await self.client.create(SECRETS.path(ref.namespace), secret)
 
@@ -258,8 +262,8 @@ class InstanceReconciler:
         )
         if report.verified:
             obj = await write_status(self.client, INSTANCES, obj, status)
-            await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             await remove_finalizer(self.client, INSTANCES, obj, INSTANCE_FINALIZER)
+            await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             return Result()
         if status.phase != "Quarantined" and utcnow() - started_at < self.teardown_grace:
             # Deletions take a moment (pods terminating, volumes detaching): look again before
@@ -267,8 +271,9 @@ class InstanceReconciler:
             status.phase = "Recycling"
             await write_status(self.client, INSTANCES, obj, status)
             return Result(requeue_after=2.0)
-        if status.phase != "Quarantined":
-            await self.events.record(obj, "Warning", "Quarantined", "; ".join(report.evidence))
+        turned = status.phase != "Quarantined"
         status.phase, status.message = "Quarantined", "teardown could not be verified"
-        await write_status(self.client, INSTANCES, obj, status)
+        obj = await write_status(self.client, INSTANCES, obj, status)
+        if turned:
+            await self.events.record(obj, "Warning", "Quarantined", "; ".join(report.evidence))
         return Result(requeue_after=QUARANTINE_RECHECK)

@@ -14,7 +14,6 @@ being torn down) -> Released or Expired once teardown is verified, or Quarantine
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable
@@ -34,14 +33,16 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
+    create_missing,
     delete_fenced,
+    delete_present,
     now_seconds,
     owner_reference,
     patch_fenced,
@@ -212,13 +213,14 @@ class LeaseReconciler:
                 key=_created,
             )
             if position > len(free):
-                if status.phase != "Pending":
+                queued = status.phase != "Pending"
+                status.phase, status.queue_position = "Pending", position
+                status.message = "waiting for a ready cluster"
+                obj = await write_status(self.client, LEASES, obj, status)
+                if queued:
                     await self.events.record(
                         obj, "Normal", "Queued", f"waiting for a cluster of {lease.spec.pool}"
                     )
-                status.phase, status.queue_position = "Pending", position
-                status.message = "waiting for a ready cluster"
-                await write_status(self.client, LEASES, obj, status)
                 return Result()
             instance = free[position - 1]
             claim = {"name": lease.metadata.name, "uid": lease.metadata.uid}
@@ -257,8 +259,7 @@ class LeaseReconciler:
             "type": "Opaque",
             "data": {"kubeconfig": secret["data"]["kubeconfig"]},
         }
-        with contextlib.suppress(ConflictError):  # copied on an interrupted earlier pass
-            await self.client.create(SECRETS.path(namespace), copy)
+        await create_missing(self.client, SECRETS.path(namespace), copy)  # copied before a crash?
         assert status.effective_ttl is not None  # set by _pending
         bound_at = now_seconds()
         expiry = lease.spec.expires_at(bound_at, status.effective_ttl)
@@ -381,10 +382,9 @@ class LeaseReconciler:
         # The instance is gone: teardown was verified, or a person resolved a quarantine by
         # cleaning up and removing the instance.
         reason = lease.status.end_reason or "Released"
-        with contextlib.suppress(NotFoundError):
-            await self.client.delete(
-                SECRETS.path(namespace, lease_kubeconfig_secret(lease.metadata.name or ""))
-            )
+        await delete_present(
+            self.client, SECRETS.path(namespace, lease_kubeconfig_secret(lease.metadata.name or ""))
+        )
         status.phase, status.message = reason, "cluster destroyed; teardown verified"
         await self._finish(obj, status, reason)
         return Result()

@@ -143,3 +143,33 @@ def owner_reference(obj: Json, *, controller: bool = True) -> dict[str, Any]:
         "controller": controller,
         "blockOwnerDeletion": False,
     }
+
+
+async def create_missing(client: KubeClient, collection: str, manifest: Json) -> bool:
+    """Create the object unless it exists; whether it was created. A read first, not a create
+    answered 409: a pass replayed after a crash then writes nothing it need not (every write
+    costs the API server, and a reconcile that always writes before it gets anywhere can be
+    stopped at that write forever)."""
+    try:
+        await client.get(f"{collection}/{manifest['metadata']['name']}")
+    except NotFoundError:
+        try:
+            await client.create(collection, manifest)
+        except ConflictError:
+            return False
+        return True
+    return False
+
+
+async def delete_present(client: KubeClient, path: str) -> None:
+    """Delete the object unless it is gone or already being deleted (read first, as above)."""
+    try:
+        found = await client.get(path)
+    except NotFoundError:
+        return
+    if found["metadata"].get("deletionTimestamp"):
+        return
+    try:
+        await client.delete(path, preconditions={"uid": found["metadata"]["uid"]})
+    except (NotFoundError, ConflictError):
+        return

@@ -34,17 +34,23 @@ from lessor.resources.lease_time import expires_at
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 
 
-class NodePortExposure(SpecModel):
-    """How a leased cluster is reached from outside the host cluster: a NodePort Service."""
+class Exposure(SpecModel):
+    """How a leased cluster is reached from outside the host cluster: the type of the Service in
+    front of its API server (docs/operations.md, "Pools and backends", says which fits which
+    network)."""
 
-    type: Literal["NodePort"] = "NodePort"
+    type: Literal["NodePort", "LoadBalancer"] = Field(
+        default="NodePort",
+        description="NodePort: clients reach a node's address; LoadBalancer: the address the"
+        " cluster's load balancer gets (a cloud's, MetalLB).",
+    )
     host: str | None = Field(
         default=None,
         max_length=253,
         pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
-        description="The name or address clients reach the host cluster's nodes at (it is added"
-        " to the cluster's certificate); default: the InternalIP of the node the cluster's pod"
-        " runs on.",
+        description="The name or address clients reach the cluster at, put in its certificate"
+        " (a DNS name in front of the nodes or the load balancer); default: the InternalIP of"
+        " the node the cluster's pod runs on, or the load balancer's address.",
     )
 
 
@@ -55,7 +61,7 @@ class K3sBackendConfig(SpecModel):
     storage_class: str | None = None
     cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
+    exposure: Exposure = Field(default_factory=Exposure)
 
 
 class VclusterBackendConfig(SpecModel):
@@ -78,7 +84,7 @@ class VclusterBackendConfig(SpecModel):
         description="The Pod Security level of the cluster's namespace, where the pods created in"
         " the virtual cluster run: what its tenants' pods may ask for.",
     )
-    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
+    exposure: Exposure = Field(default_factory=Exposure)
 
 
 class ApiserverBackendConfig(SpecModel):
@@ -86,7 +92,7 @@ class ApiserverBackendConfig(SpecModel):
     etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
     cpu: str = Field(default="100m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-    exposure: NodePortExposure = Field(default_factory=NodePortExposure)
+    exposure: Exposure = Field(default_factory=Exposure)
 
 
 _SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")

@@ -4,12 +4,13 @@ what its manifests allow, so a missing permission fails the test as it would fai
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import yaml
 
-from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 RBAC_KINDS = {
@@ -19,7 +20,7 @@ RBAC_KINDS = {
 
 
 def install_rbac(
-    cluster: LocalControlPlane,
+    cluster: Cluster,
     namespace: str,
     work: Path,
     sandboxes: str | None = None,
@@ -39,10 +40,19 @@ def install_rbac(
         for document in yaml.safe_load_all(rendered):
             if not document or document["kind"] not in RBAC_KINDS:
                 continue
+            if document["kind"] == "ClusterRoleBinding":
+                # One per test namespace: the binding of an installed lessor (kind's) stays.
+                document["metadata"]["name"] += f"-{namespace}"
             text = json.dumps(document).replace('"lessor-sandboxes"', json.dumps(sandboxes))
             text = text.replace('"lessor-system"', json.dumps(namespace))
             cluster.kubectl("apply", "-f", "-", input=text)
-    ca = (cluster.pki / "ca.crt").resolve()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    [entry] = admin["clusters"]
+    server = entry["cluster"]["server"]
+    ca = entry["cluster"].get("certificate-authority-data")
+    if ca is None:  # the local control plane's names a file
+        named = cluster.kubeconfig.parent / entry["cluster"]["certificate-authority"]
+        ca = base64.b64encode(named.read_bytes()).decode()
     kubeconfigs = {}
     for account in ("lessor-operator", "lessor-apiserver"):
         token = cluster.kubectl(
@@ -52,8 +62,8 @@ def install_rbac(
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": cluster.server,
-                                                   "certificate-authority": str(ca)}}],
+            "clusters": [{"name": "c", "cluster": {"server": server,
+                                                   "certificate-authority-data": ca}}],
             "users": [{"name": account, "user": {"token": token}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
             "current-context": "c",

@@ -24,7 +24,7 @@ from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.pki import CertificateAuthority
 from lessor.operator.backends import apiserver_manifests as manifests
 from lessor.operator.backends.apiserver import ApiserverBackend
-from lessor.operator.backends.node_port import answers_through
+from lessor.operator.backends.exposure import answers_through
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
 from tests.integration.owned_instances import owned_instance
@@ -71,7 +71,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
             # kwok reports the pod Ready but runs nothing and no kube-proxy serves its node
             # port: every other step of readiness is seen to pass.
             readiness = await backend.readiness(instance)
-            return readiness.message == "kube-apiserver not reachable through its node port yet"
+            return readiness.message == "kube-apiserver not reachable from outside yet"
 
         await until(ready_but_for_kube_proxy, "the pod to be admitted, scheduled and ready")
         document = yaml.safe_load(await backend.kubeconfig(instance))
@@ -112,3 +112,50 @@ def test_reachability_needs_the_clusters_ca_and_the_name_it_was_issued_for(
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         assert not answers_through("127.0.0.1", unused.getsockname()[1], ca, "localhost")
+
+
+def test_a_load_balancer_service_is_reached_at_the_address_its_load_balancer_gets(
+    control_plane: Cluster, tmp_path: Path
+) -> None:
+    """`exposure.type: LoadBalancer`: the Service asks for a load balancer, readiness waits for
+    its address, and the kubeconfig points there with the Service's name to verify. No cloud
+    runs here: the test writes the address into the Service's status, as a cloud's controller
+    (or MetalLB) does; that it forwards is the cloud's part."""
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("needs the local control plane's kwok node")
+    namespace = f"apiserver-lb-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    kubeconfigs = install_rbac(control_plane, namespace, tmp_path)
+    instance = owned_instance(control_plane, namespace, "apiserver")
+    config = manifests.ApiserverConfig(service_type="LoadBalancer")
+    service = manifests.object_name(instance)
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
+        backend = ApiserverBackend(client, config)
+        await backend.provision(instance)
+
+        async def waiting_for_an_address() -> bool:
+            return (await backend.readiness(instance)).message == "no load balancer address yet"
+
+        await until(waiting_for_an_address, "the pod ready, the load balancer not yet")
+        address = {"status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}}
+        control_plane.kubectl(
+            "patch", "service", service, "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps(address),
+        )  # fmt: skip
+
+        async def checking_the_address() -> bool:
+            message = (await backend.readiness(instance)).message
+            return message == "kube-apiserver not reachable from outside yet"
+
+        await until(checking_the_address, "readiness to try the load balancer's address")
+        document = yaml.safe_load(await backend.kubeconfig(instance))
+        cluster = document["clusters"][0]["cluster"]
+        assert cluster["server"] == f"https://127.0.0.1:{manifests.PORT}"
+        assert cluster["tls-server-name"] == manifests.service_host(instance)
+        await backend.teardown(instance)
+
+    asyncio.run(scenario())
+    found = control_plane.kubectl("get", "service", service, "-n", namespace, check=False)
+    assert found.returncode != 0

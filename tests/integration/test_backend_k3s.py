@@ -124,7 +124,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
         async def ready_but_for_kube_proxy() -> bool:
             # kwok runs nothing and no kube-proxy serves the node port: every other step passes.
             readiness = await backend.readiness(instance)
-            return readiness.message == "k3s not reachable through its node port yet"
+            return readiness.message == "k3s not reachable from outside yet"
 
         await until(ready_but_for_kube_proxy, "readiness up to the node port")
         document = yaml.safe_load(await backend.kubeconfig(instance))

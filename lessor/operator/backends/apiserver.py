@@ -15,10 +15,11 @@ import asyncio
 import base64
 
 from lessor.operator.backends import apiserver_manifests as manifests
-from lessor.operator.backends import node_port
+from lessor.operator.backends import exposure
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.backends.owned import label_selector, labelled_names
-from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
+from lessor.operator.writes import create_missing, delete_present
 from lessor.protocol.kubeconfig import kubeconfig
 
 _PATHS = {
@@ -53,15 +54,13 @@ class ApiserverBackend:
         pki = manifests.make_pki(instance, self.config)
         for manifest in manifests.render(instance, self.config, pki):
             try:
-                await self.client.create(self._path(manifest["kind"], instance), manifest)
-            except ConflictError:
-                continue
+                await create_missing(self.client, self._path(manifest["kind"], instance), manifest)
             except ApiError as error:
                 name = manifest["metadata"]["name"]
                 raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
 
     async def _endpoint(self, instance: InstanceRef) -> tuple[str, int] | str:
-        return await node_port.endpoint(
+        return await exposure.endpoint(
             self.client,
             instance.namespace,
             manifests.object_name(instance),
@@ -79,7 +78,7 @@ class ApiserverBackend:
             unready = f"unreadable: {error}"
         if unready:
             return Readiness(False, unready, details)
-        return Readiness(True, "kube-apiserver ready through its node port", details)
+        return Readiness(True, "kube-apiserver ready, reachable from outside", details)
 
     async def _unready(self, instance: InstanceRef, details: dict[str, str]) -> str | None:
         """Why the cluster cannot be handed out yet, or None."""
@@ -96,8 +95,8 @@ class ApiserverBackend:
         )
         ca = base64.b64decode(secret.get("data", {}).get("ca.crt", "")).decode()
         server_name = self.config.host or manifests.service_host(instance)
-        if not await asyncio.to_thread(node_port.answers_through, *endpoint, ca, server_name):
-            return "kube-apiserver not reachable through its node port yet"
+        if not await asyncio.to_thread(exposure.answers_through, *endpoint, ca, server_name):
+            return "kube-apiserver not reachable from outside yet"
         return None
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
@@ -117,7 +116,7 @@ class ApiserverBackend:
         host, port = endpoint
         return kubeconfig(
             instance.name,
-            node_port.server_url(host, port),
+            exposure.server_url(host, port),
             manifests.ADMIN_USER,
             {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]},
             ca_data=data["ca.crt"],
@@ -127,9 +126,9 @@ class ApiserverBackend:
     async def teardown(self, instance: InstanceRef) -> None:
         for kind in _TEARDOWN:
             try:
-                await self.client.delete(self._path(kind, instance, self._name(kind, instance)))
-            except NotFoundError:
-                continue
+                await delete_present(
+                    self.client, self._path(kind, instance, self._name(kind, instance))
+                )
             except ApiError as error:
                 raise BackendError(f"deleting {kind} of {instance.name} failed: {error}") from error
 

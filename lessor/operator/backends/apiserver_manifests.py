@@ -37,8 +37,9 @@ class ApiserverConfig:
     etcd_image: str = "registry.k8s.io/etcd:3.6.6-0"
     cpu: str = "100m"
     memory: str = "256Mi"
-    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
+    service_type: str = "NodePort"
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -157,7 +158,7 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
             "kind": "Service",
             "metadata": metadata(instance, name),
             "spec": {
-                "type": "NodePort",
+                "type": config.service_type,
                 "selector": labels(instance),
                 "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
             },

@@ -22,14 +22,18 @@ what removes the namespace.
 
 from __future__ import annotations
 
+import asyncio
+
 from lessor.operator.backends.base import BackendError, InstanceRef, TeardownReport
 from lessor.operator.backends.owned import INSTANCE_UID_LABEL, labels
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.operator.writes import create_missing
 
 NAMESPACE_LABEL = "lessor.dev/instance-namespace"
 OBJECTS_ROLE = "lessor-instance-objects"
 BINDING = "lessor-operator"
 POD_SECURITY = "pod-security.kubernetes.io/"
+BINDING_WAIT_TRIES = 50
 
 
 def namespace_name(instance: InstanceRef) -> str:
@@ -75,21 +79,20 @@ class InstanceNamespaces:
         """The instance's namespace, made (with the operator's RoleBinding in it) if missing."""
         name = namespace_name(instance)
         try:
-            await self.client.create(
-                "/api/v1/namespaces", namespace_manifest(instance, pod_security)
+            await create_missing(
+                self.client, "/api/v1/namespaces", namespace_manifest(instance, pod_security)
             )
-        except ConflictError:
             existing = await self.client.get(f"/api/v1/namespaces/{name}")
-            owner = existing["metadata"].get("labels", {}).get(INSTANCE_UID_LABEL)
-            if owner != instance.uid:
-                raise BackendError(f"namespace {name} exists and is not this instance's") from None
-            if existing["metadata"].get("deletionTimestamp"):
-                raise BackendError(f"namespace {name} is being deleted") from None
         except ApiError as error:
             raise BackendError(
                 f"creating namespace {name} failed: {error} (the operator needs "
                 "manifests/instance-namespaces)"
             ) from error
+        owner = existing["metadata"].get("labels", {}).get(INSTANCE_UID_LABEL)
+        if owner != instance.uid:
+            raise BackendError(f"namespace {name} exists and is not this instance's")
+        if existing["metadata"].get("deletionTimestamp"):
+            raise BackendError(f"namespace {name} is being deleted")
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
@@ -107,15 +110,36 @@ class InstanceNamespaces:
                 }
             ],
         }
+        collection = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"
         try:
-            await self.client.create(
-                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings", binding
-            )
-        except ConflictError:
-            pass
-        except ApiError as error:
-            raise BackendError(f"binding {OBJECTS_ROLE} in {name} failed: {error}") from error
+            # Readable only once it exists: it is what grants the read (a 403 says "not yet").
+            await self.client.get(f"{collection}/{BINDING}")
+        except ApiError as missing:
+            if missing.status not in (403, 404):
+                raise BackendError(f"reading {BINDING} in {name}: {missing}") from missing
+            try:
+                await self.client.create(collection, binding)
+            except ConflictError:
+                pass
+            except ApiError as error:
+                raise BackendError(f"binding {OBJECTS_ROLE} in {name} failed: {error}") from error
+            await self._until_effective(f"{collection}/{BINDING}")
         return name
+
+    async def _until_effective(self, binding: str) -> None:
+        """A new RoleBinding reaches the API server's authorizer a moment after it is stored;
+        the objects that follow need it. Reading the binding needs it too: wait for that (a
+        few seconds at most, else the reconcile is retried)."""
+        for _ in range(BINDING_WAIT_TRIES):
+            try:
+                await self.client.get(binding)
+            except ApiError as error:
+                if error.status != 403:
+                    raise BackendError(f"reading {binding}: {error}") from error
+                await asyncio.sleep(0.2)
+                continue
+            return
+        raise BackendError(f"{binding} does not take effect yet")
 
     async def delete(self, instance: InstanceRef) -> None:
         """Delete the namespace, named and fenced by its uid (a namespace made under the same
@@ -125,6 +149,8 @@ class InstanceNamespaces:
             namespace = await self.client.get(f"/api/v1/namespaces/{name}")
             if namespace["metadata"].get("labels", {}).get(INSTANCE_UID_LABEL) != instance.uid:
                 raise BackendError(f"namespace {name} is not this instance's; not deleting it")
+            if namespace["metadata"].get("deletionTimestamp"):
+                return  # being deleted: deleting it again would be a write for nothing
             await self.client.delete(
                 f"/api/v1/namespaces/{name}", preconditions={"uid": namespace["metadata"]["uid"]}
             )

@@ -2,7 +2,7 @@
 
 The clusters live in the host cluster itself, so the operator can run anywhere and scale with the
 host, and each has a node that runs pods. The objects are those `k3s_manifests` renders; the
-rest (namespace, readiness through the node port, the kubeconfig its sidecar publishes, teardown
+rest (namespace, readiness through its Service, the kubeconfig its sidecar publishes, teardown
 by the namespace) is lessor.operator.backends.pod_cluster's.
 """
 

@@ -4,14 +4,15 @@ A k3s server with its agent (so the cluster has a node that runs pods) is a one-
 StatefulSet; the agent runs a kubelet and containerd inside the container, which needs a
 privileged container, so the cluster lives in a namespace of its own at Pod Security
 `privileged` (lessor.operator.backends.instance_namespace), never in lessor-system. A NodePort
-Service makes it reachable from outside the host cluster (lessor.operator.backends.node_port).
+or LoadBalancer Service makes it reachable from outside the host cluster
+(lessor.operator.backends.exposure).
 
 k3s writes its admin kubeconfig inside the pod; a sidecar, non-root and without privileges, waits
 for it and publishes it unchanged as a Secret of the namespace (through a RoleBinding of the
-shipped ClusterRole `lessor-k3s-publisher`: Secrets of that namespace only). The operator rewrites
-its server to the node port when it hands it out. The sidecar uses the image's own tools: `sh`
-and `sleep` (busybox, from k3s-root) and `kubectl` (a link to the k3s binary), as k3s's
-package/Dockerfile assembles the image.
+shipped ClusterRole `lessor-k3s-publisher`: Secrets of that namespace only). The operator points
+its server at the Service (lessor.operator.backends.exposure) when it hands it out. The sidecar
+uses the image's own tools: `sh` and `sleep` (busybox, from k3s-root) and `kubectl` (a link to
+the k3s binary), as k3s's package/Dockerfile assembles the image.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ class K3sConfig:
     persistent: bool = True
     cpu: str = "500m"
     memory: str = "1Gi"
-    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
+    service_type: str = "NodePort"
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -176,7 +178,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
             "kind": "Service",
             "metadata": metadata(instance, name, namespace),
             "spec": {
-                "type": "NodePort",
+                "type": config.service_type,
                 "selector": labels(instance),
                 "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
             },

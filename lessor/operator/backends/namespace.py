@@ -1,10 +1,10 @@
 """A backend whose "cluster" is a namespace of the host cluster: for tests and benchmarks only.
 
-An instance costs one Namespace, a ServiceAccount and a RoleBinding to the `admin` ClusterRole,
-so hundreds fit on a laptop where `local` (300 MiB each) or `k3s` clusters would not; it is
-what the burst benchmark binds 200 leases against. The kubeconfig is real (the host's API
-server, a TokenRequest token of that ServiceAccount, the namespace as context) but a namespace
-is no isolation boundary, so the operator serves this backend only with `--test-backends`.
+An instance costs one Namespace, a ServiceAccount with its token Secret and a RoleBinding to the
+`admin` ClusterRole, so hundreds fit on a laptop where `local` (300 MiB each) or `k3s` clusters
+would not; it is what the burst benchmark binds 200 leases against. The kubeconfig is real (the
+host's API server, the token of that ServiceAccount, the namespace as context) but a namespace is
+no isolation boundary, so the operator serves this backend only with `--test-backends`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import base64
 from pathlib import Path
 
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
-from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
+from lessor.operator.writes import create_missing, delete_present
 from lessor.protocol.kubeconfig import kubeconfig
 
 ACCOUNT = "tenant"
-TOKEN_SECONDS = 24 * 3600
+TOKEN_SECRET = "tenant-token"  # noqa: S105 - a Secret's name
 
 
 def namespace_of(instance: InstanceRef) -> str:
@@ -54,6 +55,13 @@ class NamespaceBackend:
                                   "namespace": namespace}],
                 },
             ),
+            (
+                f"/api/v1/namespaces/{namespace}/secrets",
+                {"apiVersion": "v1", "kind": "Secret",
+                 "type": "kubernetes.io/service-account-token",
+                 "metadata": {"name": TOKEN_SECRET,
+                              "annotations": {"kubernetes.io/service-account.name": ACCOUNT}}},
+            ),
         ]  # fmt: skip
 
     async def provision(self, instance: InstanceRef) -> None:
@@ -61,9 +69,7 @@ class NamespaceBackend:
             raise BackendError("the namespace backend is for tests: start with --test-backends")
         for path, body in self._objects(instance):
             try:
-                await self.client.create(path, body)
-            except ConflictError:
-                continue  # a replay after a crash: it exists already
+                await create_missing(self.client, path, body)  # a replay creates what is missing
             except ApiError as error:
                 raise BackendError(f"creating {body['kind']} failed: {error}") from error
 
@@ -81,32 +87,40 @@ class NamespaceBackend:
             return Readiness(False, f"not provisioned yet ({error.reason})", details)
         if found.get("status", {}).get("phase") != "Active":
             return Readiness(False, "namespace not Active", details)
+        try:
+            if await self._token(namespace) is None:
+                return Readiness(False, "token not issued yet", details)
+        except BackendError as error:
+            return Readiness(False, str(error), details)
         return Readiness(True, "namespace ready", details)
+
+    async def _token(self, namespace: str) -> str | None:
+        """The ServiceAccount's token, from the Secret the token controller fills in: a read,
+        where a TokenRequest would be a write on every kubeconfig."""
+        try:
+            secret = await self.client.get(f"/api/v1/namespaces/{namespace}/secrets/{TOKEN_SECRET}")
+        except ApiError as error:
+            raise BackendError(f"token of {namespace}: {error}") from error
+        encoded = secret.get("data", {}).get("token")
+        return base64.b64decode(encoded).decode() if encoded else None
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
         namespace = namespace_of(instance)
-        try:
-            answer = await self.client.create(
-                f"/api/v1/namespaces/{namespace}/serviceaccounts/{ACCOUNT}/token",
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                 "spec": {"expirationSeconds": TOKEN_SECONDS}},
-            )  # fmt: skip
-        except ApiError as error:
-            raise BackendError(f"token request for {namespace} failed: {error}") from error
+        token = await self._token(namespace)
+        if token is None:
+            raise BackendError(f"the token of {namespace} is not issued yet")
         auth = self.client.api.auth
         ca = None
         if auth.server_ca_file:
             ca = base64.b64encode(Path(auth.server_ca_file).read_bytes()).decode()
-        credentials = {"token": answer["status"]["token"]}
+        credentials = {"token": token}
         return kubeconfig(
             namespace, auth.server, ACCOUNT, credentials, ca_data=ca, namespace=namespace
         )
 
     async def teardown(self, instance: InstanceRef) -> None:
         try:
-            await self.client.delete(f"/api/v1/namespaces/{namespace_of(instance)}")
-        except NotFoundError:
-            return
+            await delete_present(self.client, f"/api/v1/namespaces/{namespace_of(instance)}")
         except ApiError as error:
             raise BackendError(f"deleting namespace failed: {error}") from error
 

@@ -2,10 +2,10 @@
 
 Each cluster is a one-replica StatefulSet in its own namespace
 (lessor.operator.backends.instance_namespace), reached through a NodePort Service
-(lessor.operator.backends.node_port), whose admin kubeconfig the cluster itself writes into a
+(lessor.operator.backends.exposure), whose admin kubeconfig the cluster itself writes into a
 Secret of that namespace (lessor.operator.backends.published_kubeconfig). Provisioning makes the
 namespace and creates the rendered objects; readiness is the StatefulSet's ready replica, the
-published kubeconfig and a TLS handshake through the node port verified against the cluster's
+published kubeconfig and a TLS handshake through its Service verified against the cluster's
 CA; teardown deletes the namespace and is verified when it is gone. A backend says only what its
 objects are and where its kubeconfig is.
 """
@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from lessor.operator.backends import node_port, published_kubeconfig
+from lessor.operator.backends import exposure, published_kubeconfig
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.backends.owned import Manifest
-from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
+from lessor.operator.writes import create_missing
 
 _COLLECTIONS = {
     "Secret": "api/v1/namespaces/{ns}/secrets",
@@ -61,14 +62,12 @@ class PodClusterBackend:
         raise NotImplementedError
 
     async def provision(self, instance: InstanceRef) -> None:
-        # Creates are atomic: on replay, what exists answers 409 and is kept.
+        # What exists is kept: a replay creates only what is missing.
         namespace = await self.namespaces.ensure(instance, self.pod_security)
         for manifest in self.render(instance, namespace):
             path = "/" + _COLLECTIONS[manifest["kind"]].format(ns=namespace)
             try:
-                await self.client.create(path, manifest)
-            except ConflictError:
-                continue
+                await create_missing(self.client, path, manifest)
             except ApiError as error:
                 name = manifest["metadata"]["name"]
                 raise BackendError(f"creating {manifest['kind']} {name} failed: {error}") from error
@@ -85,7 +84,7 @@ class PodClusterBackend:
             unready = f"unreadable: {error}"
         if unready:
             return Readiness(False, unready, details)
-        return Readiness(True, f"{self.kind} ready through its node port", details)
+        return Readiness(True, f"{self.kind} ready, reachable from outside", details)
 
     async def _unready(self, layout: Layout, namespace: str, details: dict[str, str]) -> str | None:
         """Why the cluster cannot be handed out yet, or None."""
@@ -103,12 +102,12 @@ class PodClusterBackend:
         details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
         ca = published_kubeconfig.ca_pem(published)
         server_name = self.host or layout.server_name
-        if not await asyncio.to_thread(node_port.answers_through, *endpoint, ca, server_name):
-            return f"{self.kind} not reachable through its node port yet"
+        if not await asyncio.to_thread(exposure.answers_through, *endpoint, ca, server_name):
+            return f"{self.kind} not reachable from outside yet"
         return None
 
     async def _endpoint(self, layout: Layout, namespace: str) -> tuple[str, int] | str:
-        return await node_port.endpoint(
+        return await exposure.endpoint(
             self.client, namespace, layout.service, layout.pod, self.host
         )
 
@@ -131,7 +130,7 @@ class PodClusterBackend:
             raise BackendError(f"kubeconfig of {instance.name} is not available yet")
         server_name = None if endpoint[0] == self.host else layout.server_name
         return published_kubeconfig.pointed_at(
-            published, node_port.server_url(*endpoint), server_name
+            published, exposure.server_url(*endpoint), server_name
         )
 
     async def teardown(self, instance: InstanceRef) -> None:

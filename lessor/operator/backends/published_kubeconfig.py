@@ -3,7 +3,7 @@ one, vcluster's syncer writes one).
 
 They are written from inside the tenant's cluster pod, so they are read as hostile: bounded in
 size, parsed as data, required to name exactly one cluster. The operator hands one out only with
-its server pointed where clients can reach it (lessor.operator.backends.node_port).
+its server pointed where clients can reach it (lessor.operator.backends.exposure).
 """
 
 from __future__ import annotations

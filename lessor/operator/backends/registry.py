@@ -44,6 +44,7 @@ def apiserver_config(backend: Backend) -> ApiserverConfig:
         cpu=settings.cpu,
         memory=settings.memory,
         host=settings.exposure.host,
+        service_type=settings.exposure.type,
     )
 
 
@@ -59,6 +60,7 @@ def k3s_config(backend: Backend) -> K3sConfig:
         cpu=settings.cpu,
         memory=settings.memory,
         host=settings.exposure.host,
+        service_type=settings.exposure.type,
     )
 
 
@@ -74,4 +76,5 @@ def vcluster_config(backend: Backend) -> VclusterConfig:
         memory=settings.memory,
         pod_security=settings.pod_security,
         host=settings.exposure.host,
+        service_type=settings.exposure.type,
     )

@@ -4,7 +4,7 @@ namespace of its own.
 What most CI users lease: a full Kubernetes API of their own (admin inside, CRDs, namespaces)
 whose workloads run on real nodes, at the cost of one pod. The objects are those
 `vcluster_manifests` renders; the syncer writes the virtual cluster's admin kubeconfig into the
-Secret `vc-<name>`, which the operator hands out pointed at the node port. The rest (namespace,
+Secret `vc-<name>`, which the operator hands out pointed at its Service. The rest (namespace,
 readiness, teardown by the namespace) is lessor.operator.backends.pod_cluster's.
 """
 

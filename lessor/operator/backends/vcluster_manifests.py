@@ -53,8 +53,9 @@ class VclusterConfig:
     cpu: str = "200m"
     memory: str = "256Mi"
     pod_security: str = "baseline"
-    # The address clients reach nodes at; None: the InternalIP of the node running the pod.
+    # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
+    service_type: str = "NodePort"
 
 
 def vcluster_name(instance: InstanceRef) -> str:
@@ -114,7 +115,7 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
                     "podSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 },
             },
-            "service": {"enabled": True, "spec": {"type": "NodePort"}},
+            "service": {"enabled": True, "spec": {"type": config.service_type}},
             "statefulSet": {"highAvailability": HIGH_AVAILABILITY},
             "advanced": {"serviceAccount": enabled, "workloadServiceAccount": enabled},
         },
@@ -219,7 +220,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
             # Service has annotations to add it to.
             "metadata": {**metadata(instance, name, namespace), "annotations": {SERVICE_NOTE: ""}},
             "spec": {
-                "type": "NodePort",
+                "type": config.service_type,
                 "selector": labels(instance),
                 "ports": [{"name": "https", "port": 443, "targetPort": PORT}],
             },

@@ -1,11 +1,16 @@
-"""How a cluster living in the host cluster is reached from outside it: a NodePort Service in
-front of its API server, at a node's address (or the name an administrator gives for the nodes),
-with the certificate checked against the Service's DNS name (`tls-server-name`).
+"""How a cluster living in the host cluster is reached from outside it: a Service in front of its
+API server, of type NodePort (a node's address, or the name an administrator gives for the nodes)
+or LoadBalancer (the address the cloud's load balancer gets), with the certificate checked against
+the Service's DNS name (`tls-server-name`) whatever address the kubeconfig connects to.
 
-Shared by the backends whose clusters are pods (`apiserver`, `k3s`): where the kubeconfig points,
-and whether a client can get there yet. A pod being Ready is not enough: the node port answers
-only once the Service's endpoints have reached kube-proxy, and a kubeconfig handed out before
-would be refused.
+Shared by the backends whose clusters are pods (`apiserver`, `k3s`, `vcluster`): where the
+kubeconfig points, and whether a client can get there yet. A pod being Ready is not enough: the
+port answers only once the Service's endpoints have reached kube-proxy (and, for a load balancer,
+once it has an address and forwards), and a kubeconfig handed out before would be refused.
+
+Which fits which network: NodePort when clients reach the nodes (CI runners beside the cluster or
+in its network; `exposure.host` a DNS name or address in front of the nodes); LoadBalancer where
+clients reach only load balancers (a cloud, or MetalLB), one per cluster.
 """
 
 from __future__ import annotations
@@ -15,15 +20,24 @@ import ssl
 
 from lessor.operator.runtime.client import KubeClient
 
+SERVICE_TYPES = ("NodePort", "LoadBalancer")
+
 
 async def endpoint(
     client: KubeClient, namespace: str, service: str, pod: str, host: str | None
 ) -> tuple[str, int] | str:
-    """(host, node port) clients connect to, or why there is none yet. `host` is the name or
-    address the administrator gave for the nodes; without one, the node the pod runs on."""
+    """(host, port) clients connect to, or why there is none yet, by the Service's type.
+    `host`, the name or address the administrator gave, replaces the address found."""
     found = await client.get(f"/api/v1/namespaces/{namespace}/services/{service}")
-    ports = found.get("spec", {}).get("ports") or [{}]
-    node_port = ports[0].get("nodePort")
+    spec = found.get("spec", {})
+    port = (spec.get("ports") or [{}])[0]
+    if spec.get("type") == "LoadBalancer":
+        ingress = (found.get("status", {}).get("loadBalancer", {}).get("ingress") or [{}])[0]
+        address = ingress.get("ip") or ingress.get("hostname")
+        if not address:
+            return "no load balancer address yet"
+        return host or str(address), int(port["port"])
+    node_port = port.get("nodePort")
     if not node_port:
         return "no node port allocated yet"
     if host:
