@@ -163,14 +163,16 @@ def harness(
         yield harness
     finally:
         harness.stop_operators()
-        operator = harness.operator(teardown_grace=5)
-        # Each instance is torn down behind its finalizer (nothing waits on a garbage
-        # collector: the local control plane runs none).
-        host.kubectl("delete", "clusterpool", POOL, "-n", namespace, "--wait=false")
-        host.kubectl("delete", "clusterinstances", "--all", "-n", namespace, "--wait=false")
-        wait_for("every instance gone", lambda: not harness.instances(), timeout=600)
-        operator.kill()
-        host.kubectl("delete", "namespace", namespace, "--wait=false")
+    if configured.kind == "kind":
+        return  # the kind cluster, and every cluster made in it, is deleted at the end
+    operator = harness.operator(teardown_grace=5)
+    # Each instance is torn down behind its finalizer (nothing waits on a garbage collector:
+    # the local control plane runs none).
+    host.kubectl("delete", "clusterpool", POOL, "-n", namespace, "--wait=false")
+    host.kubectl("delete", "clusterinstances", "--all", "-n", namespace, "--wait=false")
+    wait_for("every instance gone", lambda: not harness.instances(), timeout=600)
+    operator.kill()
+    host.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
