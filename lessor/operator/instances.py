@@ -15,7 +15,7 @@ import contextlib
 import datetime
 import logging
 
-from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef
+from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef, Readiness
 from lessor.operator.backends.registry import Backends
 from lessor.operator.conditions import find, is_false, with_condition
 from lessor.operator.context import Context
@@ -46,7 +46,6 @@ from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Tea
 
 log = logging.getLogger(__name__)
 
-CREATING_TIMEOUT = datetime.timedelta(minutes=5)
 HEALTH_INTERVAL = 15.0
 HEALTHY = "Healthy"
 WAS_READY = ("Ready", "Leased", "Unhealthy")
@@ -76,6 +75,7 @@ def setup(context: Context) -> Controller:
         events=context.events,
         teardown_grace=settings.teardown_grace,
         unhealthy_after=settings.unhealthy_after,
+        start_timeout=settings.start_timeout,
     )
 
     def claimed_by(lease: Json) -> list[str]:
@@ -100,7 +100,9 @@ class InstanceReconciler:
         events: EventRecorder,
         teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2),
         unhealthy_after: datetime.timedelta = datetime.timedelta(seconds=30),
+        start_timeout: datetime.timedelta = datetime.timedelta(minutes=5),
     ) -> None:
+        self.start_timeout = start_timeout
         self.teardown_grace = teardown_grace
         self.unhealthy_after = unhealthy_after
         self.client = client
@@ -131,6 +133,7 @@ class InstanceReconciler:
             await delete_fenced(self.client, INSTANCES, obj)
             return Result()
         status = _status(instance)
+        failure: BackendError | None = None
         try:
             if status.ready_at is None:
                 # Creation only: a cluster that was ready and broke is reported, never made
@@ -139,9 +142,9 @@ class InstanceReconciler:
                 await backend.provision(ref)
             readiness = await backend.readiness(ref)
         except BackendError as error:
-            status.phase, status.message = status.phase or "Creating", str(error)
-            await write_status(self.client, INSTANCES, obj, status)
-            raise
+            # A failed check like any other (a cluster that never starts is replaced, one that
+            # breaks is reported), then raised for the controller's backoff.
+            failure, readiness = error, Readiness(False, str(error), status.backend_details)
         status.backend_details = readiness.details
         if "endpoint" in readiness.details:
             status.endpoint = readiness.details["endpoint"]
@@ -150,14 +153,30 @@ class InstanceReconciler:
             await self._publish_kubeconfig(obj, ref, backend)
             return await self._healthy(obj, instance, status, readiness.message)
         if status.phase in WAS_READY:
-            return await self._failing(obj, status, readiness.message)
-        created = meta.creation_timestamp or utcnow()
-        turned = status.phase != "Unhealthy" and utcnow() - created > CREATING_TIMEOUT
-        status.phase = "Unhealthy" if utcnow() - created > CREATING_TIMEOUT else "Creating"
+            result = await self._failing(obj, status, readiness.message)
+        else:
+            result = await self._starting(obj, instance, status, readiness.message)
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _starting(
+        self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, message: str
+    ) -> Result:
+        """A new cluster, not ready yet. Past `start_timeout` it failed to start: Unhealthy,
+        which its pool replaces, pausing longer after each failure in a row
+        (lessor.operator.pools)."""
+        created = instance.metadata.creation_timestamp or utcnow()
+        failed = utcnow() - created > self.start_timeout
+        turned = failed and status.phase != "Unhealthy"
+        status.phase = "Unhealthy" if failed else "Creating"
         obj = await write_status(self.client, INSTANCES, obj, status)
         if turned:
-            await self.events.record(obj, "Warning", "Unhealthy", readiness.message)
-        return Result(requeue_after=1.0 if status.phase == "Creating" else 5.0)
+            seconds = self.start_timeout.total_seconds()
+            await self.events.record(
+                obj, "Warning", "FailedToStart", f"not ready after {seconds:.0f}s: {message}"
+            )
+        return Result(requeue_after=5.0 if failed else 1.0)
 
     async def _healthy(
         self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, message: str

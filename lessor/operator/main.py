@@ -86,6 +86,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(then replaced, unless a lease holds it)",
     )
     parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a new cluster may take to become ready before it counts as failed to "
+        "start (then replaced, with a growing pause between failures)",
+    )
+    parser.add_argument(
         "--lease-retention",
         type=float,
         default=86400.0,

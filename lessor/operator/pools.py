@@ -3,13 +3,22 @@
 Created instances take a moment to appear in the cache, and a reconcile in that moment would see
 too few and create more. So, like controller-runtime's "expectations", the names this process
 created are counted as creating until the cache shows them (or a minute passes).
+
+A pool that cannot make a working cluster says why in its condition `BackendHealthy` rather than
+churning in silence: a backend this operator does not serve creates nothing
+(`BackendUnavailable`), and new clusters that fail to start in a row (`StartFailing`: a bad
+image, a cluster its clients cannot reach) are replaced after a pause that doubles with each
+failure, up to `MAX_START_BACKOFF`; the next cluster that starts resets both.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 
+from lessor.operator.backends.registry import unavailable
+from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
 from lessor.operator.kinds import (
     BY_POOL,
@@ -24,14 +33,24 @@ from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import delete_fenced, owner_reference, write_status
+from lessor.operator.writes import delete_fenced, now_seconds, owner_reference, write_status
 from lessor.protocol.json_object import Json
+from lessor.protocol.timestamps import utcnow
+from lessor.resources.base import Condition
 from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
 
 MAX_CREATES_PER_PASS = 5
 EXPECTATION_TIMEOUT = 60.0
+BACKEND_HEALTHY = "BackendHealthy"
+START_BACKOFF = datetime.timedelta(seconds=10)
+MAX_START_BACKOFF = datetime.timedelta(minutes=10)
+
+
+def start_backoff(failures: int) -> datetime.timedelta:
+    """The pause before the next new cluster after `failures` failed to start in a row."""
+    return min(START_BACKOFF * (1 << min(max(failures - 1, 0), 16)), MAX_START_BACKOFF)
 
 
 def count_instances(instances: list[Json]) -> dict[str, int]:
@@ -62,7 +81,12 @@ def setup(context: Context) -> Controller:
     instances = context.informer(INSTANCES, {BY_POOL: index_by_pool})
     leases = context.informer(LEASES, {BY_POOL: index_by_pool})
     reconciler = PoolReconciler(
-        context.client, pools=pools, instances=instances, leases=leases, events=context.events
+        context.client,
+        pools=pools,
+        instances=instances,
+        leases=leases,
+        events=context.events,
+        test_backends=context.settings.test_backends,
     )
     return (
         context.controller("clusterpool", reconciler.reconcile)
@@ -81,7 +105,9 @@ class PoolReconciler:
         instances: Informer,
         leases: Informer,
         events: EventRecorder,
+        test_backends: bool = False,
     ) -> None:
+        self.test_backends = test_backends
         self.client = client
         self.pools = pools
         self.instances = instances
@@ -109,16 +135,12 @@ class PoolReconciler:
         counts["creating"] += self._pending_expectations(
             key, {i["metadata"]["name"] for i in instances}
         )
-        for instance in instances:
-            # An unhealthy cluster is replaced, not repaired: tear it down, the deficit refills.
-            # Never under a lease: its lease reports it, and it goes when the lease ends.
-            phase = instance.get("status", {}).get("phase")
-            if (
-                phase == "Unhealthy"
-                and not instance["spec"].get("claimRef")
-                and not instance["metadata"].get("deletionTimestamp")
-            ):
-                await delete_fenced(self.client, INSTANCES, instance)
+        status = (pool.status or ClusterPoolStatus()).model_copy()
+        before = find(status.conditions, BACKEND_HEALTHY)
+        failed = await self._replace_unhealthy(instances)
+        problem = unavailable(pool.spec.backend, self.test_backends)
+        self._assess(pool, status, instances, failed, problem)
+        backend_health = find(status.conditions, BACKEND_HEALTHY)
         pending = [
             lease
             for lease in self.leases.store.by_index(BY_POOL, key)
@@ -127,13 +149,17 @@ class PoolReconciler:
         deficit = pool.spec.warm_target - counts["ready"] - counts["creating"]
         if pool.spec.max_instances is not None:
             deficit = min(deficit, pool.spec.max_instances - sum(counts.values()))
+        pause = (status.retry_at - utcnow()).total_seconds() if status.retry_at else 0.0
+        if problem or pause > 0:
+            deficit = 0
         for _ in range(max(0, min(deficit, MAX_CREATES_PER_PASS))):
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
-        degraded = counts["unhealthy"] or counts["quarantined"]
+        failing = backend_health is not None and backend_health.status == "False"
+        degraded = counts["unhealthy"] or counts["quarantined"] or failing
         serving = counts["ready"] + counts["leased"] + counts["creating"]
-        status = (pool.status or ClusterPoolStatus()).model_copy(
+        status = status.model_copy(
             update={
                 **counts,
                 "queue_depth": len(pending),
@@ -145,9 +171,89 @@ class PoolReconciler:
                 ),
             }
         )
-        await write_status(self.client, POOLS, obj, status)
+        obj = await write_status(self.client, POOLS, obj, status)
+        await self._report(obj, before, backend_health, failed)
+        if pause > 0:
+            return Result(requeue_after=pause)
         more = deficit > MAX_CREATES_PER_PASS
         return Result(requeue_after=1.0 if more else None)
+
+    async def _replace_unhealthy(self, instances: list[Json]) -> list[Json]:
+        """Tear down the unclaimed Unhealthy instances (replaced, not repaired: the deficit
+        refills); those that never became ready are returned, as failed starts. Never one under
+        a lease: its lease reports it, and it goes when the lease ends."""
+        failed = []
+        for instance in instances:
+            status = instance.get("status", {})
+            if (
+                status.get("phase") == "Unhealthy"
+                and not instance["spec"].get("claimRef")
+                and not instance["metadata"].get("deletionTimestamp")
+            ):
+                await delete_fenced(self.client, INSTANCES, instance)
+                if not status.get("readyAt"):
+                    failed.append(instance)
+        return failed
+
+    def _assess(
+        self,
+        pool: ClusterPool,
+        status: ClusterPoolStatus,
+        instances: list[Json],
+        failed: list[Json],
+        problem: str | None,
+    ) -> None:
+        """Set `BackendHealthy`, the start failures in a row and the pause they cost."""
+        generation = pool.metadata.generation
+        if problem:
+            status.conditions = with_condition(
+                status.conditions, BACKEND_HEALTHY, False, "BackendUnavailable", problem,
+                generation=generation,
+            )  # fmt: skip
+            return
+        previous = find(status.conditions, BACKEND_HEALTHY)
+        if previous is not None and previous.reason == "BackendUnavailable":
+            # Served now (the operator was restarted with what it lacked): nothing known yet.
+            status.conditions = [c for c in status.conditions if c is not previous]
+            previous = None
+        since = previous.last_transition_time if previous and previous.status == "False" else None
+        if failed:
+            status.start_failures += len(failed)
+            status.retry_at = now_seconds() + start_backoff(status.start_failures)
+            last = failed[-1]
+            message = (
+                f"{status.start_failures} new cluster(s) in a row failed to start; the last,"
+                f" {last['metadata']['name']}: {last.get('status', {}).get('message', '')};"
+                f" the next is started after {status.retry_at.isoformat()}"
+            )
+            status.conditions = with_condition(
+                status.conditions, BACKEND_HEALTHY, False, "StartFailing", message,
+                generation=generation,
+            )  # fmt: skip
+            return
+        started = [
+            datetime.datetime.fromisoformat(i["status"]["readyAt"])
+            for i in instances
+            if i.get("status", {}).get("readyAt") and not i["metadata"].get("deletionTimestamp")
+        ]
+        if started and (since is None or max(started) > since):
+            status.start_failures, status.retry_at = 0, None
+            status.conditions = with_condition(
+                status.conditions, BACKEND_HEALTHY, True, "ClustersStart",
+                "new clusters start and pass their health checks", generation=generation,
+            )  # fmt: skip
+
+    async def _report(
+        self, obj: Json, before: Condition | None, after: Condition | None, failed: list[Json]
+    ) -> None:
+        """Events for what the status now says: failed starts, and each turn of `BackendHealthy`."""
+        if after is None:
+            return
+        if failed:
+            await self.events.record(obj, "Warning", "ClusterFailedToStart", after.message)
+        elif before is None or (before.status, before.reason) != (after.status, after.reason):
+            kind = "Normal" if after.status == "True" else "Warning"
+            await self.events.record(obj, kind, after.reason, after.message)
 
     async def _create_instance(self, pool_obj: Json, pool: ClusterPool) -> str:
         name = pool.metadata.name or ""

@@ -180,6 +180,15 @@ class ClusterPoolStatus(StatusModel):
         default=0, description="Instances whose teardown could not be verified; capacity withheld."
     )
     queue_depth: int = 0
+    start_failures: int = Field(
+        default=0,
+        description="New clusters in a row that failed to start (condition BackendHealthy says"
+        " why); reset by the next one that starts.",
+    )
+    retry_at: datetime.datetime | None = Field(
+        default=None,
+        description="No new cluster is started before this, after start failures in a row.",
+    )
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

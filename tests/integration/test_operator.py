@@ -312,6 +312,72 @@ def test_an_unclaimed_cluster_that_fails_is_replaced(
     assert {"Unhealthy", "TeardownVerified"} <= set(objects.events(instance["metadata"]["name"]))
 
 
+def _backend_healthy(objects: Objects, pool: str) -> Json:
+    """The pool's BackendHealthy condition ({} while it has none)."""
+    conditions = objects.pool_status(pool).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "BackendHealthy"), {})
+
+
+def test_a_pool_of_a_backend_the_operator_does_not_serve_says_so_and_creates_nothing(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    objects, started = env
+    operator = start_operator(cluster, objects, started, tmp_path)
+    objects.pool("tests-only", warmTarget=1, backend={"type": "namespace"})
+    condition = wait_for(
+        "the pool to say why",
+        lambda: (c := _backend_healthy(objects, "tests-only")).get("status") == "False" and c,
+    )
+    assert condition["reason"] == "BackendUnavailable"
+    assert "--test-backends" in condition["message"]
+    assert objects.pool_status("tests-only")["phase"] == "Unavailable"
+    assert objects.list("clusterinstances") == []
+    assert "BackendUnavailable" in objects.events("tests-only")
+    # The operator restarted with what it lacked: the pool fills and says so.
+    operator.kill()
+    start_operator(cluster, objects, started, tmp_path, extra=("--test-backends",))
+    wait_for("1 ready", lambda: objects.pool_status("tests-only").get("ready") == 1)
+    wait_for(
+        "BackendHealthy True",
+        lambda: _backend_healthy(objects, "tests-only").get("reason") == "ClustersStart",
+    )
+    assert objects.pool_status("tests-only")["phase"] == "Healthy"
+
+
+def test_new_clusters_that_fail_to_start_are_reported_and_retried_after_a_growing_pause(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    """A real failure: an `apiserver` cluster's pod is marked running by kwok, which runs
+    nothing, so the cluster never answers through its Service."""
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path, extra=("--start-timeout=2",))
+    objects.pool("broken", warmTarget=1, backend={"type": "apiserver"})
+    wait_for(
+        "two failed starts",
+        lambda: objects.pool_status("broken").get("startFailures", 0) >= 2,
+        timeout=180,
+    )
+    status = objects.pool_status("broken")
+    condition = _backend_healthy(objects, "broken")
+    assert condition["status"] == "False" and condition["reason"] == "StartFailing"
+    assert "failed to start" in condition["message"]
+    assert "not reachable from outside" in condition["message"]
+    assert status["phase"] in ("Degraded", "Unavailable")
+    assert "ClusterFailedToStart" in objects.events("broken")
+    # The pause: until retryAt (20 s after the second failure) no new cluster is started.
+    retry_at = datetime.datetime.fromisoformat(status["retryAt"])
+    if retry_at - datetime.datetime.now(datetime.UTC) > datetime.timedelta(seconds=5):
+        starting = [
+            i
+            for i in objects.list("clusterinstances")
+            if not i["metadata"].get("deletionTimestamp")
+        ]
+        assert starting == []
+    failed = [e for e in objects.list("events") if e.get("reason") == "FailedToStart"]
+    assert failed and "not ready after 2s" in failed[0]["message"]
+    assert started[0].process is not None and started[0].process.poll() is None
+
+
 def test_two_operators_one_leader_and_failover(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:

@@ -97,6 +97,11 @@ class PoolRecord(BaseModel):
     quarantined: int
     queue_depth: int = Field(alias="queueDepth")
     policy: PoolPolicy
+    message: str | None = Field(
+        default=None,
+        description="Why the pool cannot make working clusters now (its backend is not served,"
+        " or new clusters fail to start), when that is so.",
+    )
 
 
 class PoolLease(BaseModel):

@@ -19,6 +19,7 @@ from lessor.apiserver.http.errors import HttpNotFoundError
 from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.json_object import Json
+from lessor.resources.base import Condition
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 
@@ -41,6 +42,7 @@ def pool_record(pool: ClusterPool) -> Json:
     for count in counts:
         record[count] = getattr(status, count) if status else 0
     record["queueDepth"] = status.queue_depth if status else 0
+    _explain(record, status.conditions if status else [])
     record["policy"] = {
         "mode": pool.spec.policy.mode,
         "ttl": pool.spec.ttl,
@@ -71,7 +73,15 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
         "queueDepth": 0,
         "policy": {"mode": "fixed", "ttl": pool.spec.default_ttl, "warmTarget": pool.spec.warm},
     }
+    _explain(record, status.conditions if status else [])
     return record
+
+
+def _explain(record: Json, conditions: list[Condition]) -> None:
+    """The record's `message`: what the pool's False conditions say is wrong, if any."""
+    failing = [c.message for c in conditions if c.status == "False" and c.message]
+    if failing:
+        record["message"] = "; ".join(failing)
 
 
 class PoolService:

@@ -19,6 +19,9 @@ from lessor.protocol.kubeconfig import kubeconfig
 
 ACCOUNT = "tenant"
 TOKEN_SECRET = "tenant-token"  # noqa: S105 - a Secret's name
+NAMESPACE_DISABLED = (
+    "the namespace backend is for tests: this operator serves it only with --test-backends"
+)
 
 
 def namespace_of(instance: InstanceRef) -> str:
@@ -66,7 +69,7 @@ class NamespaceBackend:
 
     async def provision(self, instance: InstanceRef) -> None:
         if not self.enabled:
-            raise BackendError("the namespace backend is for tests: start with --test-backends")
+            raise BackendError(NAMESPACE_DISABLED)
         for path, body in self._objects(instance):
             try:
                 await create_missing(self.client, path, body)  # a replay creates what is missing

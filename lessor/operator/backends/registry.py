@@ -7,7 +7,7 @@ from lessor.operator.backends.apiserver_manifests import ApiserverConfig
 from lessor.operator.backends.base import ClusterBackend
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
-from lessor.operator.backends.namespace import NamespaceBackend
+from lessor.operator.backends.namespace import NAMESPACE_DISABLED, NamespaceBackend
 from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.operator.backends.vcluster_manifests import VclusterConfig
 from lessor.operator.runtime.client import KubeClient
@@ -32,6 +32,13 @@ class Backends:
         if backend.type == "vcluster":
             return VclusterBackend(self.client, vcluster_config(backend))
         return K3sBackend(self.client, k3s_config(backend))
+
+
+def unavailable(backend: Backend, test_backends: bool) -> str | None:
+    """Why this operator cannot serve the backend at all, known before any cluster is tried."""
+    if backend.type == "namespace" and not test_backends:
+        return NAMESPACE_DISABLED
+    return None
 
 
 def apiserver_config(backend: Backend) -> ApiserverConfig:
