@@ -13,7 +13,6 @@ import asyncio
 import json
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,11 @@ from lessor.operator.backends.apiserver import ApiserverBackend
 from lessor.operator.backends.exposure import answers_through
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
+from tests.integration.backend_helpers import restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
-
-
-async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await probe():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
@@ -46,11 +38,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 ) -> None:
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("needs the local control plane's kwok node; kind runs it for real (e2e)")
-    namespace = f"apiserver-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    control_plane.kubectl(
-        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
-    )
+    namespace = restricted_namespace(control_plane, "apiserver")
     kubeconfigs = install_rbac(control_plane, namespace, tmp_path)
     instance = owned_instance(control_plane, namespace, "apiserver")
     secret = f"secret/{manifests.pki_secret_name(instance)}"

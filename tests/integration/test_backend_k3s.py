@@ -17,10 +17,8 @@ the node port answering are not exercised (docs/operations.md, "Backends").
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,41 +26,15 @@ import yaml
 
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
-from lessor.controlplane.pki import CertificateAuthority
 from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.instance_namespace import namespace_name
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.runtime.client import KubeClient
+from tests.integration.backend_helpers import published_kubeconfig, restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
-
-
-async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await probe():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
-
-
-def published_kubeconfig() -> str:
-    """A kubeconfig of the shape k3s writes: its server on loopback, a CA, a client cert."""
-    authority = CertificateAuthority("k3s-server-ca")
-    client = authority.issue("system:admin", organization="system:masters", client=True)
-    encode = lambda pem: base64.b64encode(pem).decode()  # noqa: E731
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "default", "cluster": {
-            "server": "https://127.0.0.1:6443",
-            "certificate-authority-data": encode(authority.cert_pem)}}],
-        "users": [{"name": "default", "user": {
-            "client-certificate-data": encode(client.cert_pem),
-            "client-key-data": encode(client.key_pem)}}],
-        "contexts": [{"name": "default", "context": {"cluster": "default", "user": "default"}}],
-        "current-context": "default",
-    })  # fmt: skip
 
 
 def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
@@ -70,11 +42,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 ) -> None:
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("needs the local control plane's kwok node (k3s's image is not reachable)")
-    namespace = f"k3s-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    control_plane.kubectl(
-        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
-    )
+    namespace = restricted_namespace(control_plane, "k3s")
     kubeconfigs = install_rbac(control_plane, namespace, tmp_path, instance_namespaces=True)
     instance = owned_instance(control_plane, namespace, "k3s")
     own = namespace_name(instance)
@@ -149,8 +117,8 @@ def test_a_hostile_published_kubeconfig_is_refused_not_used(
     control_plane: Cluster, tmp_path: Path
 ) -> None:
     """The Secret is written from inside the tenant's cluster pod: too large or not a
-    kubeconfig, it is a backend error (the instance stays Creating with the reason), never a
-    crash of the reconciler."""
+    kubeconfig, it is a backend error (the instance stays Creating with the reason until it has
+    failed to start), never a crash of the reconciler."""
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("needs the local control plane's kwok node")
     namespace = f"k3s-{uuid.uuid4().hex[:6]}"

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -24,19 +22,11 @@ from lessor.operator.backends import vcluster_manifests as manifests
 from lessor.operator.backends.instance_namespace import namespace_name
 from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.operator.runtime.client import KubeClient
+from tests.integration.backend_helpers import published_kubeconfig, restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
-from tests.integration.test_backend_k3s import published_kubeconfig
 
 pytestmark = pytest.mark.integration
-
-
-async def until(probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await probe():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
@@ -44,11 +34,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 ) -> None:
     if not isinstance(control_plane, LocalControlPlane):
         pytest.skip("needs the local control plane's kwok node; kind runs vcluster (e2e)")
-    namespace = f"vc-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    control_plane.kubectl(
-        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
-    )
+    namespace = restricted_namespace(control_plane, "vc")
     kubeconfigs = install_rbac(control_plane, namespace, tmp_path, instance_namespaces=True)
     instance = owned_instance(control_plane, namespace, "vcluster")
     own = namespace_name(instance)
