@@ -34,24 +34,72 @@ from lessor.resources.lease_time import expires_at
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 
 
-class Exposure(SpecModel):
-    """How a leased cluster is reached from outside the host cluster: the type of the Service in
-    front of its API server (docs/operations.md, "Pools and backends", says which fits which
-    network)."""
+class GatewayRef(SpecModel):
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    section_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The Gateway's listener the routes attach to (its TLS listener in"
+        " Passthrough mode); default: every listener that accepts them.",
+    )
 
-    type: Literal["NodePort", "LoadBalancer"] = Field(
+
+class Exposure(SpecModel):
+    """How a leased cluster is reached from outside the host cluster: a Service of its own in
+    front of its API server, or a host name of its own on a shared Gateway (docs/operations.md,
+    "Pools and backends", says which fits which network)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(self.type == 'TLSRoute') == (has(self.gateway) && has(self.domain))",
+                    "message": "exposure.gateway and exposure.domain are set with, and only"
+                    " with, type TLSRoute",
+                }
+            ]
+        }
+    )
+
+    type: Literal["NodePort", "LoadBalancer", "TLSRoute"] = Field(
         default="NodePort",
         description="NodePort: clients reach a node's address; LoadBalancer: the address the"
-        " cluster's load balancer gets (a cloud's, MetalLB).",
+        " cluster's load balancer gets (a cloud's, MetalLB); TLSRoute: a Gateway API TLSRoute"
+        " (gateway.networking.k8s.io/v1) passes TLS through a shared Gateway to the cluster,"
+        " chosen by the host name <instance namespace>.<domain> (SNI).",
     )
     host: str | None = Field(
         default=None,
         max_length=253,
         pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
-        description="The name or address clients reach the cluster at, put in its certificate"
-        " (a DNS name in front of the nodes or the load balancer); default: the InternalIP of"
-        " the node the cluster's pod runs on, or the load balancer's address.",
+        description="The name or address clients connect to (a DNS name in front of the nodes,"
+        " the load balancer or the Gateway); default: the InternalIP of the node the cluster's"
+        " pod runs on, or the load balancer's address; with TLSRoute, the cluster's own host"
+        " name (wildcard DNS for the domain), else the kubeconfig connects to `host` and names"
+        " the cluster in tls-server-name.",
     )
+    gateway: GatewayRef | None = Field(
+        default=None, description="TLSRoute: the Gateway whose listener the routes attach to."
+    )
+    domain: str | None = Field(
+        default=None,
+        max_length=190,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$",
+        description="TLSRoute: each cluster is <its namespace>.<domain>, a name in its"
+        " certificate and the route's hostname.",
+    )
+    port: int = Field(
+        default=443, ge=1, le=65535, description="TLSRoute: the port of the Gateway's listener."
+    )
+
+    @model_validator(mode="after")
+    def _route_settings_with_tls_route(self) -> Exposure:
+        if (self.type == "TLSRoute") != (self.gateway is not None and self.domain is not None):
+            raise ValueError(
+                "exposure.gateway and exposure.domain are set with, and only with, type TLSRoute"
+            )
+        return self
 
 
 class K3sBackendConfig(SpecModel):
@@ -88,11 +136,31 @@ class VclusterBackendConfig(SpecModel):
 
 
 class ApiserverBackendConfig(SpecModel):
+    """A control plane in a pod of the pool's namespace, behind a Service of its own (a shared
+    Gateway's TLSRoute is for the backends whose clusters have a namespace each)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.exposure) || self.exposure.type != 'TLSRoute'",
+                    "message": "the apiserver backend is exposed by NodePort or LoadBalancer",
+                }
+            ]
+        }
+    )
+
     image: str = Field(default="registry.k8s.io/kube-apiserver:v1.35.4", min_length=1)
     etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
     cpu: str = Field(default="100m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
     exposure: Exposure = Field(default_factory=Exposure)
+
+    @model_validator(mode="after")
+    def _own_service(self) -> ApiserverBackendConfig:
+        if self.exposure.type == "TLSRoute":
+            raise ValueError("the apiserver backend is exposed by NodePort or LoadBalancer")
+        return self
 
 
 _SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")

@@ -105,6 +105,53 @@ def test_invalid_policies_are_refused_naming_the_field(
     assert field in result.stderr
 
 
+ROUTE = {"gateway": {"name": "clusters", "namespace": "gw"}, "domain": "clusters.example.com"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ({"type": "vcluster", "k3s": {}}, "backend.k3s is set but backend.type is not k3s"),
+        (
+            {"type": "vcluster", "vcluster": {"exposure": {"type": "TLSRoute"}}},
+            "exposure.gateway and exposure.domain are set with, and only with, type TLSRoute",
+        ),
+        (
+            {"type": "k3s", "k3s": {"exposure": {"type": "NodePort", **ROUTE}}},
+            "exposure.gateway and exposure.domain are set with, and only with, type TLSRoute",
+        ),
+        (
+            {"type": "apiserver", "apiserver": {"exposure": {"type": "TLSRoute", **ROUTE}}},
+            "the apiserver backend is exposed by NodePort or LoadBalancer",
+        ),
+    ],
+    ids=["foreign-block", "route-without-gateway", "gateway-without-route", "apiserver-route"],
+)
+def test_backend_settings_that_cannot_work_are_refused_with_a_reason(
+    cluster: Cluster, backend: dict[str, object], message: str
+) -> None:
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "invalid"
+    document["spec"]["backend"] = backend
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_pool_exposed_through_a_gateway_is_accepted(cluster: Cluster) -> None:
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "routed"
+    document["spec"]["backend"] = {
+        "type": "vcluster",
+        "vcluster": {"exposure": {"type": "TLSRoute", **ROUTE, "port": 8443}},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
+    stored = json.loads(
+        cluster.kubectl("get", "clusterpool", "routed", "-n", NAMESPACE, "-o", "json").stdout
+    )
+    assert stored["spec"]["backend"]["vcluster"]["exposure"]["port"] == 8443
+
+
 def test_status_is_written_only_through_the_status_subresource(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", "-", input=VALID_POOL)
     patch = json.dumps({"status": {"ready": 5}})

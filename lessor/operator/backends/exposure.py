@@ -1,7 +1,10 @@
 """How a cluster living in the host cluster is reached from outside it: a Service in front of its
 API server, of type NodePort (a node's address, or the name an administrator gives for the nodes)
 or LoadBalancer (the address the cloud's load balancer gets), with the certificate checked against
-the Service's DNS name (`tls-server-name`) whatever address the kubeconfig connects to.
+the Service's DNS name (`tls-server-name`) whatever address the kubeconfig connects to; or a host
+name of its own on a shared Gateway (`Route`): a TLSRoute passes the TLS connection, unopened,
+to the cluster's Service, chosen by the name the client asks for (SNI), so one address serves
+every cluster and each is still verified against its own CA.
 
 Shared by the backends whose clusters are pods (`apiserver`, `k3s`, `vcluster`): where the
 kubeconfig points, and whether a client can get there yet. A pod being Ready is not enough: the
@@ -10,17 +13,54 @@ once it has an address and forwards), and a kubeconfig handed out before would b
 
 Which fits which network: NodePort when clients reach the nodes (CI runners beside the cluster or
 in its network; `exposure.host` a DNS name or address in front of the nodes); LoadBalancer where
-clients reach only load balancers (a cloud, or MetalLB), one per cluster.
+clients reach only load balancers (a cloud, or MetalLB), one per cluster; TLSRoute where one
+address is all there is (one load balancer, one firewall opening, one wildcard DNS record and
+its certificate-free passthrough), at the cost of a Gateway implementation installed.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
+from dataclasses import dataclass
 
+from lessor.operator.backends.owned import Manifest
 from lessor.operator.runtime.client import KubeClient
 
 SERVICE_TYPES = ("NodePort", "LoadBalancer")
+TLS_ROUTES = "apis/gateway.networking.k8s.io/v1/namespaces/{ns}/tlsroutes"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Exposure through a Gateway's TLS listener in Passthrough mode."""
+
+    gateway: str
+    gateway_namespace: str
+    section: str | None
+    domain: str
+    port: int = 443
+
+    def hostname(self, label: str) -> str:
+        """The cluster's own name: a DNS label unique to it (its namespace) under the domain."""
+        return f"{label}.{self.domain}"
+
+    def manifest(self, name: str, namespace: str, hostname: str, service_port: int) -> Manifest:
+        """The TLSRoute from `hostname` on the Gateway to port `service_port` of the Service
+        `name` (the route takes the Service's name)."""
+        parent: Manifest = {"name": self.gateway, "namespace": self.gateway_namespace}
+        if self.section:
+            parent["sectionName"] = self.section
+        return {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "TLSRoute",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "parentRefs": [parent],
+                "hostnames": [hostname],
+                "rules": [{"backendRefs": [{"name": name, "port": service_port}]}],
+            },
+        }
 
 
 async def endpoint(

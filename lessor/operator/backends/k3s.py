@@ -22,7 +22,7 @@ class K3sBackend(PodClusterBackend):
     pod_security = manifests.POD_SECURITY
 
     def __init__(self, client: KubeClient, config: manifests.K3sConfig) -> None:
-        super().__init__(client, config.host)
+        super().__init__(client, config.host, config.route)
         self.config = config
 
     def layout(self, instance: InstanceRef, namespace: str) -> Layout:
@@ -30,6 +30,7 @@ class K3sBackend(PodClusterBackend):
             statefulset=manifests.object_name(instance),
             pod=manifests.pod_name(instance),
             service=manifests.object_name(instance),
+            service_port=manifests.PORT,
             kubeconfig_secret=manifests.kubeconfig_secret_name(instance),
             kubeconfig_key=manifests.KUBECONFIG_KEY,
             server_name=manifests.service_host(instance, namespace),

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.exposure import Route
 from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
 
 KUBECONFIG_KEY = "kubeconfig"
@@ -55,6 +56,8 @@ class K3sConfig:
     # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
     service_type: str = "NodePort"
+    # Exposure through a Gateway instead of the Service's own address.
+    route: Route | None = None
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -91,6 +94,7 @@ def _publish_script(instance: InstanceRef, namespace: str) -> str:
 def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
     names = [service_host(instance, namespace), object_name(instance)]
     names += [config.host] if config.host else []
+    names += [config.route.hostname(namespace)] if config.route else []
     return {
         "name": "k3s",
         "image": config.image,

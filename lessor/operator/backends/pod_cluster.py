@@ -1,10 +1,11 @@
 """What the backends whose clusters run as a pod in a namespace of their own share (k3s, vcluster).
 
 Each cluster is a one-replica StatefulSet in its own namespace
-(lessor.operator.backends.instance_namespace), reached through a NodePort Service
-(lessor.operator.backends.exposure), whose admin kubeconfig the cluster itself writes into a
-Secret of that namespace (lessor.operator.backends.published_kubeconfig). Provisioning makes the
-namespace and creates the rendered objects; readiness is the StatefulSet's ready replica, the
+(lessor.operator.backends.instance_namespace), reached through a NodePort or LoadBalancer Service
+or a TLSRoute on a shared Gateway (lessor.operator.backends.exposure), whose admin kubeconfig the
+cluster itself writes into a Secret of that namespace
+(lessor.operator.backends.published_kubeconfig). Provisioning makes the namespace and creates the
+rendered objects; readiness is the StatefulSet's ready replica, the
 published kubeconfig and a TLS handshake through its Service verified against the cluster's
 CA; teardown deletes the namespace and is verified when it is gone. A backend says only what its
 objects are and where its kubeconfig is.
@@ -28,6 +29,7 @@ _COLLECTIONS = {
     "RoleBinding": "apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "Service": "api/v1/namespaces/{ns}/services",
     "StatefulSet": "apis/apps/v1/namespaces/{ns}/statefulsets",
+    "TLSRoute": exposure.TLS_ROUTES,
 }
 
 
@@ -38,6 +40,7 @@ class Layout:
     statefulset: str
     pod: str
     service: str
+    service_port: int
     kubeconfig_secret: str
     kubeconfig_key: str
     # The name the cluster's certificate is issued for, whatever address reaches it.
@@ -48,9 +51,12 @@ class PodClusterBackend:
     kind = "cluster"
     pod_security = "restricted"
 
-    def __init__(self, client: KubeClient, host: str | None) -> None:
+    def __init__(
+        self, client: KubeClient, host: str | None, route: exposure.Route | None = None
+    ) -> None:
         self.client = client
         self.host = host
+        self.route = route
         self.namespaces = InstanceNamespaces(client)
 
     def layout(self, instance: InstanceRef, namespace: str) -> Layout:
@@ -64,7 +70,14 @@ class PodClusterBackend:
     async def provision(self, instance: InstanceRef) -> None:
         # What exists is kept: a replay creates only what is missing.
         namespace = await self.namespaces.ensure(instance, self.pod_security)
-        for manifest in self.render(instance, namespace):
+        manifests = self.render(instance, namespace)
+        if self.route is not None:
+            layout = self.layout(instance, namespace)
+            hostname = self.route.hostname(namespace)
+            manifests.append(
+                self.route.manifest(layout.service, namespace, hostname, layout.service_port)
+            )
+        for manifest in manifests:
             path = "/" + _COLLECTIONS[manifest["kind"]].format(ns=namespace)
             try:
                 await create_missing(self.client, path, manifest)
@@ -101,12 +114,21 @@ class PodClusterBackend:
             return endpoint
         details["endpoint"] = f"{endpoint[0]}:{endpoint[1]}"
         ca = published_kubeconfig.ca_pem(published)
-        server_name = self.host or layout.server_name
+        server_name = self._server_name(layout, namespace)
         if not await asyncio.to_thread(exposure.answers_through, *endpoint, ca, server_name):
-            return f"{self.kind} not reachable from outside yet"
+            through = f" through its Gateway as {server_name}" if self.route else ""
+            return f"{self.kind} not reachable from outside{through} yet"
         return None
 
+    def _server_name(self, layout: Layout, namespace: str) -> str:
+        """The name a client asks for and checks the certificate against."""
+        if self.route is not None:
+            return self.route.hostname(namespace)
+        return self.host or layout.server_name
+
     async def _endpoint(self, layout: Layout, namespace: str) -> tuple[str, int] | str:
+        if self.route is not None:
+            return self.host or self.route.hostname(namespace), self.route.port
         return await exposure.endpoint(
             self.client, namespace, layout.service, layout.pod, self.host
         )
@@ -128,9 +150,11 @@ class PodClusterBackend:
             raise BackendError(f"kubeconfig of {instance.name}: {error}") from error
         if published is None or isinstance(endpoint, str):
             raise BackendError(f"kubeconfig of {instance.name} is not available yet")
-        server_name = None if endpoint[0] == self.host else layout.server_name
+        server_name = self._server_name(layout, namespace)
         return published_kubeconfig.pointed_at(
-            published, exposure.server_url(*endpoint), server_name
+            published,
+            exposure.server_url(*endpoint),
+            None if endpoint[0] == server_name else server_name,
         )
 
     async def teardown(self, instance: InstanceRef) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from lessor.operator.backends.apiserver import ApiserverBackend
 from lessor.operator.backends.apiserver_manifests import ApiserverConfig
 from lessor.operator.backends.base import ClusterBackend
+from lessor.operator.backends.exposure import Route
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.k3s_manifests import K3sConfig
 from lessor.operator.backends.namespace import NAMESPACE_DISABLED, NamespaceBackend
 from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.operator.backends.vcluster_manifests import VclusterConfig
 from lessor.operator.runtime.client import KubeClient
-from lessor.resources.cluster import Backend
+from lessor.resources.cluster import Backend, Exposure
 
 
 class Backends:
@@ -67,7 +68,8 @@ def k3s_config(backend: Backend) -> K3sConfig:
         cpu=settings.cpu,
         memory=settings.memory,
         host=settings.exposure.host,
-        service_type=settings.exposure.type,
+        service_type=_service_type(settings.exposure),
+        route=route(settings.exposure),
     )
 
 
@@ -83,5 +85,20 @@ def vcluster_config(backend: Backend) -> VclusterConfig:
         memory=settings.memory,
         pod_security=settings.pod_security,
         host=settings.exposure.host,
-        service_type=settings.exposure.type,
+        service_type=_service_type(settings.exposure),
+        route=route(settings.exposure),
     )
+
+
+def route(exposure: Exposure) -> Route | None:
+    if exposure.gateway is None or exposure.domain is None:
+        return None
+    gateway = exposure.gateway
+    return Route(
+        gateway.name, gateway.namespace, gateway.section_name, exposure.domain, exposure.port
+    )
+
+
+def _service_type(exposure: Exposure) -> str:
+    """Behind a Gateway the Service need not be reachable from outside by itself."""
+    return "ClusterIP" if exposure.type == "TLSRoute" else exposure.type

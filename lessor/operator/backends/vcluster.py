@@ -21,7 +21,7 @@ class VclusterBackend(PodClusterBackend):
     kind = "vcluster"
 
     def __init__(self, client: KubeClient, config: manifests.VclusterConfig) -> None:
-        super().__init__(client, config.host)
+        super().__init__(client, config.host, config.route)
         self.config = config
         self.pod_security = config.pod_security
 
@@ -31,6 +31,7 @@ class VclusterBackend(PodClusterBackend):
             statefulset=name,
             pod=manifests.pod_name(instance),
             service=name,
+            service_port=manifests.SERVICE_PORT,
             kubeconfig_secret=manifests.kubeconfig_secret_name(instance),
             kubeconfig_key="config",
             # The Service's DNS name, in vcluster's serving certificate through extraSANs.

@@ -26,9 +26,11 @@ from dataclasses import dataclass
 import yaml
 
 from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.exposure import Route
 from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
 
 PORT = 8443
+SERVICE_PORT = 443
 CONFIG_DIR = "/var/lib/vcluster"
 ROLE = "lessor-vcluster"
 SERVICE_NOTE = "lessor.dev/vcluster"
@@ -56,6 +58,8 @@ class VclusterConfig:
     # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
     service_type: str = "NodePort"
+    # Exposure through a Gateway instead of the Service's own address.
+    route: Route | None = None
 
 
 def vcluster_name(instance: InstanceRef) -> str:
@@ -80,6 +84,7 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
     """vcluster.yaml: every setting vcluster must see on."""
     name = vcluster_name(instance)
     sans = [f"{name}.{namespace}.svc", *([config.host] if config.host else [])]
+    sans += [config.route.hostname(namespace)] if config.route else []
     enabled = {"enabled": True}
     return {
         "sync": {
@@ -222,7 +227,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
             "spec": {
                 "type": config.service_type,
                 "selector": labels(instance),
-                "ports": [{"name": "https", "port": 443, "targetPort": PORT}],
+                "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": PORT}],
             },
         },
         statefulset(
