@@ -19,6 +19,7 @@ from lessor.operator import (
     instances,
     leases,
     local_orphans,
+    namespace_orphans,
     pools,
     sandbox_leases,
     sandbox_pools,
@@ -37,6 +38,7 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     instances.setup,
     leases.setup,
     local_orphans.setup,
+    namespace_orphans.setup,
 )
 # SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
 # SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.
@@ -69,7 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--local-orphan-grace",
         type=float,
         default=120.0,
-        help="seconds a `local` cluster without a ClusterInstance is left before it is stopped",
+        help="seconds a `local` cluster or an instance namespace without a ClusterInstance is left "
+        "before it is removed",
     )
     parser.add_argument("--workers", type=int, default=4, help="workers per controller")
     parser.add_argument(

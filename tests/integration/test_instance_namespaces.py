@@ -17,6 +17,7 @@ from lessor.controlplane.kubectl import Cluster
 from lessor.operator.backends.base import BackendError
 from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.runtime.client import ApiError, KubeClient
+from tests.integration.operator_harness import Operator, wait_for
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
 
@@ -139,3 +140,61 @@ def test_a_namespace_of_that_name_that_is_not_the_instances_is_left_alone(
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
     assert control_plane.kubectl("get", "namespace", name).returncode == 0, "left alone"
     control_plane.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def test_the_leader_deletes_instance_namespaces_whose_instance_is_gone_and_only_those(
+    control_plane: Cluster, tmp_path: Path
+) -> None:
+    """An instance whose finalizer was removed by hand leaves its namespace; the operator, under
+    the shipped RBAC, deletes it (and no namespace of a live instance, of another operator's
+    instance, or unlabelled) once it is older than the grace."""
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("installs cluster-wide RBAC for a test namespace's ServiceAccount")
+    namespace = f"ins-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    kubeconfigs = install_rbac(control_plane, namespace, tmp_path, instance_namespaces=True)
+    # A live instance this operator cannot provision (it does not serve the test backend), so
+    # that it makes nothing of its own.
+    live = owned_instance(control_plane, namespace, "namespace")
+    suffix = uuid.uuid4().hex[:6]
+
+    def labelled(name: str, uid: str, instance: str) -> str:
+        document = {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {
+                "name": f"{name}-{suffix}",
+                "labels": {"lessor.dev/instance-namespace": "true", "lessor.dev/instance-uid": uid},
+                "annotations": {"lessor.dev/instance": instance},
+            },
+        }  # fmt: skip
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(document))
+        return f"{name}-{suffix}"
+
+    orphan = labelled("orphan", str(uuid.uuid4()), f"{namespace}/gone-abcde")
+    kept = labelled("kept", live.uid, f"{namespace}/{live.name}")
+    foreign = labelled("foreign", str(uuid.uuid4()), "another-operators-namespace/gone-abcde")
+    operator = Operator(
+        kubeconfig=kubeconfigs["lessor-operator"],
+        namespace=namespace,
+        backend_dir=tmp_path / "instances",
+        log_path=tmp_path / "operator.log",
+        leader_election=False,
+        extra=["--local-orphan-grace=2"],
+    ).start()
+
+    def state(name: str) -> str:
+        found = control_plane.kubectl("get", "namespace", name, "-o", "json", check=False)
+        if found.returncode != 0:
+            return "gone"
+        return (
+            "deleting" if json.loads(found.stdout)["metadata"].get("deletionTimestamp") else "kept"
+        )
+
+    try:
+        wait_for("the orphan deleted", lambda: state(orphan) != "kept", timeout=60)
+        assert operator.metric("lessor_instance_namespace_orphans_deleted_total") == 1
+        assert (state(kept), state(foreign)) == ("kept", "kept")
+    finally:
+        operator.kill()
+        for name in (orphan, kept, foreign):
+            control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -6,10 +6,11 @@ while lessor-system, where lessor itself runs, must stay `restricted`. A namespa
 also makes teardown whole and its verification simple: deleting the namespace deletes every object
 in it, and the namespace is gone only once they all are.
 
-Rights, least first (manifests/instance-namespaces): the operator may create
-namespaces, and delete, read and list them; it may create RoleBindings and `bind` the one
-ClusterRole `lessor-instance-objects`. It binds that ClusterRole to itself in each namespace it
-made (nothing else), so its rights over objects hold there and in no other namespace. The
+Rights, least first (manifests/instance-namespaces): the operator may create namespaces, and
+delete, read and list them (the list for lessor.operator.namespace_orphans); it may create
+RoleBindings and `bind` the one ClusterRole `lessor-instance-objects`. It binds that ClusterRole
+to itself in each namespace it made (nothing else), so its rights over objects hold there and in
+no other namespace. The
 ValidatingAdmissionPolicy shipped beside it confines the operator's namespace deletions and
 RoleBindings to namespaces labelled as instance namespaces, so the cluster-wide verbs cannot
 reach kube-system or a tenant's namespace.
