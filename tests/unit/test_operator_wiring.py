@@ -48,6 +48,7 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "clusterinstance": ["clusterinstances", "clusterleases"],
         "clusterlease": ["clusterleases", "clusterpools", "clusterinstances"],
         "local-orphans": ["clusterinstances"],
+        "instance-namespace-orphans": ["clusterinstances"],
     }
     assert _watched("disabled", tmp_path / "kubeconfig") == cluster
     assert _watched("external", tmp_path / "kubeconfig") == {
