@@ -64,22 +64,3 @@ def test_a_namespace_lease_is_confined_to_its_namespace_and_deleted_on_release(
         )
     finally:
         operator.kill(signal.SIGTERM)
-
-
-def test_without_the_flag_the_operator_does_not_provision_namespaces(
-    objects: Objects, tmp_path: Path
-) -> None:
-    operator = Operator(
-        objects.cluster.kubeconfig, objects.namespace, tmp_path / "instances", tmp_path / "op.log"
-    ).start()
-    try:
-        objects.pool("cheap", warmTarget=1, backend={"type": "namespace"})
-        wait_for("an instance", lambda: objects.list("clusterinstance"), timeout=120)
-        wait_for(
-            "the refusal in the log",
-            lambda: "--test-backends" in (tmp_path / "op.log").read_text(),
-            timeout=120,
-        )
-        assert objects.pool_status("cheap").get("ready", 0) == 0
-    finally:
-        operator.kill(signal.SIGTERM)
