@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from e2e.kind import cluster as kind_cluster
-from e2e.kind import lessor_image, sandboxes, vcluster
+from e2e.kind import gateway, lessor_image, sandboxes, vcluster
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, ExistingCluster, run_kubectl, wait_established
@@ -98,6 +98,8 @@ class Installation:
     sandbox_image: str | None = None
     # Where pods run on real nodes (kind): vcluster's image, built here (e2e/kind/vcluster.py).
     vcluster_image: str | None = None
+    # Where a Gateway implementation runs (kind): Traefik's, TLS passthrough (e2e/kind/gateway.py).
+    gateway: gateway.Gateway | None = None
     # The host cluster, as an administrator's kubectl reaches it (its admin kubeconfig).
     host: Cluster | None = None
 
@@ -219,12 +221,13 @@ def install_kind(work: Path) -> Installation:
         sandbox_image = sandboxes.install(kubectl, cluster, base, say)
         vcluster_image = vcluster.build(base, say)
         cluster.load(vcluster_image)
+        passthrough = gateway.install(kubectl, cluster, base, say)
         kubectl("apply", "-k", str(OVERLAY))
         enable_sandboxes(kubectl)
         endpoint = _node_port_endpoint(kubectl)
         installation = Installation(
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
-            sandbox_image=sandbox_image, vcluster_image=vcluster_image,
+            sandbox_image=sandbox_image, vcluster_image=vcluster_image, gateway=passthrough,
             host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl),
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)

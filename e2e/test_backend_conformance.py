@@ -8,7 +8,9 @@ needs). Every backend must:
 
 1. end provisioning with exactly one Ready cluster when its operator is SIGKILLed right after
    each of its writes, a fresh operator taking over each time;
-2. give a kubeconfig that works from this machine;
+2. give a kubeconfig that works from this machine (a vcluster's through a Gateway that passes
+   TLS through to it by host name: Traefik's, e2e/kind/gateway.py; the `apiserver` backend of
+   e2e/test_scenarios.py proves NodePort exposure in kind);
 3. run a pod created through it, where the backend has nodes;
 4. end a release's teardown verified, with nothing left, under the same SIGKILLs;
 5. quarantine a cluster whose teardown cannot be verified, with the evidence.
@@ -27,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.installation import Installation, wait_for
+from e2e.kind import gateway
 from e2e.kind.components import KindVersions
 from e2e.test_scenarios import kubectl_binary
 from lessor.controlplane.kubectl import Cluster
@@ -99,13 +103,21 @@ class Harness:
     def spec(self) -> dict[str, Any]:
         if self.backend != "vcluster":
             return {"type": self.backend}
-        image = self.installation.vcluster_image
+        image, passthrough = self.installation.vcluster_image, self.installation.gateway
+        assert passthrough is not None
         return {
             "type": "vcluster",
             "vcluster": {
                 "image": image, "kubernetesImage": image,
                 "corednsImage": f"registry.k8s.io/coredns/coredns:{KindVersions.pinned().coredns}",
                 "cpu": "50m", "memory": "128Mi",
+                "exposure": {
+                    "type": "TLSRoute",
+                    "gateway": {"name": passthrough.name, "namespace": passthrough.namespace,
+                                "sectionName": passthrough.section},
+                    "domain": gateway.DOMAIN, "port": passthrough.port,
+                    "host": passthrough.address,
+                },
             },
         }  # fmt: skip
 
@@ -200,6 +212,13 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(harness: Ha
     version = kubectl(str(kubeconfig), "version", "-o", "json")
     assert version.returncode == 0, version.stderr
     assert json.loads(version.stdout)["serverVersion"]["gitVersion"]
+    if harness.backend == "vcluster":  # through the Gateway, by the cluster's own host name
+        passthrough = harness.installation.gateway
+        assert passthrough is not None
+        [entry] = yaml.safe_load(kubeconfig.read_text())["clusters"]
+        assert entry["cluster"]["server"] == f"https://{passthrough.address}:{passthrough.port}"
+        hostname = f"{harness.cluster_namespace(instance)}.{gateway.DOMAIN}"
+        assert entry["cluster"]["tls-server-name"] == hostname
     if harness.installation.kind == "kind":  # a backend whose pods run on nodes
         pause = f"registry.k8s.io/pause:{KindVersions.pinned().pause}"
         made = kubectl(str(kubeconfig), "create", "deployment", "sleeper", f"--image={pause}")
