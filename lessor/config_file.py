@@ -12,7 +12,7 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
-                sshSignedRate, sshSignedBurst,
+                sshSignedRate, sshSignedBurst, sessionKeyTtl,
                 defaultMaxConcurrentLeases}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir}
@@ -54,6 +54,7 @@ class ApiServer(_Section):
     sandbox_stream_max_per_identity: int | None = Field(default=None, ge=1)
     ssh_audiences: list[str] | None = None
     ssh_signed_rate: float | None = Field(default=None, gt=0)
+    session_key_ttl: float | None = Field(default=None, gt=0)
     ssh_signed_burst: int | None = Field(default=None, ge=1)
     default_max_concurrent_leases: int | None = Field(default=None, ge=1)
     public_pool_status: bool | None = None

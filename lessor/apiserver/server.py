@@ -133,6 +133,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="SSH-signed requests a second per key and server (each records a nonce object)",
     )
     parser.add_argument(
+        "--session-key-ttl",
+        type=float,
+        default=Settings.session_key_ttl,
+        help="seconds a replica keeps the session signing key it read: how soon a rotation "
+        "(the Secret lessor-session-key deleted) ends every session",
+    )
+    parser.add_argument(
         "--ssh-signed-burst",
         type=int,
         default=Settings.ssh_signed_burst,
@@ -156,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.sandbox_stream_max_per_identity < 1:
         raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
+    if args.session_key_ttl <= 0:
+        raise SystemExit("--session-key-ttl must be positive")
     if args.ssh_signed_rate <= 0 or args.ssh_signed_burst < 1:
         raise SystemExit("--ssh-signed-rate must be positive and the burst at least 1")
     if args.lease_admission_rate <= 0 or args.lease_admission_burst < 1:
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
         ssh_audiences=ssh_audiences,
         ssh_signed_rate=args.ssh_signed_rate,
+        session_key_ttl=args.session_key_ttl,
         ssh_signed_burst=args.ssh_signed_burst,
         default_max_concurrent_leases=args.default_max_concurrent_leases,
         public_pool_status=args.public_pool_status,

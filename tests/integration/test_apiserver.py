@@ -227,7 +227,10 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     processes, apis = [], []
     logs = [directory / f"api-{n}.log" for n in range(2)]
     for log in logs:  # two replicas of one deployment, reached also by a name they share
-        process, api = start_api(control_plane, namespace, log, ssh_audiences=(SHARED,))
+        # A rotated session key is picked up within 5 s instead of a minute (test_security).
+        process, api = start_api(
+            control_plane, namespace, log, ssh_audiences=(SHARED,), extra=("--session-key-ttl=5",)
+        )
         processes.append(process)
         apis.append(api)
     try:

@@ -580,9 +580,9 @@ def test_a_session_ends_with_the_key_or_token_it_came_from(stack: Stack) -> None
 
 
 def test_deleting_the_session_key_ends_every_session(stack: Stack) -> None:  # noqa: F811
-    """The signing key is read again every minute, so deleting its Secret rotates it: every
-    session made with the old key ends on every replica (it was cached for the life of each
-    process)."""
+    """The signing key is read again every `--session-key-ttl` (a minute by default, 5 s in this
+    stack), so deleting its Secret rotates it: every session made with the old key ends on every
+    replica (it was cached for the life of each process)."""
     session = stack.api.call("POST", "/v1/login", token=BOB).body["session_token"]
     assert stack.api.call("GET", "/v1/pools", token=session).status == 200
     stack.cluster.kubectl("delete", "secret", "lessor-session-key", "-n", stack.namespace)

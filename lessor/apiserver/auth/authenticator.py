@@ -23,8 +23,8 @@ from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableE
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.nonces import ClusterNonces
 from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+from lessor.apiserver.auth.sessions import KEY_TTL, LoginSession, Sessions
 from lessor.apiserver.auth.sessions import PREFIX as SESSION_PREFIX
-from lessor.apiserver.auth.sessions import LoginSession, Sessions
 from lessor.apiserver.auth.ssh import (
     key_blob_from_openssh,
     parse_authorization,
@@ -74,6 +74,7 @@ class Authenticator:
         kube: Kube,
         ssh_audiences: frozenset[str] = frozenset(),
         ssh_limiter: AdmissionLimiter | None = None,
+        session_key_ttl: float = KEY_TTL,
     ) -> None:
         self.policies = policies
         self.kube = kube
@@ -81,7 +82,7 @@ class Authenticator:
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
         self.nonces = ClusterNonces(kube, ssh_limiter)
-        self.sessions = Sessions(kube)
+        self.sessions = Sessions(kube, session_key_ttl)
         self._token_digests: cachetools.TTLCache[tuple[str, str], bytes | None] = (
             cachetools.TTLCache(maxsize=1024, ttl=10)
         )

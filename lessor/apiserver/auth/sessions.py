@@ -45,7 +45,7 @@ LABEL = "lessor.dev/session"
 SWEPT_BUCKETS = 144 * 2  # two days: longer sessions than that do not exist
 DEFAULT_TTL = 12 * 3600
 MAX_TTL = 24 * 3600
-KEY_TTL = 60.0  # seconds a replica uses the signing key it read before reading it again
+KEY_TTL = 60.0  # default seconds a replica uses the signing key it read before reading it again
 KEY_RECHECK = 5.0  # at most this often, a token that fails the MAC makes it read the key again
 RECORD_TTL = 2.0  # seconds a replica trusts a session record it has seen
 
@@ -70,8 +70,10 @@ class LoginSession:
 
 
 class Sessions:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, key_ttl: float = KEY_TTL) -> None:
         self.kube = kube
+        # How soon a rotated key (its Secret deleted) ends every session on this replica.
+        self.key_ttl = key_ttl
         self._key: bytes | None = None
         self._key_read = 0.0
         self._lock = threading.Lock()
@@ -114,8 +116,8 @@ class Sessions:
             raise AuthenticationError("session key unreadable")
         return stored
 
-    def _mac(self, encoded: str, max_age: float = KEY_TTL) -> bytes:
-        key = self._signing_key(max_age)
+    def _mac(self, encoded: str, max_age: float | None = None) -> bytes:
+        key = self._signing_key(self.key_ttl if max_age is None else max_age)
         return hmac.new(key, encoded.encode(), hashlib.sha256).digest()
 
     # -- issue, verify, revoke ----------------------------------------------------------------

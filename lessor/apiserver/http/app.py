@@ -103,7 +103,13 @@ class Services:
         signed = AdmissionLimiter(
             self.settings.ssh_signed_rate, self.settings.ssh_signed_burst, scope="ssh"
         )
-        return Authenticator(self.policies, self.kube, self.settings.ssh_audiences, signed)
+        return Authenticator(
+            self.policies,
+            self.kube,
+            self.settings.ssh_audiences,
+            signed,
+            session_key_ttl=self.settings.session_key_ttl,
+        )
 
     @cached_property
     def leases(self) -> LeaseService:

@@ -35,6 +35,9 @@ class Settings:
     # SSH-signed requests a second per key and replica, and burst: each one's nonce is an object
     # in the cluster (lessor.apiserver.auth.nonces), so a key's holder must not make them unbounded.
     ssh_signed_rate: float = 5.0
+    # Seconds a replica keeps the session signing key it read: how soon deleting its Secret (a
+    # rotation) ends every session on every replica.
+    session_key_ttl: float = 60.0
     ssh_signed_burst: int = 100
     # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.
     default_max_concurrent_leases: int = 20
