@@ -8,7 +8,7 @@ TOX := $(PYTHON) -m tox
 # ~/.cache/lessor on first use, then runs every tox environment; the last one installs and
 # starts docker when it is missing and runs the e2e scenarios in kind (e2e/kind).
 test: tools
-	$(TOX) run -e lint,crds,unit,integration,e2e,e2e-kind
+	$(TOX) run -e lint,unit,integration,e2e,e2e-kind
 
 demo: tools
 	$(TOX) run -e demo
@@ -24,7 +24,8 @@ crds-write:
 	$(PYTHON) -m lessor.resources write crds
 
 tools:
-	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "tox >= 4.20, < 5"
+	@$(PYTHON) -c "import tox, tox_uv" >/dev/null 2>&1 || \
+		$(PYTHON) -m pip install --quiet "tox >= 4.20, < 5" "tox-uv >= 1.11, < 2"
 
 clean:
 	rm -rf .tox build *.egg-info

@@ -12,7 +12,8 @@ needs). Every backend must:
    TLS through to it by host name: Traefik's, e2e/kind/gateway.py; the `apiserver` backend of
    e2e/test_scenarios.py proves NodePort exposure in kind);
 3. run a pod created through it, where the backend has nodes;
-4. end a release's teardown verified, with nothing left, under the same SIGKILLs;
+4. end a release's teardown verified, with nothing left, under the same SIGKILLs, and refill
+   its pool;
 5. quarantine a cluster whose teardown cannot be verified, with the evidence.
 """
 
@@ -235,6 +236,8 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(harness: Ha
     )
     assert objects.get("clusterinstance", instance["metadata"]["name"]) is None
     assert harness.traces(instance) == [], "nothing of the cluster is left"
+    harness.operator()
+    wait_for("the pool refilled", lambda: len(harness.ready()) == 1, timeout=300)
 
 
 def test_a_teardown_that_cannot_be_verified_is_quarantined(harness: Harness) -> None:
