@@ -25,7 +25,7 @@ crds-write:
 
 tools:
 	@$(PYTHON) -c "import tox, tox_uv" >/dev/null 2>&1 || \
-		$(PYTHON) -m pip install --quiet "tox >= 4.20, < 5" "tox-uv >= 1.11, < 2"
+		$(PYTHON) -m pip install --quiet "tox >= 4.20, < 5" "tox-uv ~= 1.11"
 
 clean:
 	rm -rf .tox build *.egg-info
