@@ -73,9 +73,6 @@ class NamespaceOrphans:
         self.instances = instances
         self.grace = grace
 
-    def _owned(self, uid: str) -> bool:
-        return any(obj["metadata"].get("uid") == uid for obj in self.instances.store.list())
-
     def _mine(self, namespace: Json) -> bool:
         """Whether the namespace was made for an instance of this operator's namespace."""
         instance = namespace["metadata"].get("annotations", {}).get(INSTANCE_ANNOTATION, "")
@@ -91,10 +88,13 @@ class NamespaceOrphans:
             log.debug("cannot list instance namespaces: %s", error)
             return Result(requeue_after=INTERVAL)
         next_pass = INTERVAL
+        # Once per pass (a delete is one quick call; an instance made meanwhile is younger than
+        # the grace, and so is its namespace).
+        known = {obj["metadata"].get("uid") for obj in self.instances.store.list()}
         for namespace in listed.get("items", []):
             metadata = namespace["metadata"]
             uid = metadata.get("labels", {}).get(INSTANCE_UID_LABEL, "")
-            if not self._mine(namespace) or metadata.get("deletionTimestamp") or self._owned(uid):
+            if not self._mine(namespace) or metadata.get("deletionTimestamp") or uid in known:
                 continue
             created = datetime.datetime.fromisoformat(metadata["creationTimestamp"])
             age = (utcnow() - created).total_seconds()
