@@ -3,8 +3,10 @@
 It brings up a local control plane, installs the CRDs, starts the operator and the API server
 (two gunicorn workers), applies a static-token AccessPolicy and a `local` ClusterPool with two
 warm clusters, leases one with `lessor lease demo`, runs `kubectl get namespaces` with the
-leased kubeconfig, shows `lessor status`, releases the lease with `lessor release`, and stops
-everything it started, even when a step fails. It says what it does at each step.
+leased kubeconfig, shows `lessor status`, releases the lease with `lessor release`, shows the
+link to the diagnostics bundle captured from the cluster before its teardown (into a MinIO on
+loopback) and the files in it, and stops everything it started, even when a step fails. It says
+what it does at each step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.error
@@ -26,6 +29,7 @@ from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.local_clusters import every_cluster
+from lessor.controlplane.object_store import MinioServer
 from lessor.controlplane.ports import PortReservation
 from lessor.controlplane.watchdog import watch_over
 
@@ -64,7 +68,10 @@ def wait(what: str, probe: Any, timeout: float = 120.0) -> Any:
 
 
 def run_demo(
-    cluster: LocalControlPlane, work: Path, processes: list[subprocess.Popen[bytes]]
+    cluster: LocalControlPlane,
+    work: Path,
+    processes: list[subprocess.Popen[bytes]],
+    stores: list[MinioServer],
 ) -> None:
     step("installing lessor's CRDs (generated from lessor/resources)")
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
@@ -72,6 +79,7 @@ def run_demo(
     step("applying the example AccessPolicy (static token) and a local ClusterPool (warmTarget 2)")
     for name in ("namespace", "accesspolicy-static-token", "clusterpool-local"):
         cluster.kubectl("apply", "-f", str(EXAMPLES / f"{name}.yaml"))
+    stores.append(start_object_store(cluster, work))
     # Held while the demo runs: no other process on the machine is handed these ports.
     ports = PortReservation()
     port = ports.take()
@@ -154,12 +162,48 @@ def run_demo(
     )
     step("released; the pool refills to 2 warm clusters")
     wait("the pool to refill", pool_ready)
+    step(f"$ lessor diagnostics {lease_id}: the bundle captured from the cluster before teardown")
+    print(subprocess.run([*lessor, "diagnostics", lease_id], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.rstrip())  # fmt: skip
+    bundle = work / "bundle.tar.gz"
+    subprocess.run(
+        [*lessor, "diagnostics", lease_id, "--download", str(bundle)],
+        env=env, timeout=60, check=True,
+    )  # fmt: skip
+    with tarfile.open(bundle) as archive:
+        names = archive.getnames()
+    print(f"{len(names)} files: {', '.join(sorted(names))}")
+
+
+def start_object_store(cluster: LocalControlPlane, work: Path) -> MinioServer:
+    """MinIO on loopback, a bucket, its credentials in a Secret, and the demo pool pointed there:
+    each lease's cluster is captured into a diagnostics bundle before it is torn down."""
+    step("starting MinIO (an S3-compatible store) for the pool's diagnostics bundles")
+    store = MinioServer(work / "minio", progress=step)
+    store.start()
+    store.create_bucket("lessor-diagnostics")
+    cluster.kubectl(
+        "create", "secret", "generic", "diagnostics-store", "-n", "lessor-system",
+        f"--from-literal=AWS_ACCESS_KEY_ID={store.access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={store.secret_key}",
+    )  # fmt: skip
+    diagnostics = {
+        "bucket": "lessor-diagnostics",
+        "endpoint": store.endpoint,
+        "credentialsSecretRef": {"name": "diagnostics-store"},
+    }
+    cluster.kubectl(
+        "patch", "clusterpool", "demo", "-n", "lessor-system", "--type=merge",
+        "-p", json.dumps({"spec": {"diagnostics": diagnostics}}),
+    )  # fmt: skip
+    return store
 
 
 def main() -> int:
     step("finding (or building, the first time) the local control plane's binaries")
     binaries = ensure_binaries(step)
     processes: list[subprocess.Popen[bytes]] = []
+    stores: list[MinioServer] = []
     with tempfile.TemporaryDirectory(prefix="lessor-demo-") as directory:
         work = Path(directory)
         # Killed (not interrupted) mid-way, the demo's `finally` never runs: this stops and
@@ -169,7 +213,7 @@ def main() -> int:
         step("starting a local control plane (etcd, kube-apiserver) on 127.0.0.1")
         try:
             cluster.start(binaries, with_node=False, progress=step)
-            run_demo(cluster, work, processes)
+            run_demo(cluster, work, processes, stores)
         except (ControlPlaneError, subprocess.CalledProcessError, OSError) as error:
             print(f"demo failed: {error}", file=sys.stderr)
             if isinstance(error, subprocess.CalledProcessError) and error.stderr:
@@ -183,6 +227,8 @@ def main() -> int:
             for process in reversed(processes):
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=60)
+            for store in stores:
+                store.stop()
             for leftover in every_cluster(work / "instances"):
                 LocalControlPlane(leftover).destroy()
             cluster.destroy()

@@ -342,6 +342,30 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
     )
     extend.add_argument("lease_id", metavar="LEASE", type=lease_name)
     extend.add_argument("--ttl", required=True, metavar="DURATION", help="how much later, e.g. 30m")
+    diagnostics = _command(
+        commands,
+        "diagnostics",
+        "lessor.cli.commands.diagnostics:diagnostics",
+        "the diagnostics bundle of an ended lease",
+        """\
+Print a pre-signed URL of LEASE's diagnostics bundle, captured from its cluster when the lease
+ended (on pools with diagnostics configured): a .tar.gz of the cluster's nodes, pods, events of
+every namespace, the last lines of each container's log, and lessor's record of the lease.
+Exit 4 when no bundle exists (none configured, not captured yet, or expired from the bucket).
+
+examples:
+  lessor diagnostics pr-1234
+  lessor diagnostics lease-3f2a9c --download              # lessor-diagnostics-<LEASE>.tar.gz
+  lessor diagnostics pr-1234 --download /tmp/bundle.tar.gz""",
+    )
+    diagnostics.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    diagnostics.add_argument(
+        "--download",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="write the bundle to PATH (lessor-diagnostics-<LEASE>.tar.gz) instead",
+    )
     _config(commands)
     _sandbox(commands)
     for name, what in (("apiserver", "the HTTP API (gunicorn)"), ("operator", "the operator")):

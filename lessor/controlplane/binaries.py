@@ -144,8 +144,10 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run_go(go: str, args: list[str], cwd: Path, progress: Progress) -> str:
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+def run_go(
+    go: str, args: list[str], cwd: Path, progress: Progress, env: dict[str, str] | None = None
+) -> str:
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0", **(env or {})}
     progress(f"  go {' '.join(args[:3])}{' ...' if len(args) > 3 else ''}")
     result = subprocess.run(
         [go, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False

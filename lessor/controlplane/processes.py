@@ -46,8 +46,15 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def spawn(name: str, argv: list[str], log_path: Path, *, detached: bool) -> ProcessRecord:
-    """Start `argv` with output to `log_path`.
+def spawn(
+    name: str,
+    argv: list[str],
+    log_path: Path,
+    *,
+    detached: bool,
+    env: dict[str, str] | None = None,
+) -> ProcessRecord:
+    """Start `argv` with output to `log_path` (and `env`, this process's environment if None).
 
     Detached processes get their own session and survive their starter; attached ones are tied to
     the starter's life so that an interrupted test run leaves nothing behind.
@@ -61,6 +68,7 @@ def spawn(name: str, argv: list[str], log_path: Path, *, detached: bool) -> Proc
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
             # Spawned from the main thread before any worker threads start, where it is safe.
             preexec_fn=None if detached else _die_with_parent,  # noqa: PLW1509
         )

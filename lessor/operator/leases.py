@@ -21,6 +21,7 @@ from typing import Literal
 
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
+from lessor.operator.diagnostics.captures import Captures
 from lessor.operator.kinds import (
     BY_CLAIM,
     BY_POOL,
@@ -58,6 +59,7 @@ from lessor.resources.cluster import (
     ClusterLease,
     ClusterLeaseStatus,
     ClusterPool,
+    Diagnostics,
 )
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,7 @@ def setup(context: Context) -> Controller:
         events=context.events,
         enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
         retention=context.settings.lease_retention,
+        captures=Captures(context.client, context.events, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
     controller = context.controller("clusterlease", reconciler.reconcile)
 
@@ -136,8 +139,10 @@ class LeaseReconciler:
         events: EventRecorder,
         enqueue: Callable[[str], None],
         retention: datetime.timedelta | None = None,
+        captures: Captures,
     ) -> None:
         self.client = client
+        self.captures = captures
         self.retention = retention
         self.pools = pools
         self.instances = instances
@@ -377,6 +382,11 @@ class LeaseReconciler:
                     await self.events.record(obj, "Warning", "TeardownQuarantined", status.message)
                 return Result()
             if not instance["metadata"].get("deletionTimestamp"):
+                obj, capturing = await self.captures.before_teardown(
+                    obj, lease, self._diagnostics_of(lease)
+                )
+                if capturing is not None:
+                    return capturing
                 await delete_fenced(self.client, INSTANCES, instance)
             return Result()  # the instance's deletion (or quarantine) brings us back here
         # The instance is gone: teardown was verified, or a person resolved a quarantine by
@@ -388,6 +398,11 @@ class LeaseReconciler:
         status.phase, status.message = reason, "cluster destroyed; teardown verified"
         await self._finish(obj, status, reason)
         return Result()
+
+    def _diagnostics_of(self, lease: ClusterLease) -> Diagnostics | None:
+        """The diagnostics settings of the lease's pool now (None without, or without pool)."""
+        pool = self.pools.store.get(f"{lease.metadata.namespace}/{lease.spec.pool}")
+        return ClusterPool.model_validate(pool).spec.diagnostics if pool else None
 
     async def _retain(self, obj: Json, lease: ClusterLease) -> Result:
         """Keep an ended lease for the retention period (its owner can still read how it

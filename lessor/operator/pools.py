@@ -20,6 +20,7 @@ import time
 from lessor.operator.backends.registry import unavailable
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
+from lessor.operator.diagnostics.store_checks import RECHECK, StoreChecks
 from lessor.operator.kinds import (
     BY_POOL,
     INSTANCES,
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 MAX_CREATES_PER_PASS = 5
 EXPECTATION_TIMEOUT = 60.0
 BACKEND_HEALTHY = "BackendHealthy"
+DIAGNOSTICS_READY = "DiagnosticsReady"
 START_BACKOFF = datetime.timedelta(seconds=10)
 MAX_START_BACKOFF = datetime.timedelta(minutes=10)
 
@@ -87,10 +89,11 @@ def setup(context: Context) -> Controller:
         leases=leases,
         events=context.events,
         test_backends=context.settings.test_backends,
+        store_checks=StoreChecks(context.client, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
+    controller = context.controller("clusterpool", reconciler.reconcile)
     return (
-        context.controller("clusterpool", reconciler.reconcile)
-        .watch(pools)
+        controller.watch(pools)
         .watch(instances, lambda instance: [pool_key(instance)])
         .watch(leases, lambda lease: [pool_key(lease)])
     )
@@ -106,8 +109,10 @@ class PoolReconciler:
         leases: Informer,
         events: EventRecorder,
         test_backends: bool = False,
+        store_checks: StoreChecks,
     ) -> None:
         self.test_backends = test_backends
+        self.store_checks = store_checks
         self.client = client
         self.pools = pools
         self.instances = instances
@@ -128,6 +133,7 @@ class PoolReconciler:
         obj = self.pools.store.get(key)
         if obj is None:
             self._expected.pop(key, None)
+            self.store_checks.forget(key)
             return Result()
         pool = ClusterPool.model_validate(obj)
         instances = self.instances.store.by_index(BY_POOL, key)
@@ -140,6 +146,8 @@ class PoolReconciler:
         failed = await self._replace_unhealthy(instances)
         problem = unavailable(pool.spec.backend, self.test_backends)
         self._assess(pool, status, instances, failed, problem)
+        store_before = find(status.conditions, DIAGNOSTICS_READY)
+        self._assess_store(key, pool, status)
         backend_health = find(status.conditions, BACKEND_HEALTHY)
         pending = [
             lease
@@ -173,10 +181,36 @@ class PoolReconciler:
         )
         obj = await write_status(self.client, POOLS, obj, status)
         await self._report(obj, before, backend_health, failed)
+        await self._report_store(obj, store_before, find(status.conditions, DIAGNOSTICS_READY))
         if pause > 0:
             return Result(requeue_after=pause)
-        more = deficit > MAX_CREATES_PER_PASS
-        return Result(requeue_after=1.0 if more else None)
+        if deficit > MAX_CREATES_PER_PASS:
+            return Result(requeue_after=1.0)
+        return Result(requeue_after=RECHECK if pool.spec.diagnostics else None)
+
+    def _assess_store(self, key: str, pool: ClusterPool, status: ClusterPoolStatus) -> None:
+        """Set `DiagnosticsReady` from the last check of the pool's bucket (none without
+        diagnostics; unchanged until the first check of new settings ends)."""
+        settings = pool.spec.diagnostics
+        if settings is None:
+            status.conditions = [c for c in status.conditions if c.type != DIAGNOSTICS_READY]
+            return
+        verdict = self.store_checks.verdict(key, pool.metadata.namespace or "", settings)
+        if verdict is not None:
+            status.conditions = with_condition(
+                status.conditions, DIAGNOSTICS_READY, verdict.ok, verdict.reason, verdict.message,
+                generation=pool.metadata.generation,
+            )  # fmt: skip
+
+    async def _report_store(
+        self, obj: Json, before: Condition | None, after: Condition | None
+    ) -> None:
+        if after is None or (
+            before and (before.status, before.reason) == (after.status, after.reason)
+        ):
+            return
+        kind = "Normal" if after.status == "True" else "Warning"
+        await self.events.record(obj, kind, f"Diagnostics{after.reason}", after.message)
 
     async def _replace_unhealthy(self, instances: list[Json]) -> list[Json]:
         """Tear down the unclaimed Unhealthy instances (replaced, not repaired: the deficit

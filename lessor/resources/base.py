@@ -72,6 +72,10 @@ class ObjectRef(StatusModel):
     namespace: str | None = None
 
 
+class SecretRef(SpecModel):
+    name: str = Field(min_length=1, max_length=253)
+
+
 class SecretKeyRef(SpecModel):
     name: str = Field(min_length=1, max_length=253)
     key: str = Field(min_length=1, max_length=253)

@@ -25,7 +25,7 @@ from lessor.resources.base import (
     ObjectRef,
     PrinterColumn,
     Resource,
-    SecretKeyRef,
+    SecretRef,
     SpecModel,
     StatusModel,
 )
@@ -213,14 +213,73 @@ class PoolPolicy(SpecModel):
 
 
 class Diagnostics(SpecModel):
-    """Where diagnostics bundles of a pool's clusters are stored, and for how long a pre-signed
-    URL to one stays valid."""
+    """Where the diagnostics bundle of each of a pool's leases is stored (an S3-compatible
+    bucket), what a capture may cost, and for how long a pre-signed URL to one stays valid.
 
-    bucket: str = Field(min_length=1)
-    prefix: str = ""
-    endpoint: str | None = Field(default=None, pattern=r"^https?://")
-    credentials_secret_ref: SecretKeyRef | None = None
-    url_ttl: PositiveDuration = "15m"
+    Capture reads the leased cluster, which its tenant controls: it is bounded in time and in
+    bytes, and a capture that fails or runs out of either never holds teardown back longer than
+    `captureTimeout`. How long bundles are kept is the bucket's lifecycle rule."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.kmsKeyId) || self.serverSideEncryption == 'aws:kms'",
+                    "message": "kmsKeyId needs serverSideEncryption: aws:kms",
+                }
+            ]
+        }
+    )
+
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+    prefix: str = Field(
+        default="",
+        max_length=512,
+        pattern=r"^[A-Za-z0-9!_.*'()/-]*$",
+        description="Object names are <prefix><namespace>/<lease>/<lease uid>.tar.gz.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+/?$",
+        description=(
+            "An S3-compatible endpoint (MinIO, Ceph, R2, ...), addressed path-style; "
+            "unset: AWS S3 of `region`, virtual-hosted."
+        ),
+    )
+    region: str = Field(default="us-east-1", pattern=r"^[a-z0-9-]{1,32}$")
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description=(
+            "A Secret in the pool's namespace with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(AWS_SESSION_TOKEN optional); unset: the operator's and API server's own "
+            "credentials (environment, web identity, instance profile)."
+        ),
+    )
+    server_side_encryption: Literal["AES256", "aws:kms"] | None = None
+    kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    url_ttl: PositiveDuration = Field(
+        default="15m",
+        description="How long a pre-signed URL stays valid (longer than 7d is cut to 7d, the"
+        " longest a SigV4 signature lives).",
+    )
+    capture_timeout: PositiveDuration = Field(
+        default="60s", description="The longest a capture and its upload may take."
+    )
+    max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
+        description="The largest bundle (uncompressed); what does not fit is left out and listed.",
+    )
+    log_lines: int = Field(
+        default=200, ge=0, le=10000, description="Last lines of each container's log."
+    )
+
+    @model_validator(mode="after")
+    def _kms_key_with_kms(self) -> Diagnostics:
+        if self.kms_key_id is not None and self.server_side_encryption != "aws:kms":
+            raise ValueError("kmsKeyId needs serverSideEncryption: aws:kms")
+        return self
 
 
 class ClusterPoolSpec(SpecModel):
@@ -376,7 +435,25 @@ class ClusterLeaseSpec(SpecModel):
 
 
 CLUSTER_HEALTHY = "ClusterHealthy"
+DIAGNOSTICS_CAPTURED = "DiagnosticsCaptured"
 """The lease's condition that mirrors its bound cluster's health checks (written once one fails)."""
+
+
+DiagnosticsState = Literal["Capturing", "Captured", "Failed"]
+
+
+class DiagnosticsRecord(StatusModel):
+    """The diagnostics bundle of one lease: where it went, with a copy of the pool's settings
+    taken at capture, so the bundle stays reachable when the pool changes or is deleted."""
+
+    state: DiagnosticsState
+    started_at: datetime.datetime
+    finished_at: datetime.datetime | None = None
+    store: Diagnostics
+    key: str
+    size_bytes: int | None = Field(default=None, ge=0)
+    truncated: bool = Field(default=False, description="Something did not fit in maxBytes.")
+    message: str = ""
 
 
 class ClusterLeaseStatus(StatusModel):
@@ -393,6 +470,7 @@ class ClusterLeaseStatus(StatusModel):
     ended_at: datetime.datetime | None = Field(
         default=None, description="When it became Released or Expired; retention counts from it."
     )
+    diagnostics: DiagnosticsRecord | None = None
     message: str = ""
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -138,6 +138,31 @@ def test_backend_settings_that_cannot_work_are_refused_with_a_reason(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("diagnostics", "message"),
+    [
+        ({"bucket": "b", "kmsKeyId": "k"}, "spec.diagnostics.bucket"),
+        (
+            {"bucket": "bundles", "serverSideEncryption": "AES256", "kmsKeyId": "k"},
+            "kmsKeyId needs serverSideEncryption: aws:kms",
+        ),
+        ({"bucket": "bundles", "endpoint": "minio:9000"}, "spec.diagnostics.endpoint"),
+        ({"bucket": "bundles", "maxBytes": 1024}, "spec.diagnostics.maxBytes"),
+        ({"bucket": "bundles", "credentialsSecretRef": {"name": "s", "key": "k"}}, "key"),
+    ],
+    ids=["short-bucket", "kms-key-without-kms", "endpoint-without-scheme", "tiny-bundle", "key"],
+)
+def test_diagnostics_settings_that_cannot_work_are_refused(
+    cluster: Cluster, diagnostics: dict[str, object], message: str
+) -> None:
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "invalid"
+    document["spec"]["diagnostics"] = diagnostics
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
 def test_a_pool_exposed_through_a_gateway_is_accepted(cluster: Cluster) -> None:
     document = yaml.safe_load(VALID_POOL)
     document["metadata"]["name"] = "routed"

@@ -41,6 +41,7 @@ from lessor.apiserver.http.errors import (
 )
 from lessor.apiserver.http.observe import Observe, add_error_handlers
 from lessor.apiserver.http.responses import (
+    DiagnosticsBundle,
     Execution,
     ExecutionLogs,
     ExecutionResult,
@@ -62,6 +63,7 @@ from lessor.apiserver.http.responses import (
 from lessor.apiserver.http.settings import Settings
 from lessor.apiserver.http.shedding import Shed
 from lessor.apiserver.leases.cluster_leases import LeaseService
+from lessor.apiserver.leases.diagnostics import DiagnosticsService
 from lessor.apiserver.leases.pools import PoolService
 from lessor.apiserver.policy.store import PolicyStore
 from lessor.apiserver.sandboxes.executions import ExecutionService
@@ -119,6 +121,10 @@ class Services:
             scope="cluster",
         )
         return LeaseService(self.kube, limiter, self.settings.default_max_concurrent_leases)
+
+    @cached_property
+    def diagnostics(self) -> DiagnosticsService:
+        return DiagnosticsService(self.kube, self.leases)
 
     @cached_property
     def pools(self) -> PoolService:
@@ -236,9 +242,8 @@ class LeaseResource(Base):
 
 class DiagnosticsResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        self.services.leases.usable(principal(req), lease_id)
-        # No backend captures bundles yet, so none exists (spec 4.2: 404 when no bundle exists).
-        raise HttpNotFoundError("no diagnostics bundle was captured for this lease")
+        bundle = self.services.diagnostics.bundle(principal(req), lease_id)
+        resp.media = conform(DiagnosticsBundle, bundle)
 
 
 class PoolsResource(Base):

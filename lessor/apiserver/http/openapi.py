@@ -22,6 +22,7 @@ from lessor.apiserver.http.responses import (
     DEFAULT_TIMEOUT_TEXT,
     MAX_TIMEOUT_TEXT,
     ClusterHealth,
+    DiagnosticsBundle,
     Error,
     Execution,
     ExecutionLogs,
@@ -55,6 +56,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ClusterHealth,
     Lease,
     Expiry,
+    DiagnosticsBundle,
     PoolRecord,
     PoolLease,
     Status,
@@ -276,7 +278,9 @@ def lease() -> Json:
 
 def diagnostics() -> Json:
     return {
-        "get": _operation("Diagnostics bundle URL", 200, {"type": "object"}, errors=(*COMMON, 404)),
+        "get": _operation(
+            "Diagnostics bundle URL", 200, _ref(DiagnosticsBundle), errors=(*COMMON, 404, 503)
+        ),
     }
 
 

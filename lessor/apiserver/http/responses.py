@@ -65,6 +65,14 @@ class Lease(LeaseSummary):
     )
 
 
+class DiagnosticsBundle(BaseModel):
+    url: str = Field(description="A pre-signed GET URL of the bundle (a .tar.gz).")
+    expires_at: str
+    captured_at: str
+    size_bytes: int
+    truncated: bool = Field(description="Something did not fit in the pool's maxBytes or time.")
+
+
 class Expiry(BaseModel):
     expires_at: str
 

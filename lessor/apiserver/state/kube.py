@@ -105,14 +105,18 @@ class Kube:
 
     # -- core objects --------------------------------------------------------------------
 
-    def secret_value_bytes(self, namespace: str, name: str, key: str) -> bytes | None:
+    def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's `data` (base64 values), None when there is no such Secret."""
         try:
             secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        encoded = (secret.data or {}).get(key)
+        return {key: str(value) for key, value in (secret.data or {}).items()}
+
+    def secret_value_bytes(self, namespace: str, name: str, key: str) -> bytes | None:
+        encoded = (self.secret_data(namespace, name) or {}).get(key)
         return base64.b64decode(encoded) if encoded else None
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:

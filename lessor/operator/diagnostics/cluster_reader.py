@@ -1,0 +1,111 @@
+"""Reads a leased cluster's API for a diagnostics bundle, as hostile data.
+
+The cluster belongs to its tenant until teardown: its API server may answer slowly, endlessly or
+with gigabytes. Every read here is streamed and cut at a byte limit, and the caller bounds the
+time (lessor.operator.diagnostics.capture); nothing read is interpreted beyond JSON parsing of
+what fitted. The kubeconfig is the one the backend published for the lease, so the operator
+reaches the cluster where its users do (a node port, a load balancer, a Gateway by SNI).
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from lessor.operator.backends.published_kubeconfig import cluster_entry
+
+ERROR_BODY_LIMIT = 512
+
+
+class ReadError(Exception):
+    """One read failed (refused, an error status, no answer); the capture goes on without it."""
+
+
+def _user(kubeconfig: dict[str, Any]) -> dict[str, Any]:
+    users = kubeconfig.get("users")
+    if not isinstance(users, list) or len(users) != 1 or not isinstance(users[0], dict):
+        return {}
+    user = users[0].get("user")
+    return user if isinstance(user, dict) else {}
+
+
+def _tls(cluster: dict[str, Any], user: dict[str, Any]) -> ssl.SSLContext:
+    ca = cluster.get("certificate-authority-data")
+    context = ssl.create_default_context(cadata=base64.b64decode(ca).decode() if ca else None)
+    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+    if cert and key:
+        # ssl loads a key only from a file: one that lives for the call, readable by us alone.
+        with tempfile.TemporaryDirectory(prefix="lessor-capture-") as scratch:
+            path = Path(scratch) / "client.pem"
+            path.touch(mode=0o600)
+            path.write_bytes(base64.b64decode(cert) + b"\n" + base64.b64decode(key))
+            context.load_cert_chain(str(path))
+    return context
+
+
+class ClusterReader:
+    """GETs against one cluster with a kubeconfig's server, CA and credentials."""
+
+    def __init__(self, kubeconfig_text: str, *, timeout: float = 10.0) -> None:
+        document = yaml.safe_load(kubeconfig_text)
+        cluster = cluster_entry(document) if isinstance(document, dict) else {}
+        if not cluster.get("server"):
+            raise ReadError("the lease's kubeconfig names no server")
+        user = _user(document)
+        # identity: the raw bytes are what is counted, so no compressed answer can inflate past
+        # the limit in memory (a gzip bomb)
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        if user.get("token"):
+            headers["Authorization"] = f"Bearer {user['token']}"
+        self.server = str(cluster["server"])
+        server_name = cluster.get("tls-server-name")
+        self._extensions = {"sni_hostname": server_name} if server_name else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.server,
+            verify=_tls(cluster, user),
+            headers=headers,
+            timeout=timeout,
+            follow_redirects=False,
+        )
+
+    async def get(
+        self, path: str, limit: int, params: dict[str, str | int] | None = None
+    ) -> tuple[bytes, bool]:
+        """The body of GET `path`, at most `limit` bytes, and whether it was cut there."""
+        try:
+            async with self._client.stream(
+                "GET", path, params=params, extensions=self._extensions
+            ) as response:
+                if response.status_code != httpx.codes.OK:
+                    body = await _first(response, ERROR_BODY_LIMIT)
+                    text = body.decode(errors="replace")
+                    raise ReadError(f"GET {path}: {response.status_code} {text}")
+                return await _bounded(response, limit)
+        except httpx.HTTPError as error:
+            raise ReadError(f"GET {path}: {type(error).__name__} {error}") from None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+async def _first(response: httpx.Response, limit: int) -> bytes:
+    body, _ = await _bounded(response, limit)
+    return body
+
+
+async def _bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_raw():
+        if size + len(chunk) > limit:
+            chunks.append(chunk[: limit - size])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False

@@ -1,0 +1,396 @@
+"""Diagnostics bundles (spec 4.2.6) on the real stack: real local clusters leased through the
+API server, captured by the operator when their lease ends, stored in a real MinIO with the
+credentials of a Secret, and handed to their owner alone as pre-signed URLs that MinIO expires."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import io
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lessor.controlplane.binaries import ensure_binaries
+from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.object_store import MinioServer
+from tests.integration.operator_harness import (
+    Objects,
+    Operator,
+    destroy_local_clusters,
+    pids_of,
+    wait_for,
+)
+from tests.integration.test_apiserver import Api, start_api
+
+pytestmark = pytest.mark.integration
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
+BUCKET = "lessor-diagnostics"
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    objects: Objects
+    api: Api
+    minio: MinioServer
+    directory: Path
+    operators: list[Operator]
+
+    def start_operator(self) -> Operator:
+        operator = Operator(
+            self.cluster.kubeconfig,
+            self.objects.namespace,
+            self.directory / "instances",
+            self.directory / f"operator-{len(self.operators)}.log",
+        ).start()
+        self.operators.append(operator)
+        return operator
+
+    def pool(self, name: str, warm: int, **diagnostics: Any) -> None:
+        settings = {
+            "bucket": BUCKET,
+            "endpoint": self.minio.endpoint,
+            "credentialsSecretRef": {"name": "store"},
+            **diagnostics,
+        }
+        self.objects.pool(name, warmTarget=warm, ttl="30m", diagnostics=settings)
+
+
+def _policy(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "tests", "namespace": namespace},
+        "spec": {
+            "auth": {
+                "staticTokens": [
+                    {"secretRef": {"name": "tokens", "key": "alice"}, "claims": {"sub": "alice"}},
+                    {"secretRef": {"name": "tokens", "key": "bob"}, "claims": {"sub": "bob"}},
+                ]
+            },
+            "identity": "{sub}",
+            "rules": [{"pools": ["dx-*"], "maxConcurrentLeases": 5}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if not isinstance(control_plane, LocalControlPlane):
+        pytest.skip("leases `local` clusters, which only the local control plane's operator serves")
+    directory = tmp_path_factory.mktemp("diagnostics")
+    namespace = f"dx-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    wait_established(control_plane)
+    control_plane.kubectl("create", "namespace", namespace)
+    secret = ("create", "secret", "generic", "-n", namespace)
+    control_plane.kubectl(
+        *secret, "tokens", f"--from-literal=alice={ALICE}", f"--from-literal=bob={BOB}"
+    )
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(_policy(namespace)))
+    with MinioServer(directory / "minio") as minio:
+        minio.create_bucket(BUCKET)
+        control_plane.kubectl(
+            *secret,
+            "store",
+            f"--from-literal=AWS_ACCESS_KEY_ID={minio.access_key}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={minio.secret_key}",
+        )
+        process, api = start_api(control_plane, namespace, directory / "api.log")
+        stack = Stack(control_plane, Objects(control_plane, namespace), api, minio, directory, [])
+        stack.start_operator()
+        try:
+            yield stack
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+            for operator in stack.operators:
+                if operator.process and operator.process.poll() is None:
+                    operator.kill(signal.SIGTERM)
+            destroy_local_clusters(directory / "instances")
+            control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def _condition(stack: Stack, pool: str, kind: str = "DiagnosticsReady") -> dict[str, Any] | None:
+    conditions = stack.objects.pool_status(pool).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def _lease(stack: Stack, pool: str) -> tuple[str, Path]:
+    """A Bound lease of Alice's from `pool` and its kubeconfig."""
+    created = stack.api.call("POST", "/v1/leases", token=ALICE, body={"pool": pool})
+    assert created.status == 202, created.body
+    lease_id = created.body["id"]
+
+    def bound() -> dict[str, Any] | None:
+        body = stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body
+        return body if body.get("phase") == "Bound" else None
+
+    path = stack.directory / f"{lease_id}.kubeconfig"
+    path.write_text(wait_for(f"{lease_id} Bound", bound, timeout=180)["kubeconfig"])
+    return lease_id, path
+
+
+def _kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
+    result = subprocess.run(
+        [str(ensure_binaries() / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True, text=True, timeout=60, check=False, input=input,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _cli(stack: Stack, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LESSOR_ENDPOINT": stack.api.base, "LESSOR_TOKEN": token}
+    env["HOME"] = str(stack.directory)
+    return subprocess.run(
+        [sys.executable, "-m", "lessor.cli.main", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _event(namespace: str, name: str, message: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {"kind": "ConfigMap", "name": "app", "namespace": namespace},
+            "reason": "Tested",
+            "message": message,
+            "type": "Warning",
+        }
+    )
+
+
+def _released(stack: Stack, lease_id: str) -> dict[str, Any]:
+    assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+
+    def ended() -> dict[str, Any] | None:
+        lease = stack.objects.get("clusterlease", lease_id)
+        return lease if lease and lease.get("status", {}).get("phase") == "Released" else None
+
+    return wait_for(f"{lease_id} Released", ended, timeout=180)
+
+
+def _download(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _files(bundle: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as archive:
+        return {
+            member.name: archive.extractfile(member).read()  # type: ignore[union-attr]
+            for member in archive.getmembers()
+        }
+
+
+def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
+    stack: Stack,
+) -> None:
+    stack.pool("dx-main", 1, urlTtl="4s", serverSideEncryption="AES256", logLines=20)
+    ready = wait_for("DiagnosticsReady", lambda: _condition(stack, "dx-main"), timeout=60)
+    assert ready["status"] == "True", ready
+    lease_id, kubeconfig = _lease(stack, "dx-main")
+    missing = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert missing.status == 404, "nothing is captured while the lease holds its cluster"
+    marker = f"marker-{uuid.uuid4().hex}"
+    _kubectl(kubeconfig, "create", "namespace", "app")
+    _kubectl(kubeconfig, "create", "-f", "-", input=_event("app", "seen", marker))
+
+    lease = _released(stack, lease_id)
+    record = lease["status"]["diagnostics"]
+    assert record["state"] == "Captured", record
+    assert record["store"]["bucket"] == BUCKET
+    captured = [c for c in lease["status"]["conditions"] if c["type"] == "DiagnosticsCaptured"]
+    assert [(c["status"], c["reason"]) for c in captured] == [("True", "Captured")]
+    assert "DiagnosticsCaptured" in stack.objects.events(lease_id)
+
+    answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert answer.status == 200, answer.body
+    assert set(answer.body) == {"url", "expires_at", "captured_at", "size_bytes", "truncated"}
+    assert answer.body["truncated"] is False
+    status, bundle = _download(answer.body["url"])
+    assert status == 200
+    assert len(bundle) == answer.body["size_bytes"]
+    files = _files(bundle)
+    assert {
+        "capture.json", "cluster/version.json", "cluster/namespaces.json", "cluster/nodes.json",
+        "cluster/pods.json", "cluster/events.json", "lessor/lease.json", "lessor/events.json",
+    } <= set(files)  # fmt: skip
+    assert marker in files["cluster/events.json"].decode()
+    assert '"app"' in files["cluster/namespaces.json"].decode()
+    record_of_lease = json.loads(files["lessor/lease.json"])
+    assert record_of_lease["name"] == lease_id
+    assert record_of_lease["spec"]["requester"] == "tests/alice"
+    assert record_of_lease["status"]["clusterName"]
+    assert "Bound" in files["lessor/events.json"].decode()
+    manifest = json.loads(files["capture.json"])
+    assert manifest["truncated"] is False and manifest["timedOut"] is False
+    for secret_value in (stack.minio.secret_key, ALICE):
+        assert secret_value.encode() not in bundle and secret_value not in json.dumps(lease)
+    head = stack.minio.client().head_object(Bucket=BUCKET, Key=record["key"])
+    assert head["ServerSideEncryption"] == "AES256"
+
+    downloaded = stack.directory / "bundle.tar.gz"
+    cli = _cli(stack, ALICE, "diagnostics", lease_id, "--download", str(downloaded), "-o", "json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["file"] == str(downloaded)
+    assert set(_files(downloaded.read_bytes())) == set(files)
+    refused = _cli(stack, BOB, "diagnostics", lease_id)
+    assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1, refused
+
+    other = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=BOB)
+    assert other.status == 404, "another tenant's lease is not found"
+    assert "url" not in json.dumps(other.body)
+
+    time.sleep(5)  # urlTtl 4s
+    assert _download(answer.body["url"])[0] == 403, "MinIO refuses the expired URL"
+    again = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert again.status == 200 and _download(again.body["url"])[0] == 200
+
+    stack.minio.client().delete_object(Bucket=BUCKET, Key=record["key"])
+    gone = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert gone.status == 404 and "gone" in gone.body["detail"], gone.body
+
+
+def test_a_store_that_cannot_be_used_is_reported_and_leases_still_end(stack: Stack) -> None:
+    stack.pool("dx-check", 0, credentialsSecretRef={"name": "no-such-secret"})
+
+    def reason(expected: str) -> dict[str, Any] | None:
+        found = _condition(stack, "dx-check")
+        return found if found and found["reason"] == expected else None
+
+    found = wait_for("CredentialsInvalid", lambda: reason("CredentialsInvalid"), timeout=60)
+    assert found["status"] == "False" and "no-such-secret" in found["message"]
+    stack.objects.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "wrong"},
+            "stringData": {"AWS_ACCESS_KEY_ID": "nobody", "AWS_SECRET_ACCESS_KEY": "wrong-key"},
+        }
+    )
+    stack.pool("dx-check", 0, credentialsSecretRef={"name": "wrong"})
+    # A HEAD has no body to say why: unknown credentials are denied access.
+    wait_for("AccessDenied", lambda: reason("AccessDenied"), timeout=60)
+    assert "wrong-key" not in json.dumps(stack.objects.get("clusterpool", "dx-check"))
+    stack.pool("dx-check", 0, bucket="no-such-bucket")
+    wait_for("BucketNotFound", lambda: reason("BucketNotFound"), timeout=60)
+    stack.pool("dx-check", 0, endpoint="http://127.0.0.1:9")  # discard: nothing listens
+    wait_for("EndpointUnreachable", lambda: reason("EndpointUnreachable"), timeout=60)
+    assert "DiagnosticsEndpointUnreachable" in stack.objects.events("dx-check")
+
+    # A lease of a pool whose store is unusable ends when asked, without a bundle.
+    stack.pool("dx-broken", 1, bucket="no-such-bucket")
+    lease_id, _ = _lease(stack, "dx-broken")
+    started = time.monotonic()
+    lease = _released(stack, lease_id)
+    assert time.monotonic() - started < 60, "not held back past captureTimeout"
+    record = lease["status"]["diagnostics"]
+    assert record["state"] == "Failed" and "could not be stored" in record["message"], record
+    condition = next(c for c in lease["status"]["conditions"] if c["type"] == "DiagnosticsCaptured")
+    assert condition["status"] == "False"
+    assert "DiagnosticsFailed" in stack.objects.events(lease_id)
+    answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert answer.status == 404
+
+
+def test_a_capture_is_cut_at_maxbytes(stack: Stack) -> None:
+    stack.pool("dx-small", 1, maxBytes=65536)
+    lease_id, kubeconfig = _lease(stack, "dx-small")
+    _kubectl(kubeconfig, "create", "namespace", "noisy")
+    events = "\n".join(_event("noisy", f"e{n}", "x" * 2000) for n in range(60))
+    _kubectl(kubeconfig, "create", "-f", "-", input=events)
+    lease = _released(stack, lease_id)
+    assert lease["status"]["diagnostics"]["truncated"] is True
+    answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert answer.status == 200 and answer.body["truncated"] is True
+    files = _files(_download(answer.body["url"])[1])
+    manifest = json.loads(files.pop("capture.json"))
+    assert manifest["truncated"] is True
+    assert sum(map(len, files.values())) <= 65536
+    assert any(f.get("truncated") for f in manifest["files"])
+
+
+def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_across_a_restart(
+    stack: Stack,
+) -> None:
+    """The leased cluster's kube-apiserver is frozen (SIGSTOP: it accepts and never answers, as a
+    hostile or wedged cluster may), and the operator is SIGKILLed mid-capture: the next one
+    resumes from the recorded start, so the lease still ends by captureTimeout, with the part
+    it could capture."""
+    stack.pool("dx-frozen", 1, captureTimeout="20s")
+    lease_id, _ = _lease(stack, "dx-frozen")
+    instance = stack.objects.get(
+        "clusterinstance", stack.objects.status("clusterlease", lease_id)["clusterName"]
+    )
+    assert instance is not None
+    frozen = pids_of(instance)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
+        capturing = wait_for(
+            "Capturing",
+            lambda: stack.objects.status("clusterlease", lease_id).get("diagnostics"),
+            timeout=60,
+        )
+        assert capturing["state"] == "Capturing"
+        stack.operators[-1].kill(signal.SIGKILL)
+        stack.start_operator()
+        record = wait_for(
+            "the capture's end",
+            lambda: (
+                (found := stack.objects.status("clusterlease", lease_id).get("diagnostics"))
+                and found["state"] != "Capturing"
+                and found
+            ),
+            timeout=90,
+        )
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    started = _time(capturing["startedAt"])
+    assert _time(record["finishedAt"]) - started <= 20 + 2, record
+    assert record["state"] == "Captured" and record["truncated"] is True, record
+    answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    files = _files(_download(answer.body["url"])[1])
+    assert json.loads(files["capture.json"])["timedOut"] is True
+    assert "lessor/lease.json" in files, "what lessor knows is kept when the cluster is silent"
+    wait_for("Released", lambda: stack.objects.phase("clusterlease", lease_id) == "Released", 120)
+
+
+def _time(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_credentials_never_reach_a_status_or_a_log(stack: Stack) -> None:
+    secret = stack.objects.get("secret", "store")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["AWS_SECRET_ACCESS_KEY"]).decode()
+    for path in stack.directory.glob("*.log"):
+        assert key not in path.read_text(errors="replace"), path
+    for kind in ("clusterpools", "clusterleases"):
+        assert key not in json.dumps(stack.objects.list(kind))
