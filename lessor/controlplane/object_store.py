@@ -108,10 +108,14 @@ class MinioServer:
         directory: Path,
         *,
         binary: Path | None = None,
+        host: str = LOOPBACK,
         timeout: float = 60.0,
         progress: Progress = print,
     ) -> None:
         self.directory = directory
+        # The address it listens on and is reached at: loopback, or one that pods in a kind
+        # cluster reach this machine by (its Docker network's gateway), for e2e/.
+        self.host = host
         self.access_key = f"lessor-{secrets.token_hex(8)}"
         self.secret_key = secrets.token_hex(20)
         self._binary = binary
@@ -124,7 +128,7 @@ class MinioServer:
     def endpoint(self) -> str:
         if self._port is None:
             raise ControlPlaneError(f"MinIO in {self.directory} is not running")
-        return f"http://{LOOPBACK}:{self._port}"
+        return f"http://{self.host}:{self._port}"
 
     @property
     def log_path(self) -> Path:
@@ -145,7 +149,7 @@ class MinioServer:
                 "server",
                 str(self.directory / "data"),
                 "--address",
-                f"{LOOPBACK}:{self._port}",
+                f"{self.host}:{self._port}",
                 "--console-address",
                 f"{LOOPBACK}:{console}",
                 "--certs-dir",
@@ -181,7 +185,7 @@ class MinioServer:
 
     def _wait_ready(self, deadline: float) -> None:
         url = f"{self.endpoint}/minio/health/ready"
-        # Loopback never goes through a proxy, whatever the environment says.
+        # This machine's own address never goes through a proxy, whatever the environment says.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
             if self._record is not None and not self._record.is_running():

@@ -20,7 +20,7 @@ import time
 from lessor.operator.backends.registry import unavailable
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
-from lessor.operator.diagnostics.store_checks import RECHECK, StoreChecks
+from lessor.operator.diagnostics.store_checks import RECHECK, RETRY, StoreChecks
 from lessor.operator.kinds import (
     BY_POOL,
     INSTANCES,
@@ -186,7 +186,10 @@ class PoolReconciler:
             return Result(requeue_after=pause)
         if deficit > MAX_CREATES_PER_PASS:
             return Result(requeue_after=1.0)
-        return Result(requeue_after=RECHECK if pool.spec.diagnostics else None)
+        if pool.spec.diagnostics is None:
+            return Result()
+        store = find(status.conditions, DIAGNOSTICS_READY)  # looked at again when due
+        return Result(requeue_after=RECHECK if store and store.status == "True" else RETRY)
 
     def _assess_store(self, key: str, pool: ClusterPool, status: ClusterPoolStatus) -> None:
         """Set `DiagnosticsReady` from the last check of the pool's bucket (none without

@@ -21,6 +21,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cachetools import TTLCache
+from prometheus_client import Counter
+
 from lessor.bucket import Bucket, BucketError, Credentials, Location
 from lessor.operator.conditions import with_condition
 from lessor.operator.diagnostics.bundle import BundleWriter
@@ -48,7 +51,11 @@ CONCURRENCY = 4
 UPLOAD_SHARE = 0.3
 UPLOAD_MIN = 2.0
 UPLOAD_MAX = 60.0
-EVENTS_LIMIT = 1024 * 1024
+BUNDLES = Counter(
+    "lessor_diagnostics_bundles_total",
+    "Diagnostics captures of ended leases, by result (captured, failed).",
+    ["result"],
+)
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,10 @@ class Captures:
         self.client = client
         self.events = events
         self._enqueue = enqueue
-        self._tasks: dict[str, asyncio.Task[Outcome]] = {}
+        self._running: dict[str, asyncio.Task[Outcome]] = {}
+        # Outcomes not yet written, by lease uid; bounded, as a lease deleted mid-capture never
+        # comes back for its own.
+        self._outcomes: TTLCache[str, Outcome] = TTLCache(maxsize=4096, ttl=3600)
         self._turns = asyncio.Semaphore(CONCURRENCY)
 
     async def before_teardown(
@@ -114,23 +124,31 @@ class Captures:
             return obj, None
         uid = lease.metadata.uid or ""
         deadline = record.started_at + parse_duration(record.store.capture_timeout)
-        task = self._tasks.get(uid)
-        if task is not None and task.done():
-            del self._tasks[uid]
-            return await self._finish(obj, lease, record, _outcome_of(task)), None
+        outcome = self._outcomes.get(uid)
+        if outcome is not None:  # forgotten once written: a lost write race keeps it for the retry
+            obj = await self._finish(obj, lease, record, outcome)
+            self._outcomes.pop(uid, None)
+            return obj, None
         left = (deadline - utcnow()).total_seconds()
         if left <= 0:
-            if task is not None:
-                task.cancel()
-                del self._tasks[uid]
+            running = self._running.pop(uid, None)
+            if running is not None:
+                running.cancel()
             seconds = parse_duration(record.store.capture_timeout).total_seconds()
             outcome = Outcome(False, f"not captured within captureTimeout ({seconds:.0f}s)")
             return await self._finish(obj, lease, record, outcome), None
-        if task is None:
+        if uid not in self._running:
             key = f"{lease.metadata.namespace}/{lease.metadata.name}"
-            self._tasks[uid] = asyncio.create_task(self._run(obj, lease, record, deadline))
-            self._tasks[uid].add_done_callback(lambda _: self._enqueue(key))
+            task = asyncio.create_task(self._run(obj, lease, record, deadline))
+            self._running[uid] = task
+            task.add_done_callback(lambda done: self._done(uid, key, done))
         return obj, Result(requeue_after=left + 0.5)
+
+    def _done(self, uid: str, key: str, task: asyncio.Task[Outcome]) -> None:
+        if self._running.get(uid) is task:
+            del self._running[uid]
+            self._outcomes[uid] = _outcome_of(task)
+        self._enqueue(key)
 
     async def _finish(
         self, obj: Json, lease: ClusterLease, record: DiagnosticsRecord, outcome: Outcome
@@ -155,6 +173,7 @@ class Captures:
         )
         status = lease.status.model_copy(update={"diagnostics": done, "conditions": conditions})
         obj = await write_status(self.client, LEASES, obj, status)
+        BUNDLES.labels("captured" if outcome.captured else "failed").inc()
         if outcome.captured:
             await self.events.record(obj, "Normal", "DiagnosticsCaptured", outcome.message)
         else:
