@@ -13,15 +13,18 @@ needs). Every backend must:
    e2e/test_scenarios.py proves NodePort exposure in kind);
 3. run a pod created through it, where the backend has nodes;
 4. end a release's teardown verified, with nothing left, under the same SIGKILLs, and refill
-   its pool;
+   its pool, having captured the cluster's diagnostics bundle first (into MinIO on this machine;
+   with the logs of the pod of 3 where there are nodes);
 5. quarantine a cluster whose teardown cannot be verified, with the evidence.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import subprocess
+import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,6 +41,7 @@ from e2e.kind.components import KindVersions
 from e2e.test_scenarios import kubectl_binary
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.local_clusters import every_cluster
+from lessor.controlplane.object_store import MinioServer
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.namespace import namespace_of
 from tests.integration.operator_harness import CrashPoint, Objects, Operator
@@ -45,6 +49,7 @@ from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.e2e
 POOL = "conformance"
+BUCKET = "conformance-bundles"
 # Where each runs: `namespace` needs the controllers (tokens, namespace deletion) that the
 # local installation runs without (it has no node).
 BACKENDS = {"local": "local", "namespace": "kind", "vcluster": "kind"}
@@ -148,9 +153,23 @@ def namespace_of_instance(instance: dict[str, Any]) -> str:
     return namespace_of(InstanceRef(metadata["namespace"], metadata["name"], metadata["uid"]))
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
+    """Where each pool's diagnostics bundles go; the operators run on this machine."""
+    with MinioServer(tmp_path_factory.mktemp("store")) as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+def bundle_files(store: MinioServer, key: str) -> dict[str, bytes]:
+    body = store.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive.getmembers()}  # type: ignore[union-attr]
+
+
 @pytest.fixture(params=list(BACKENDS))
 def harness(
-    request: pytest.FixtureRequest, configured: Installation, tmp_path: Path
+    request: pytest.FixtureRequest, configured: Installation, tmp_path: Path, store: MinioServer
 ) -> Iterator[Harness]:
     backend: str = request.param
     if BACKENDS[backend] != configured.kind or configured.host is None:
@@ -164,14 +183,25 @@ def harness(
     )  # fmt: skip
     kubeconfig = host.kubeconfig if backend == "namespace" else accounts["lessor-operator"]
     harness = Harness(backend, configured, host, Objects(host, namespace), kubeconfig, tmp_path, [])
+    host.kubectl(
+        "create", "secret", "generic", "store", "-n", namespace,
+        f"--from-literal=AWS_ACCESS_KEY_ID={store.access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={store.secret_key}",
+    )  # fmt: skip
+    diagnostics = {
+        "bucket": BUCKET, "endpoint": store.endpoint, "credentialsSecretRef": {"name": "store"},
+    }  # fmt: skip
     harness.objects.apply(
         {
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "ClusterPool",
             "metadata": {"name": POOL},
-            "spec": {"warmTarget": 1, "ttl": "30m", "backend": harness.spec()},
+            "spec": {
+                "warmTarget": 1, "ttl": "30m", "backend": harness.spec(),
+                "diagnostics": diagnostics,
+            },
         }
-    )
+    )  # fmt: skip
     try:
         yield harness
     finally:
@@ -195,7 +225,9 @@ def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_a_backend_provisions_serves_and_tears_down_through_sigkills(harness: Harness) -> None:
+def test_a_backend_provisions_serves_and_tears_down_through_sigkills(
+    harness: Harness, store: MinioServer
+) -> None:
     objects = harness.objects
     killed = harness.crashing_until(lambda: bool(harness.ready()), "a Ready cluster")
     assert killed > 0, "the operator was killed after its writes"
@@ -228,6 +260,7 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(harness: Ha
         assert rolled.returncode == 0, rolled.stderr
         [pod] = json.loads(kubectl(str(kubeconfig), "get", "pods", "-o", "json").stdout)["items"]
         assert pod["status"]["phase"] == "Running"
+        logs = f"logs/{pod['metadata']['namespace']}/{pod['metadata']['name']}/"
     harness.stop_operators()
 
     objects.patch("clusterlease", "conforming", {"spec": {"releaseRequested": True}})
@@ -236,6 +269,13 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(harness: Ha
     )
     assert objects.get("clusterinstance", instance["metadata"]["name"]) is None
     assert harness.traces(instance) == [], "nothing of the cluster is left"
+    record = objects.status("clusterlease", "conforming")["diagnostics"]
+    assert record["state"] == "Captured", record
+    files = bundle_files(store, record["key"])
+    assert json.loads(files["lessor/lease.json"])["name"] == "conforming"
+    assert json.loads(files["cluster/version.json"])["gitVersion"]
+    if harness.installation.kind == "kind":
+        assert any(name.startswith(logs) for name in files), sorted(files)
     harness.operator()
     wait_for("the pool refilled", lambda: len(harness.ready()) == 1, timeout=300)
 

@@ -223,3 +223,30 @@ def test_bundle_writer_cuts_the_file_that_crosses_the_budget() -> None:
     writer.close()
     assert sizes["a"] == 60 and sizes["b"] == 40 and sizes["c"] == 0
     assert "d" not in sizes and writer.truncated
+
+
+def test_a_kubeconfig_confined_to_a_namespace_reads_that_namespace(
+    cluster: tuple[dict[str, Answer], str],
+) -> None:
+    routes, kubeconfig = cluster
+    document = yaml.safe_load(kubeconfig)
+    document["contexts"] = [{"name": "c", "context": {"cluster": "c", "namespace": "team"}}]
+
+    def forbidden(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_error(403)
+
+    pod = {
+        "metadata": {"namespace": "team", "name": "job"},
+        "spec": {"nodeName": "n"},
+        "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {}}}]},
+    }
+    routes["/api/v1/pods"] = routes["/api/v1/events"] = routes["/api/v1/nodes"] = forbidden
+    routes["/api/v1/namespaces/team/pods"] = _json({"items": [pod]})
+    routes["/api/v1/namespaces/team/events"] = _json({"items": [{"message": "seen"}]})
+    routes["/api/v1/namespaces/team/pods/job/log"] = _json("the job's output")
+    files = _capture(yaml.safe_dump(document), 1_000_000)
+    assert json.loads(files["cluster/pods.json"])["items"] == [pod]
+    assert b"seen" in files["cluster/events.json"]
+    assert b"the job's output" in files["logs/team/job/main.log"]
+    manifest = {entry["name"]: entry for entry in json.loads(files["capture.json"])["files"]}
+    assert "403" in manifest["cluster/nodes.json"]["error"]

@@ -1,9 +1,10 @@
 """What a diagnostics bundle holds, read from the leased cluster and from lessor's own records.
 
 Files: `cluster/version.json`; `cluster/namespaces.json`, `nodes.json`, `pods.json`,
-`events.json` (every namespace); `logs/<namespace>/<pod>/<container>.log`, the last `logLines`
-lines of each started container on a cluster that has nodes; `lessor/lease.json` (the lease:
-who, which cluster, its phases with their times) and `lessor/events.json` (what the operator
+`events.json` (every namespace; with a kubeconfig confined to one namespace, that namespace's
+pods and events); `logs/<namespace>/<pod>/<container>.log`, the last `logLines` lines of each
+started container of a pod on a node; `lessor/lease.json` (the lease: who, which cluster, its
+phases with their times) and `lessor/events.json` (what the operator
 recorded about it); `capture.json` last (bundle.py). Lists are read a page at a time; every read
 is cut at what is left of the budget, and a read that fails is listed with its error and the
 capture goes on. Names from the cluster become paths in the archive only if they are Kubernetes
@@ -23,12 +24,14 @@ from lessor.protocol.json_object import Json
 PAGE = 250
 LOG_LIMIT = 2 * 1024 * 1024  # one container's log, at most
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# (file, cluster-wide path, the resource's plural where a namespace can be listed instead)
 LISTS = (
-    ("cluster/namespaces.json", "/api/v1/namespaces"),
-    ("cluster/nodes.json", "/api/v1/nodes"),
-    ("cluster/pods.json", "/api/v1/pods"),
-    ("cluster/events.json", "/api/v1/events"),
+    ("cluster/namespaces.json", "/api/v1/namespaces", None),
+    ("cluster/nodes.json", "/api/v1/nodes", None),
+    ("cluster/pods.json", "/api/v1/pods", "pods"),
+    ("cluster/events.json", "/api/v1/events", "events"),
 )
+FORBIDDEN = 403
 
 
 async def capture_cluster(reader: ClusterReader, writer: BundleWriter, log_lines: int) -> None:
@@ -38,14 +41,19 @@ async def capture_cluster(reader: ClusterReader, writer: BundleWriter, log_lines
     except ReadError as error:
         writer.failed("cluster/version.json", str(error))
     listed: dict[str, list[Json]] = {}
-    for name, path in LISTS:
-        listed[name] = await _list(reader, writer, name, path)
-    if listed["cluster/nodes.json"] and log_lines:
+    for name, path, plural in LISTS:
+        confined = reader.namespace if plural and NAME.match(reader.namespace or "") else None
+        fallback = f"/api/v1/namespaces/{confined}/{plural}" if confined else None
+        listed[name] = await _list(reader, writer, name, path, fallback)
+    if log_lines:
         await _logs(reader, writer, listed["cluster/pods.json"], log_lines)
 
 
-async def _list(reader: ClusterReader, writer: BundleWriter, name: str, path: str) -> list[Json]:
-    """Every page of a list while the budget lasts; the items, also written to `name`."""
+async def _list(
+    reader: ClusterReader, writer: BundleWriter, name: str, path: str, fallback: str | None
+) -> list[Json]:
+    """Every page of a list while the budget lasts; the items, also written to `name`. Refused
+    cluster-wide, the list is read from `fallback` (the kubeconfig's namespace) if there is one."""
     items: list[Json] = []
     params: dict[str, str | int] = {"limit": PAGE}
     cut = False
@@ -62,8 +70,14 @@ async def _list(reader: ClusterReader, writer: BundleWriter, name: str, path: st
             if not token or not isinstance(token, str):
                 break
             params = {"limit": PAGE, "continue": token}
-    except (ReadError, ValueError) as error:
+    except ReadError as error:
+        if error.status == FORBIDDEN and fallback and not items:
+            return await _list(reader, writer, name, fallback, None)
         writer.failed(name, str(error))
+        if not items:
+            return []
+    except ValueError as error:
+        writer.failed(name, f"GET {path}: not JSON ({error})")
         if not items:
             return []
     writer.add_json(name, {"items": items}, truncated=cut)

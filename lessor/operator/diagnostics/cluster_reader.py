@@ -26,6 +26,10 @@ ERROR_BODY_LIMIT = 512
 class ReadError(Exception):
     """One read failed (refused, an error status, no answer); the capture goes on without it."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 def _user(kubeconfig: dict[str, Any]) -> dict[str, Any]:
     users = kubeconfig.get("users")
@@ -33,6 +37,15 @@ def _user(kubeconfig: dict[str, Any]) -> dict[str, Any]:
         return {}
     user = users[0].get("user")
     return user if isinstance(user, dict) else {}
+
+
+def _context_namespace(kubeconfig: dict[str, Any]) -> str | None:
+    contexts = kubeconfig.get("contexts")
+    if not isinstance(contexts, list) or len(contexts) != 1 or not isinstance(contexts[0], dict):
+        return None
+    context = contexts[0].get("context")
+    namespace = context.get("namespace") if isinstance(context, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 def _tls(cluster: dict[str, Any], user: dict[str, Any]) -> ssl.SSLContext:
@@ -64,6 +77,9 @@ class ClusterReader:
         if user.get("token"):
             headers["Authorization"] = f"Bearer {user['token']}"
         self.server = str(cluster["server"])
+        # A kubeconfig confined to one namespace (the `namespace` backend's) names it here: what
+        # cannot be listed cluster-wide is listed there.
+        self.namespace = _context_namespace(document)
         server_name = cluster.get("tls-server-name")
         self._extensions = {"sni_hostname": server_name} if server_name else {}
         self._client = httpx.AsyncClient(
@@ -85,7 +101,9 @@ class ClusterReader:
                 if response.status_code != httpx.codes.OK:
                     body = await _first(response, ERROR_BODY_LIMIT)
                     text = body.decode(errors="replace")
-                    raise ReadError(f"GET {path}: {response.status_code} {text}")
+                    raise ReadError(
+                        f"GET {path}: {response.status_code} {text}", response.status_code
+                    )
                 return await _bounded(response, limit)
         except httpx.HTTPError as error:
             raise ReadError(f"GET {path}: {type(error).__name__} {error}") from None
