@@ -82,9 +82,13 @@ class ClusterReader:
         self.namespace = _context_namespace(document)
         server_name = cluster.get("tls-server-name")
         self._extensions = {"sni_hostname": server_name} if server_name else {}
+        try:
+            tls = _tls(cluster, user)
+        except (ssl.SSLError, ValueError) as error:
+            raise ReadError(f"the lease's kubeconfig has unusable TLS data: {error}") from None
         self._client = httpx.AsyncClient(
             base_url=self.server,
-            verify=_tls(cluster, user),
+            verify=tls,
             headers=headers,
             timeout=timeout,
             follow_redirects=False,
