@@ -175,7 +175,9 @@ def _client_error(
     details = error.response.get("Error", {})
     code = str(details.get("Code", ""))
     status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if code in ("NoSuchBucket", "NoSuchKey", "404", "NotFound") or status == 404:
+    if code.startswith("kms") or "KMS" in code:  # AWS: KMS.NotFoundException; MinIO: kms:...
+        return BucketError("StoreError", f"{operation}: the KMS key was refused ({code})")
+    if code in ("NoSuchBucket", "NoSuchKey", "404", "NotFound"):
         return BucketError("BucketNotFound", f"{operation}: no bucket or object there in {bucket}")
     if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
         return BucketError(

@@ -318,13 +318,19 @@ def test_a_store_that_cannot_be_used_is_reported_and_leases_still_end(stack: Sta
 
 
 def test_a_capture_is_cut_at_maxbytes(stack: Stack) -> None:
-    stack.pool("dx-small", 1, maxBytes=65536)
+    # SSE-KMS with the key of MinIO's own KMS (lessor.controlplane.object_store).
+    stack.pool(
+        "dx-small", 1, maxBytes=65536, serverSideEncryption="aws:kms", kmsKeyId="lessor-test"
+    )
     lease_id, kubeconfig = _lease(stack, "dx-small")
     _kubectl(kubeconfig, "create", "namespace", "noisy")
     events = "\n".join(_event("noisy", f"e{n}", "x" * 2000) for n in range(60))
     _kubectl(kubeconfig, "create", "-f", "-", input=events)
     lease = _released(stack, lease_id)
     assert lease["status"]["diagnostics"]["truncated"] is True
+    key = lease["status"]["diagnostics"]["key"]
+    head = stack.minio.client().head_object(Bucket=BUCKET, Key=key)
+    assert head["ServerSideEncryption"] == "aws:kms" and "lessor-test" in head["SSEKMSKeyId"]
     answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
     assert answer.status == 200 and answer.body["truncated"] is True
     files = _files(_download(answer.body["url"])[1])

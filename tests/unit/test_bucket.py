@@ -6,9 +6,10 @@ import base64
 import datetime
 import urllib.parse
 
+import botocore.exceptions
 import pytest
 
-from lessor.bucket import Bucket, BucketError, Credentials, Location
+from lessor.bucket import Bucket, BucketError, Credentials, Location, _client_error
 
 
 def _data(**values: str) -> dict[str, str]:
@@ -49,3 +50,24 @@ def test_a_url_lives_its_ttl_and_never_past_the_seven_days_sigv4_allows() -> Non
 
     assert expires(datetime.timedelta(minutes=15)) == "900"
     assert expires(datetime.timedelta(days=30)) == str(7 * 24 * 3600)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("kms:KeyNotFound", 404, "StoreError"),  # MinIO's answer to an unknown kmsKeyId
+        ("NoSuchBucket", 404, "BucketNotFound"),
+        ("404", 404, "BucketNotFound"),  # a HEAD's: no body to carry a code
+        ("403", 403, "AccessDenied"),
+        ("InvalidAccessKeyId", 403, "CredentialsInvalid"),
+    ],
+)
+def test_store_answers_become_the_reason_a_condition_carries(
+    code: str, status: int, reason: str
+) -> None:
+    answer = {
+        "Error": {"Code": code, "Message": "m"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    error = _client_error(botocore.exceptions.ClientError(answer, "PutObject"), "PutObject", "b")  # type: ignore[arg-type]
+    assert error.reason == reason
