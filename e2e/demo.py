@@ -184,8 +184,7 @@ def start_object_store(cluster: LocalControlPlane, work: Path) -> MinioServer:
     store.create_bucket("lessor-diagnostics")
     cluster.kubectl(
         "create", "secret", "generic", "diagnostics-store", "-n", "lessor-system",
-        f"--from-literal=AWS_ACCESS_KEY_ID={store.access_key}",
-        f"--from-literal=AWS_SECRET_ACCESS_KEY={store.secret_key}",
+        *store.credential_literals(),
     )  # fmt: skip
     diagnostics = {
         "bucket": "lessor-diagnostics",

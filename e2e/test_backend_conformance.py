@@ -185,8 +185,7 @@ def harness(
     harness = Harness(backend, configured, host, Objects(host, namespace), kubeconfig, tmp_path, [])
     host.kubectl(
         "create", "secret", "generic", "store", "-n", namespace,
-        f"--from-literal=AWS_ACCESS_KEY_ID={store.access_key}",
-        f"--from-literal=AWS_SECRET_ACCESS_KEY={store.secret_key}",
+        *store.credential_literals(),
     )  # fmt: skip
     diagnostics = {
         "bucket": BUCKET, "endpoint": store.endpoint, "credentialsSecretRef": {"name": "store"},

@@ -46,8 +46,7 @@ def pool(configured: Installation, tmp_path_factory: pytest.TempPathFactory) -> 
         store.create_bucket(BUCKET)
         configured.kubectl(
             "create", "secret", "generic", "e2e-diagnostics-store", "-n", NAMESPACE,
-            f"--from-literal=AWS_ACCESS_KEY_ID={store.access_key}",
-            f"--from-literal=AWS_SECRET_ACCESS_KEY={store.secret_key}",
+            *store.credential_literals(),
         )  # fmt: skip
         diagnostics = {
             "bucket": BUCKET,

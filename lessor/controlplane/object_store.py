@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
+from lessor.bucket import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from lessor.controlplane.binaries import Progress, build_once, cache_root, run_go
 from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.ports import LOOPBACK, PortReservation
@@ -225,6 +226,14 @@ class MinioServer:
             config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
         )
         return client
+
+    def credential_literals(self) -> list[str]:
+        """`kubectl create secret generic` arguments of a Secret lessor reads these credentials
+        from (a pool's `diagnostics.credentialsSecretRef`)."""
+        return [
+            f"--from-literal={ACCESS_KEY_ID}={self.access_key}",
+            f"--from-literal={SECRET_ACCESS_KEY}={self.secret_key}",
+        ]
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)

@@ -181,7 +181,8 @@ class PoolReconciler:
         )
         obj = await write_status(self.client, POOLS, obj, status)
         await self._report(obj, before, backend_health, failed)
-        await self._report_store(obj, store_before, find(status.conditions, DIAGNOSTICS_READY))
+        store_after = find(status.conditions, DIAGNOSTICS_READY)
+        await self._report_turn(obj, store_before, store_after, "Diagnostics")
         if pause > 0:
             return Result(requeue_after=pause)
         if deficit > MAX_CREATES_PER_PASS:
@@ -205,15 +206,16 @@ class PoolReconciler:
                 generation=pool.metadata.generation,
             )  # fmt: skip
 
-    async def _report_store(
-        self, obj: Json, before: Condition | None, after: Condition | None
+    async def _report_turn(
+        self, obj: Json, before: Condition | None, after: Condition | None, prefix: str = ""
     ) -> None:
+        """An Event `<prefix><reason>` when a condition appears or turns (status or reason)."""
         if after is None or (
-            before and (before.status, before.reason) == (after.status, after.reason)
+            before is not None and (before.status, before.reason) == (after.status, after.reason)
         ):
             return
         kind = "Normal" if after.status == "True" else "Warning"
-        await self.events.record(obj, kind, f"Diagnostics{after.reason}", after.message)
+        await self.events.record(obj, kind, f"{prefix}{after.reason}", after.message)
 
     async def _replace_unhealthy(self, instances: list[Json]) -> list[Json]:
         """Tear down the unclaimed Unhealthy instances (replaced, not repaired: the deficit
@@ -284,13 +286,10 @@ class PoolReconciler:
         self, obj: Json, before: Condition | None, after: Condition | None, failed: list[Json]
     ) -> None:
         """Events for what the status now says: failed starts, and each turn of `BackendHealthy`."""
-        if after is None:
-            return
-        if failed:
+        if after is not None and failed:
             await self.events.record(obj, "Warning", "ClusterFailedToStart", after.message)
-        elif before is None or (before.status, before.reason) != (after.status, after.reason):
-            kind = "Normal" if after.status == "True" else "Warning"
-            await self.events.record(obj, kind, after.reason, after.message)
+        else:
+            await self._report_turn(obj, before, after)
 
     async def _create_instance(self, pool_obj: Json, pool: ClusterPool) -> str:
         name = pool.metadata.name or ""

@@ -105,6 +105,16 @@ def test_invalid_policies_are_refused_naming_the_field(
     assert field in result.stderr
 
 
+def refusal_of_pool(cluster: Cluster, **spec: object) -> str:
+    """What the API server says when refusing the valid pool with `spec` fields replaced."""
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "invalid"
+    document["spec"].update(spec)
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert result.returncode != 0, "refused"
+    return result.stderr
+
+
 ROUTE = {"gateway": {"name": "clusters", "namespace": "gw"}, "domain": "clusters.example.com"}
 
 
@@ -130,12 +140,7 @@ ROUTE = {"gateway": {"name": "clusters", "namespace": "gw"}, "domain": "clusters
 def test_backend_settings_that_cannot_work_are_refused_with_a_reason(
     cluster: Cluster, backend: dict[str, object], message: str
 ) -> None:
-    document = yaml.safe_load(VALID_POOL)
-    document["metadata"]["name"] = "invalid"
-    document["spec"]["backend"] = backend
-    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
-    assert result.returncode != 0
-    assert message in result.stderr
+    assert message in refusal_of_pool(cluster, backend=backend)
 
 
 @pytest.mark.parametrize(
@@ -155,12 +160,7 @@ def test_backend_settings_that_cannot_work_are_refused_with_a_reason(
 def test_diagnostics_settings_that_cannot_work_are_refused(
     cluster: Cluster, diagnostics: dict[str, object], message: str
 ) -> None:
-    document = yaml.safe_load(VALID_POOL)
-    document["metadata"]["name"] = "invalid"
-    document["spec"]["diagnostics"] = diagnostics
-    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
-    assert result.returncode != 0
-    assert message in result.stderr
+    assert message in refusal_of_pool(cluster, diagnostics=diagnostics)
 
 
 def test_a_pool_exposed_through_a_gateway_is_accepted(cluster: Cluster) -> None:

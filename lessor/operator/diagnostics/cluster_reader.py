@@ -103,7 +103,7 @@ class ClusterReader:
                 "GET", path, params=params, extensions=self._extensions
             ) as response:
                 if response.status_code != httpx.codes.OK:
-                    body = await _first(response, ERROR_BODY_LIMIT)
+                    body, _ = await _bounded(response, ERROR_BODY_LIMIT)
                     text = body.decode(errors="replace")
                     raise ReadError(
                         f"GET {path}: {response.status_code} {text}", response.status_code
@@ -114,11 +114,6 @@ class ClusterReader:
 
     async def close(self) -> None:
         await self._client.aclose()
-
-
-async def _first(response: httpx.Response, limit: int) -> bytes:
-    body, _ = await _bounded(response, limit)
-    return body
 
 
 async def _bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
