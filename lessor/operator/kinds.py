@@ -39,7 +39,6 @@ BY_POOL = "by-pool"
 BY_CLAIM = "by-claim"
 POOL_LABEL = "lessor.dev/pool"
 INSTANCE_FINALIZER = "lessor.dev/teardown"
-LEASE_FINALIZER = "lessor.dev/release"
 
 
 def pool_key(obj: Json) -> str:

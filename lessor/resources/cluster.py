@@ -435,6 +435,9 @@ class ClusterLeaseSpec(SpecModel):
 
 
 CLUSTER_HEALTHY = "ClusterHealthy"
+# Held by a lease until the operator has ended it (its cluster torn down). The API server
+# creates leases with it, which saves the operator a write before it can bind.
+LEASE_FINALIZER = "lessor.dev/release"
 DIAGNOSTICS_CAPTURED = "DiagnosticsCaptured"
 """The lease's condition that mirrors its bound cluster's health checks (written once one fails)."""
 

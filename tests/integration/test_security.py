@@ -476,7 +476,12 @@ def test_a_leases_reservations_go_with_it(stack: Stack) -> None:  # noqa: F811
     held = reservations()
     assert len(held) == 2, held  # a slot and the alias
     uid = _lease(stack, lease)["metadata"]["uid"]
-    assert all(r["metadata"]["ownerReferences"][0]["uid"] == uid for r in held)
+
+    def owned() -> bool:  # written beside the request, a moment after its answer
+        owners = [r["metadata"].get("ownerReferences", [{}])[0].get("uid") for r in reservations()]
+        return owners == [uid, uid]
+
+    wait_for("the lease owns its reservations", owned, timeout=30)
     assert stack.api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
     wait_for("Released", lambda: _phase(stack, lease) == "Released")
     stack.cluster.kubectl("delete", "clusterlease", lease, "-n", stack.namespace)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import time
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.ssh import MAX_SKEW_SECONDS, NonceCache
 from lessor.apiserver.http.errors import TooManyRequestsError
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.expiring_records import ExpiringRecords
-from lessor.apiserver.state.kube import TIMEOUT, Kube
+from lessor.apiserver.state.kube import Kube
 
 LABEL = "lessor.dev/ssh-nonce"
 SWEPT_BUCKETS = 144  # a day: older buckets were swept by someone long ago
@@ -49,12 +48,10 @@ class ClusterNonces(NonceCache):
                 )
         name = "lessor-nonce-" + hashlib.sha256(key_blob + b"\0" + nonce.encode()).hexdigest()[:40]
         expires = int(time.time()) + 2 * MAX_SKEW_SECONDS
-        body = client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name, labels=self.records.labels(expires))
-        )
+        body = {"metadata": {"name": name, "labels": self.records.labels(expires)}}
         try:
-            self.kube.core.create_namespaced_config_map(
-                self.kube.namespace, body, _request_timeout=TIMEOUT
+            self.kube.request(
+                "POST", f"/api/v1/namespaces/{self.kube.namespace}/configmaps", body=body
             )
         except ApiException as error:
             if error.status == 409:

@@ -79,9 +79,11 @@ from lessor.apiserver.sandboxes.streams import SandboxStreamService
 from lessor.apiserver.sandboxes.upgrade import StreamRoutes
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.kube import Kube, kube
+from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp
+from lessor.resources.cluster import ClusterLease, ClusterPool
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,21 @@ class Services:
             self.settings.lease_admission_burst,
             scope="cluster",
         )
-        return LeaseService(self.kube, limiter, self.settings.default_max_concurrent_leases)
+        return LeaseService(
+            self.kube,
+            limiter,
+            self.settings.default_max_concurrent_leases,
+            self.watched_leases,
+            self.watched_pools,
+        )
+
+    @cached_property
+    def watched_leases(self) -> WatchedObjects:
+        return WatchedObjects(lambda: self.kube, ClusterLease.crd.plural)
+
+    @cached_property
+    def watched_pools(self) -> WatchedObjects:
+        return WatchedObjects(lambda: self.kube, ClusterPool.crd.plural)
 
     @cached_property
     def diagnostics(self) -> DiagnosticsService:
@@ -128,7 +144,13 @@ class Services:
 
     @cached_property
     def pools(self) -> PoolService:
-        return PoolService(self.kube, self._sandbox_served, self._own_sandbox_leases)
+        return PoolService(
+            self.kube,
+            self.watched_pools,
+            self.watched_leases,
+            self._sandbox_served,
+            self._own_sandbox_leases,
+        )
 
     def _sandbox_served(self) -> bool:
         return self.settings.agent_sandbox_mode == "external" and self.sandbox.verdict().served

@@ -13,8 +13,6 @@ import hashlib
 import re
 import secrets
 
-from kubernetes.client.exceptions import ApiException
-
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import metrics
 from lessor.apiserver.http.bodies import CreateLease, ExtendLease
@@ -30,11 +28,12 @@ from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
+from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import looks_like_an_id
 from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import CLUSTER_HEALTHY, ClusterLease, ClusterPool
+from lessor.resources.cluster import CLUSTER_HEALTHY, LEASE_FINALIZER, ClusterLease, ClusterPool
 
 REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
@@ -65,8 +64,18 @@ def _cluster_health(status: Json) -> Json | None:
 
 
 class LeaseService:
-    def __init__(self, kube: Kube, limiter: AdmissionLimiter, default_ceiling: int) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        limiter: AdmissionLimiter,
+        default_ceiling: int,
+        watched_leases: WatchedObjects,
+        watched_pools: WatchedObjects,
+    ) -> None:
+        """`watched_*`: the ClusterLeases and ClusterPools as this process watches them, which
+        reads that may lag a moment are served from."""
         self.kube = kube
+        self.watched_leases, self.watched_pools = watched_leases, watched_pools
         # Creates per principal and replica: each one is several writes to kube-apiserver, so a
         # caller in a loop must not take every replica's capacity (429 with Retry-After).
         self.limiter = limiter
@@ -76,11 +85,12 @@ class LeaseService:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def usable(self, principal: Principal, lease_id: str) -> Json:
+    def usable(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> Json:
         """The caller's lease while its policy still grants the lease's pool: one that no
         longer does is not served (404, as a Sandbox lease out of the caller's scope), so an
-        administrator narrowing a policy cuts off kubeconfigs and extensions at once."""
-        lease = self.owned(principal, lease_id)
+        administrator narrowing a policy cuts off kubeconfigs and extensions at once.
+        `fresh`: read from kube-apiserver, not the watch (what a fenced write starts from)."""
+        lease = self.owned(principal, lease_id, fresh=fresh)
         if not self.granted(principal, lease):
             raise HttpNotFoundError(f"no lease {lease_id}")
         return lease
@@ -90,12 +100,15 @@ class LeaseService:
         pool = lease.get("spec", {}).get("pool", "")
         return grant_for(principal.policy.spec, principal.claims, pool) is not None
 
-    def owned(self, principal: Principal, lease_id: str) -> Json:
+    def owned(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> Json:
         """The caller's lease; another identity's lease is indistinguishable from none (404).
         Release takes it even out of the policy's grant (ending a lease never hurts)."""
         if not OBJECT_NAME.match(lease_id):
             raise HttpNotFoundError(f"no lease {lease_id[:80]}")
-        obj = self.kube.find(ClusterLease.crd.plural, lease_id)
+        if fresh:
+            obj = self.kube.find(ClusterLease.crd.plural, lease_id)
+        else:
+            obj = self.watched_leases.read(lease_id)
         if obj is None and not looks_like_an_id(lease_id):
             obj = by_alias(self._all_mine(principal), lease_id, ClusterLease.phases.holds_slot)
         if obj is None or obj.get("spec", {}).get("requester") != principal.owner:
@@ -104,6 +117,8 @@ class LeaseService:
 
     def _all_mine(self, principal: Principal) -> list[Json]:
         """Every lease of the caller's, ended ones included (until the operator deletes them)."""
+        # A consistent list, not the watch: a listing is not polled, and one API worker must
+        # never list a lease another worker has just shown ended.
         selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
         return [
             lease
@@ -114,12 +129,10 @@ class LeaseService:
     def pool(self, name: str) -> ClusterPool:
         if not OBJECT_NAME.match(name):
             raise HttpNotFoundError(f"no pool {name[:80]}")
-        try:
-            return ClusterPool.model_validate(self.kube.get(ClusterPool.crd.plural, name))
-        except ApiException as error:
-            if error.status == 404:
-                raise HttpNotFoundError(f"no pool {name}") from error
-            raise
+        found = self.watched_pools.read(name)
+        if found is None:
+            raise HttpNotFoundError(f"no pool {name}")
+        return ClusterPool.model_validate(found)
 
     # -- create ----------------------------------------------------------------------------
 
@@ -167,6 +180,7 @@ class LeaseService:
                     "kind": "ClusterLease",
                     "metadata": {
                         "name": name,
+                        "finalizers": [LEASE_FINALIZER],
                         "labels": {
                             REQUESTER_LABEL: requester_label(principal.owner),
                             POOL_LABEL: pool_name,
@@ -179,6 +193,7 @@ class LeaseService:
             for reservation in taken:
                 self.reservations.release(reservation)
             raise
+        self._wrote(created)
         self.reservations.own(taken, created)
         response: Json = {
             "id": name,
@@ -239,7 +254,7 @@ class LeaseService:
 
     def release(self, principal: Principal, lease_id: str) -> None:
         def attempt() -> None:
-            lease = self.owned(principal, lease_id)
+            lease = self.owned(principal, lease_id, fresh=True)
             phase = _phase(lease)
             if phase == "Quarantined":
                 raise HttpConflictError(
@@ -250,19 +265,24 @@ class LeaseService:
                 )
             if phase in ClusterLease.phases.finished or lease["spec"].get("releaseRequested"):
                 return
-            fenced_patch(
-                self.kube,
-                ClusterLease.crd.plural,
-                lease,
-                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+            self._wrote(
+                fenced_patch(
+                    self.kube,
+                    ClusterLease.crd.plural,
+                    lease,
+                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
+                )
             )
 
         retry_on_conflict(attempt, doing="releasing it")
 
+    def _wrote(self, lease: Json) -> None:
+        self.watched_leases.wrote(lease)
+
     def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
         # A concurrent extension that wins makes the next attempt count against the fresh lease.
         def attempt() -> Json:
-            raw = self.usable(principal, lease_id)
+            raw = self.usable(principal, lease_id, fresh=True)
             lease = ClusterLease.model_validate(raw)
             status = lease.status
             if status is None or status.phase != "Bound" or status.bound_at is None:
@@ -283,9 +303,9 @@ class LeaseService:
                 )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
-            name = raw["metadata"]["name"]  # `lease_id` may be its alias
-            updated = ClusterLease.model_validate(self.kube.get(ClusterLease.crd.plural, name))
+            patched = fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
+            self._wrote(patched)
+            updated = ClusterLease.model_validate(patched)
             return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
 
         return retry_on_conflict(attempt, doing="extending it")

@@ -18,6 +18,7 @@ from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http.errors import HttpNotFoundError
 from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
+from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
 from lessor.resources.base import Condition
 from lessor.resources.cluster import ClusterLease, ClusterPool
@@ -88,10 +89,13 @@ class PoolService:
     def __init__(
         self,
         kube: Kube,
+        watched_pools: WatchedObjects,
+        watched_leases: WatchedObjects,
         sandbox_served: Callable[[], bool] = lambda: False,
         own_sandbox_leases: Callable[[Principal], list[Json]] = lambda _: [],
     ) -> None:
         self.kube = kube
+        self.watched_pools, self.watched_leases = watched_pools, watched_leases
         self.sandbox_served = sandbox_served
         self.own_sandbox_leases = own_sandbox_leases  # SandboxLeaseService.list_mine
         # What anyone may read without credentials, computed at most once per ANONYMOUS_TTL:
@@ -102,8 +106,7 @@ class PoolService:
         self._anonymous_lock = threading.Lock()
 
     def _cluster_pools(self) -> list[ClusterPool]:
-        pools = self.kube.list_objects(ClusterPool.crd.plural, cached=True)
-        return [ClusterPool.model_validate(p) for p in pools]
+        return [ClusterPool.model_validate(p) for p in self.watched_pools.listed()]
 
     def _sandbox_pools(self) -> list[SandboxPool]:
         if not self.sandbox_served():
@@ -139,7 +142,7 @@ class PoolService:
         if self.one(principal, name)["resourceKind"] == "Sandbox":
             return self._own_sandbox_leases(principal, name)
         rows = []
-        for lease in self.kube.list_objects(ClusterLease.crd.plural, cached=True):
+        for lease in self.watched_leases.listed():
             spec, status = lease.get("spec", {}), lease.get("status", {})
             if spec.get("pool") != name or not ClusterLease.phases.holds_slot(status.get("phase")):
                 continue

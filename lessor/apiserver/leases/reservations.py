@@ -19,18 +19,18 @@ from __future__ import annotations
 import datetime
 import hashlib
 import itertools
-import json
 import logging
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http.errors import HttpConflictError, TooManyRequestsError
-from lessor.apiserver.state.kube import TIMEOUT, Kube
+from lessor.apiserver.state.kube import Kube
+from lessor.protocol.timestamps import utcnow
 from lessor.resources.cluster import ClusterLease
 from lessor.resources.sandbox import SandboxLease
 
@@ -125,18 +125,11 @@ class Reservations:
         return f"lessor-{self.family}slot-{holder}-{index}"
 
     def _held_slots(self, holder: str) -> set[int]:
-        # From the watch cache (a consistent list waits ~100 ms after any write), and as raw
-        # JSON: only names are needed. A slot taken since is found by the create's 409.
-        answer = self.kube.core.list_namespaced_config_map(
-            self.kube.namespace,
-            label_selector=f"{KIND_LABEL}={self.family}slot,{HOLDER_LABEL}={holder}",
-            resource_version="0",
-            _request_timeout=TIMEOUT,
-            _preload_content=False,
-        )
+        # From the watch cache (a consistent list waits ~100 ms after any write), names only.
+        # A slot taken since is found by the create's 409.
+        selector = f"{KIND_LABEL}={self.family}slot,{HOLDER_LABEL}={holder}"
+        names = self.kube.names(self.kube.configmap_path(), selector)
         prefix = f"lessor-{self.family}slot-{holder}-"
-        raw: bytes = cast(Any, answer).data  # an undecoded response (_preload_content=False)
-        names = [item["metadata"]["name"] for item in json.loads(raw)["items"]]
         return {int(name[len(prefix) :]) for name in names if name.startswith(prefix)}
 
     def alias(self, identity: str, alias: str, lease: str) -> Reservation | None:
@@ -148,44 +141,47 @@ class Reservations:
         """Make the lease just created the owner of its reservations, so that the garbage
         collector removes them with it (they would otherwise stay, one per alias ever used).
         Best effort: a reservation left without an owner (a crash, a failed patch) is still
-        reclaimed by the next take of its slot or alias once its lease has ended."""
+        reclaimed by the next take of its slot or alias once its lease has ended. So it is done
+        beside the request rather than in it: the caller need not wait for a round trip that
+        changes nothing it sees (a greenlet under gunicorn's gevent workers)."""
+        threading.Thread(
+            target=self._own, args=(reservations, lease), name="own-reservations", daemon=True
+        ).start()
+
+    def _own(self, reservations: list[Reservation], lease: dict[str, Any]) -> None:
         metadata = lease["metadata"]
         owner = {"apiVersion": lease["apiVersion"], "kind": lease["kind"],
                  "name": metadata["name"], "uid": metadata["uid"]}  # fmt: skip
         for reservation in reservations:
             try:
-                self.kube.core.patch_namespaced_config_map(
-                    reservation.name,
-                    self.kube.namespace,
-                    {"metadata": {"ownerReferences": [owner]}},
-                    _request_timeout=TIMEOUT,
+                self.kube.request(
+                    "PATCH",
+                    self.kube.configmap_path(reservation.name),
+                    body={"metadata": {"ownerReferences": [owner]}},
+                    content_type="application/merge-patch+json",
                 )
             except ApiException as error:
                 log.warning("reservation %s keeps no owner: %s", reservation.name, error.reason)
 
     def release(self, reservation: Reservation) -> None:
         try:
-            self.kube.core.delete_namespaced_config_map(
-                reservation.name, self.kube.namespace, _request_timeout=TIMEOUT
-            )
+            self.kube.request("DELETE", self.kube.configmap_path(reservation.name))
         except ApiException as error:
             if error.status != 404:
                 raise
 
     def _take(self, name: str, kind: str, identity: str, lease: str, *, reclaim: bool) -> bool:
         """Create the reservation; when it exists and `reclaim`, take it over if stale."""
-        body = client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(
-                name=name,
-                labels={KIND_LABEL: f"{self.family}{kind}", HOLDER_LABEL: _digest(identity)},
-            ),
-            data={"identity": identity, "lease": lease},
-        )
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": {KIND_LABEL: f"{self.family}{kind}", HOLDER_LABEL: _digest(identity)},
+            },
+            "data": {"identity": identity, "lease": lease},
+        }
         for _ in range(2):
             try:
-                self.kube.core.create_namespaced_config_map(
-                    self.kube.namespace, body, _request_timeout=TIMEOUT
-                )
+                self.kube.request("POST", self.kube.configmap_path(), body=body)
                 return True
             except ApiException as error:
                 if error.status != 409:
@@ -196,36 +192,40 @@ class Reservations:
 
     def _reclaim_if_stale(self, name: str) -> bool:
         try:
-            current = self.kube.core.read_namespaced_config_map(
-                name, self.kube.namespace, _request_timeout=TIMEOUT
-            )
+            current = self.kube.request("GET", self.kube.configmap_path(name))
         except ApiException as error:
             return bool(error.status == 404)
-        lease = (current.data or {}).get("lease", "")
-        if not self._ended(current, lease) or current.metadata is None:
+        metadata = current["metadata"]
+        if not self._ended(
+            metadata.get("creationTimestamp"), current.get("data", {}).get("lease", "")
+        ):
             return False
-        options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(
-                uid=current.metadata.uid, resource_version=current.metadata.resource_version
-            )
-        )
+        options = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "preconditions": {
+                "uid": metadata["uid"],
+                "resourceVersion": metadata["resourceVersion"],
+            },
+        }
         try:
-            self.kube.core.delete_namespaced_config_map(
-                name, self.kube.namespace, body=options, _request_timeout=TIMEOUT
-            )
+            self.kube.request("DELETE", self.kube.configmap_path(name), body=options)
         except ApiException as error:
             return bool(error.status == 404)  # 409: someone else reclaimed or renewed it first
         return True
 
-    def _ended(self, reservation: client.V1ConfigMap, lease: str) -> bool:
+    def _ended(self, created_at: str | None, lease: str) -> bool:
+        """Whether the reservation's lease has ended, or never came to be and the reservation
+        (created at `created_at`) is older than a grace period."""
         try:
             found = self.kube.get(self.lease_kind.crd.plural, lease)
         except ApiException as error:
             if error.status != 404:
                 raise
-            created = reservation.metadata.creation_timestamp if reservation.metadata else None
-            now = datetime.datetime.now(datetime.UTC)
-            return created is None or now - created > ORPHAN_GRACE
+            if created_at is None:
+                return True
+            age = utcnow() - datetime.datetime.fromisoformat(created_at)
+            return age > ORPHAN_GRACE
         # A tombstone of the Sandbox admission arbiter is no lease: it holds nothing.
         cancelled = bool(found.get("spec", {}).get("cancelled"))
         return cancelled or not self.lease_kind.phases.holds_slot(

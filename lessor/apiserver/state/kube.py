@@ -9,6 +9,7 @@ not a worker hang.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import threading
 from typing import cast
@@ -49,13 +50,71 @@ class Kube:
             raise
         return cast(Json, self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
 
+    # -- raw JSON ------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Json | list[Json] | None = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float = TIMEOUT,
+    ) -> Json:
+        """One call on kube-apiserver, JSON in and out, through the client's connection pool
+        and credentials. The typed methods validate every argument with pydantic and build
+        model classes from the answer: on the paths a waiting client measures, that cost more
+        CPU than the round trip (bench/results/profile-2026-11-25.md). Errors are the typed
+        methods' ApiException, so callers read `error.status` either way."""
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*serialized, _request_timeout=timeout)
+        raw = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return cast(Json, json.loads(raw)) if raw else {}
+
+    def _path(self, plural: str, name: str = "") -> str:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{plural}"
+        return f"{path}/{name}" if name else path
+
+    def names(self, path: str, label_selector: str) -> list[str]:
+        """The names of the objects at `path` that match, from kube-apiserver's watch cache
+        (resourceVersion 0: may lag a moment), as a server-side table of names only: a list of
+        whole objects (their managedFields and all) cost most of a create's CPU to decode once
+        a caller held a few hundred (bench/results/profile-2026-11-25.md)."""
+        table = self.request(
+            "GET",
+            path,
+            query={
+                "labelSelector": label_selector,
+                "resourceVersion": "0",
+                "includeObject": "None",
+            },
+            accept="application/json;as=Table;v=v1;g=meta.k8s.io",
+        )
+        return [str(row["cells"][0]) for row in table.get("rows") or []]
+
+    def configmap_path(self, name: str = "") -> str:
+        """The service namespace's ConfigMaps (reservations, nonces), or one of them."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        return f"{path}/{name}" if name else path
+
     # -- lessor resources in the service namespace ---------------------------------------
 
     def get(self, plural: str, name: str) -> Json:
-        result = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, name, _request_timeout=TIMEOUT
-        )
-        return cast(Json, result)
+        return self.request("GET", self._path(plural, name))
 
     def find(self, plural: str, name: str) -> Json | None:
         """The object, or None when it does not exist."""
@@ -72,48 +131,36 @@ class Kube:
         """`cached`: from the API server's watch cache as it is (resourceVersion "0"). A
         consistent list made right after a write waits for that cache to catch up with etcd,
         about 100 ms on kube-apiserver 1.35, which reads that may lag a moment do not need."""
-        result = self.custom.list_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            plural,
-            label_selector=label_selector,
-            resource_version="0" if cached else None,
-            _request_timeout=TIMEOUT,
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if cached:
+            query["resourceVersion"] = "0"
+        return cast(
+            list[Json], self.request("GET", self._path(plural), query=query).get("items", [])
         )
-        return cast(list[Json], cast(Json, result).get("items", []))
 
     def create(self, plural: str, body: Json, timeout: float = TIMEOUT) -> Json:
-        result = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, body, _request_timeout=timeout
-        )
-        return cast(Json, result)
+        return self.request("POST", self._path(plural), body=body, timeout=timeout)
 
     def json_patch(self, plural: str, name: str, operations: list[Json]) -> Json:
         """A JSON patch; lead with `test` operations on uid and resourceVersion to fence it."""
-        result = self.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            plural,
-            name,
-            operations,
-            _content_type="application/json-patch+json",
-            _request_timeout=TIMEOUT,
+        return self.request(
+            "PATCH",
+            self._path(plural, name),
+            body=operations,
+            content_type="application/json-patch+json",
         )
-        return cast(Json, result)
 
     # -- core objects --------------------------------------------------------------------
 
     def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's `data` (base64 values), None when there is no such Secret."""
         try:
-            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT)
+            secret = self.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        return {key: str(value) for key, value in (secret.data or {}).items()}
+        return {key: str(value) for key, value in (secret.get("data") or {}).items()}
 
     def secret_value_bytes(self, namespace: str, name: str, key: str) -> bytes | None:
         encoded = (self.secret_data(namespace, name) or {}).get(key)

@@ -1,0 +1,178 @@
+"""Objects of one kind in the service namespace, kept in memory by a list and a watch.
+
+Why: a client waiting for its lease polls it (spec 4.1), and every poll answered with a GET on
+kube-apiserver cost that server, and this one, a full round trip with the kubernetes client's
+serialization: the profile of issue 19 (bench/results/profile-2026-11-25.md) found a third of
+the API server's CPU there. Reads that may lag the cluster by the few milliseconds a watch
+event takes are served from here; what is not here is read from kube-apiserver, so a cache
+miss is never an answer (a lease created a moment ago by another replica is found).
+
+Read-your-writes within a process: a write this process made (`wrote`) makes the object
+"unseen" until the watch delivers that version, and `get` does not answer for it until then
+(`read` goes to kube-apiserver); a caller never sees its own write undone. Another worker's or
+replica's write is seen when its watch event arrives, as with any Kubernetes client reading
+from a cache; what the API shows of a lease after its create is the operator's (phase, expiry),
+which is as late for every reader.
+
+One background thread (a greenlet under gunicorn's gevent workers) lists, then watches from the
+list's resourceVersion, resumes from the last version seen when the watch ends, and relists
+after a failure with a backoff; each change replaces the object, so a reader never sees half of
+one. Until the first list has arrived (or when it cannot), every read falls back to
+kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cachetools
+from kubernetes import watch
+
+from lessor.apiserver.state.kube import TIMEOUT, Kube
+from lessor.protocol.backoff import Backoff
+from lessor.protocol.json_object import Json
+from lessor.resources.base import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+# After a failed list or watch: 0.25-0.5 s, doubling up to 15-30 s; reset by a good watch.
+RELIST_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
+# How long an own write may stay unseen before the watch is assumed to have skipped it (a
+# relist in between shows a later version, never that one): reads go to kube-apiserver meanwhile.
+UNSEEN_FOR = 30.0
+
+
+class WatchedObjects:
+    """`on_change`: called with every object (by name) after each change, in the watching
+    thread; what the AccessPolicy store builds its snapshot from."""
+
+    def __init__(
+        self,
+        kube_factory: Callable[[], Kube],
+        plural: str,
+        on_change: Callable[[Mapping[str, Json]], None] | None = None,
+    ) -> None:
+        self._kube_factory = kube_factory
+        self.plural = plural
+        self._on_change = on_change
+        self._objects: dict[str, Json] = {}
+        self._synced = threading.Event()
+        self._unseen: cachetools.TTLCache[str, str] = cachetools.TTLCache(10_000, UNSEEN_FOR)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def synced(self, timeout: float = 0.0) -> bool:
+        """Whether the first list arrived (started on first use), waiting up to `timeout`."""
+        self._start()
+        return self._synced.wait(timeout) if timeout else self._synced.is_set()
+
+    def get(self, name: str) -> Json | None:
+        """The object as last seen, or None: not here (it may still exist; read it)."""
+        if not self.synced():
+            return None
+        with self._lock:
+            return None if name in self._unseen else self._objects.get(name)
+
+    def read(self, name: str) -> Json | None:
+        """The object as last seen, else as kube-apiserver has it; None: it does not exist."""
+        found = self.get(name)
+        return found if found is not None else self._kube_factory().find(self.plural, name)
+
+    def listed(self) -> list[Json]:
+        """Every object as last seen, or from kube-apiserver's own cache until the first list
+        arrived here."""
+        if self.synced():
+            with self._lock:
+                return list(self._objects.values())
+        return self._kube_factory().list_objects(self.plural, cached=True)
+
+    def wrote(self, obj: Json) -> None:
+        """Record a write of this process (the object kube-apiserver answered with)."""
+        metadata = obj["metadata"]
+        name, version = metadata["name"], metadata["resourceVersion"]
+        with self._lock:
+            current = self._objects.get(name)
+            if current is None or current["metadata"]["resourceVersion"] != version:
+                self._unseen[name] = version
+
+    # -- keeping it current ------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"watch-{self.plural}", daemon=True
+                    )
+                    self._thread.start()
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                version = self._list()
+                while True:  # a watch that ends in time is resumed where it stopped
+                    version = self._watch(version)
+                    failures = 0
+            except Exception as error:
+                delay = RELIST_BACKOFF.delay(failures)
+                log.warning("%s: %s; relisting in %.1fs", self.plural, error, delay)
+                time.sleep(delay)
+                failures += 1
+
+    def _list(self) -> str:
+        kube = self._kube_factory()
+        listed: dict[str, Any] = kube.custom.list_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, kube.namespace, self.plural, _request_timeout=TIMEOUT * 3
+        )
+        objects = {item["metadata"]["name"]: item for item in listed.get("items", [])}
+        with self._lock:
+            self._objects = objects
+            self._unseen.clear()  # a consistent list holds every write that returned before it
+        self._changed()
+        self._synced.set()
+        return str(listed["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        kube = self._kube_factory()
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            kube.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            kube.namespace,
+            self.plural,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=random.randint(300, 600),  # noqa: S311 - spread reconnections
+            _request_timeout=660,
+        )
+        for event in stream:
+            kind, obj = event["type"], event["raw_object"]
+            if kind == "ERROR":  # 410 Gone among them: relist
+                raise RuntimeError(f"watch error: {obj.get('message')}")
+            metadata = obj["metadata"]
+            version = metadata["resourceVersion"]
+            if kind == "BOOKMARK":
+                continue
+            name = metadata["name"]
+            with self._lock:
+                if kind == "DELETED":
+                    self._objects.pop(name, None)
+                else:
+                    self._objects[name] = obj
+                if self._unseen.get(name) == version or kind == "DELETED":
+                    self._unseen.pop(name, None)
+            self._changed()
+        return version
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            with self._lock:
+                objects = dict(self._objects)
+            self._on_change(objects)
