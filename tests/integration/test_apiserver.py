@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.ports import reserved_port
 from lessor.protocol.ssh_signature import canonical_request
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
+from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = pytest.mark.integration
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -580,6 +582,74 @@ def test_refusals_forbidden_pool_and_unknown_pool(stack: Stack) -> None:
     missing = stack.api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-nowhere"})
     assert (missing.status, missing.body["reason"]) == (404, "not_found")
     assert stack.api.call("GET", "/v1/leases").status == 401
+
+
+def test_every_worker_serves_what_kubectl_made_and_removed(stack: Stack) -> None:
+    """A lease's GET and the pools are served from a watch each API worker keeps (issue 19):
+    a pool an administrator made a moment ago is leasable at once on every replica, its lease
+    is found by every worker at once, and a lease deleted with kubectl is gone everywhere."""
+    pool = {
+        "apiVersion": "lessor.dev/v1alpha1",
+        "kind": "ClusterPool",
+        "metadata": {"name": "api-fresh", "namespace": stack.namespace},
+        "spec": {"warmTarget": 0, "ttl": "30m", "backend": {"type": "local"}},
+    }
+    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
+    try:
+        leases = []
+        for api in stack.apis:
+            created = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-fresh"})
+            assert created.status == 202, created.body
+            leases.append(created.body["id"])
+        for api in stack.apis:  # both workers of each replica, by repetition
+            for lease in leases * 4:
+                assert api.call("GET", f"/v1/leases/{lease}", token=ALICE).status == 200
+
+        stack.cluster.kubectl("delete", "clusterlease", *leases, "-n", stack.namespace)
+
+        def gone_everywhere() -> bool:
+            return all(
+                api.call("GET", f"/v1/leases/{lease}", token=ALICE).status == 404
+                for api in stack.apis
+                for lease in leases * 4
+            )
+
+        wait_for("the deleted leases gone from every worker", gone_everywhere, timeout=30)
+    finally:
+        stack.cluster.kubectl("delete", "clusterpool", "api-fresh", "-n", stack.namespace)
+
+
+def test_a_kube_apiserver_that_refuses_connections_is_a_503_not_a_500(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Found by the chaos soak (bench/chaos.py): while kube-apiserver restarted, a create
+    answered 500 (a refused connection escaped as an unexpected error). A client must hear
+    503 with Retry-After, which it retries, and the API must serve again once it is back."""
+    server = urllib.parse.urlsplit(stack.cluster.server)
+    relay = TcpRelay((server.hostname or "", server.port or 443))
+    document = json.loads(stack.cluster.kubectl("config", "view", "--raw", "-o", "json").stdout)
+    document["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    kubeconfig = tmp_path / "through-relay"
+    kubeconfig.write_text(json.dumps(document))
+    # One worker: the GET below fills the caches of the worker every later request meets.
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log", ("--workers=1",), kubeconfig
+    )
+    try:
+        assert api.call("GET", "/v1/pools", token=ALICE).status == 200  # caches filled
+        relay.cut()
+        for method, path, body in (
+            ("POST", "/v1/leases", {"profile": "api-cold"}),
+            ("GET", "/v1/leases", None),
+            ("GET", "/v1/leases/lnosuchlease", None),
+        ):
+            answer = api.call(method, path, token=ALICE, body=body)
+            assert answer.status == 503, (method, path, answer.status, answer.body)
+            assert answer.headers.get("Retry-After"), answer.headers
+        assert "unexpected error" not in (tmp_path / "api.log").read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 def test_max_concurrent_leases_holds_exactly_across_two_api_servers(stack: Stack) -> None:

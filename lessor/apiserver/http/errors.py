@@ -94,7 +94,14 @@ class TooManyRequestsError(HttpError):
 
 
 class UnavailableError(HttpError):
+    """Something lessor depends on did not answer: worth a retry, and said when (a client
+    that honours Retry-After, as the CLI does, waits a second instead of giving up)."""
+
     status, error, reason = 503, "service unavailable", "backend_error"
+
+    def __init__(self, detail: str | None = None, **options: Any) -> None:
+        super().__init__(detail, **options)
+        self.headers.setdefault("Retry-After", "1")
 
 
 class NotImplementedYetError(HttpError):

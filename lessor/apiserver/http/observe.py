@@ -10,6 +10,7 @@ from typing import Any
 
 import falcon
 import gevent
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http import metrics
@@ -109,6 +110,18 @@ def _on_kube_error(
     _send(resp, UnavailableError("the cluster API did not answer as expected; retry"))
 
 
+def _on_kube_unreachable(
+    req: falcon.Request, resp: falcon.Response, error: urllib3.exceptions.HTTPError, _p: Any
+) -> None:
+    """kube-apiserver refused or dropped the connection (a restart, a network fault): the
+    client's retry is the remedy, so a 503 with Retry-After, never a 500 (the chaos soak,
+    bench/chaos.py, met this while restarting kube-apiserver)."""
+    log.warning(
+        "kubernetes API unreachable on %s %s: %s", req.method, req.path, type(error).__name__
+    )
+    _send(resp, UnavailableError("the cluster API did not answer; retry"))
+
+
 def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception, _p: Any) -> None:
     if isinstance(error, falcon.HTTPError | HttpError):
         raise error
@@ -122,4 +135,5 @@ def add_error_handlers(app: falcon.App[falcon.Request, falcon.Response]) -> None
     app.add_error_handler(Exception, _on_unexpected)
     app.add_error_handler(falcon.HTTPError, _on_falcon_error)
     app.add_error_handler(ApiException, _on_kube_error)
+    app.add_error_handler(urllib3.exceptions.HTTPError, _on_kube_unreachable)
     app.add_error_handler(HttpError, _on_http_error)

@@ -1,0 +1,61 @@
+"""A TCP relay in front of the real kube-apiserver that can be cut, as a network or a restart
+can: the one stand-in for a kube-apiserver that refuses connections, which the shared control
+plane of the suite cannot be made to do without breaking every other test. Bytes pass through
+unchanged (TLS included); `cut()` closes every connection and the listener, so the next
+connection is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TcpRelay:
+    upstream: tuple[str, int]
+    _listener: socket.socket = field(init=False, repr=False)
+    _open: list[socket.socket] = field(default_factory=list, repr=False)
+    _cut: bool = False
+
+    def __post_init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        port: int = self._listener.getsockname()[1]
+        return port
+
+    def cut(self) -> None:
+        self._cut = True
+        with contextlib.suppress(OSError):  # wakes the accepting thread
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for connection in list(self._open):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut:
+                client.close()
+                return
+            server = socket.create_connection(self.upstream, timeout=60)
+            self._open += [client, server]
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
