@@ -14,11 +14,13 @@ being torn down) -> Released or Expired once teardown is verified, or Quarantine
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 from collections.abc import Callable
 from typing import Literal
 
+from lessor.operator.claims_in_flight import ClaimsInFlight
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
 from lessor.operator.diagnostics.captures import Captures
@@ -26,7 +28,6 @@ from lessor.operator.kinds import (
     BY_CLAIM,
     BY_POOL,
     INSTANCES,
-    LEASE_FINALIZER,
     LEASES,
     POOLS,
     SECRETS,
@@ -34,14 +35,13 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import KubeClient
+from lessor.operator.runtime.client import ConflictError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
-    create_missing,
     delete_fenced,
     delete_present,
     now_seconds,
@@ -56,6 +56,7 @@ from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.base import ObjectRef
 from lessor.resources.cluster import (
     CLUSTER_HEALTHY,
+    LEASE_FINALIZER,
     ClusterLease,
     ClusterLeaseStatus,
     ClusterPool,
@@ -146,17 +147,20 @@ class LeaseReconciler:
         self.retention = retention
         self.pools = pools
         self.instances = instances
+        self.claims = ClaimsInFlight(instances)
         self.leases = leases
         self.events = events
         self._enqueue_key = enqueue
 
     def queue_of(self, pool_key: str) -> list[Json]:
         """Pending leases of a pool without a reserved instance, oldest first (FIFO)."""
+        in_flight = self.claims.leases()
         waiting = [
             lease
             for lease in self.leases.store.by_index(BY_POOL, pool_key)
             if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
             and not lease["metadata"].get("deletionTimestamp")
+            and lease["metadata"]["uid"] not in in_flight
             and not self.instances.store.by_index(BY_CLAIM, lease["metadata"]["uid"])
         ]
         return sorted(waiting, key=_created)
@@ -188,6 +192,8 @@ class LeaseReconciler:
         namespace = lease.metadata.namespace or ""
         pool_key = f"{namespace}/{lease.spec.pool}"
         claimed = self.instances.store.by_index(BY_CLAIM, lease.metadata.uid or "")
+        if not claimed and (in_flight := self.claims.instance_of(lease.metadata.uid or "")):
+            claimed = [in_flight]
         status = _status(lease)
         if release:
             for instance in claimed:  # reserved but never handed out: recycle it all the same
@@ -213,8 +219,13 @@ class LeaseReconciler:
                 ),
                 len(queue) + 1,
             )
+            taken = self.claims.instances_taken()
             free = sorted(
-                (i for i in self.instances.store.by_index(BY_POOL, pool_key) if _is_free(i)),
+                (
+                    i
+                    for i in self.instances.store.by_index(BY_POOL, pool_key)
+                    if _is_free(i) and i["metadata"]["uid"] not in taken
+                ),
                 key=_created,
             )
             if position > len(free):
@@ -229,12 +240,13 @@ class LeaseReconciler:
                 return Result()
             instance = free[position - 1]
             claim = {"name": lease.metadata.name, "uid": lease.metadata.uid}
-            await patch_fenced(
+            instance = await patch_fenced(
                 self.client,
                 INSTANCES,
                 instance,
                 [{"op": "add", "path": "/spec/claimRef", "value": claim}],
             )
+            self.claims.add(lease.metadata.uid or "", instance)
             claimed = [instance]
         return await self._bind(obj, lease, claimed[0], status, pool_key)
 
@@ -264,7 +276,10 @@ class LeaseReconciler:
             "type": "Opaque",
             "data": {"kubeconfig": secret["data"]["kubeconfig"]},
         }
-        await create_missing(self.client, SECRETS.path(namespace), copy)  # copied before a crash?
+        # Created, not read first (create_missing): it is missing but after a crash mid-bind,
+        # and a read on every bind cost a round trip on the path a waiting client measures.
+        with contextlib.suppress(ConflictError):
+            await self.client.create(SECRETS.path(namespace), copy)
         assert status.effective_ttl is not None  # set by _pending
         bound_at = now_seconds()
         expiry = lease.spec.expires_at(bound_at, status.effective_ttl)

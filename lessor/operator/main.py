@@ -111,7 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build(client: KubeClient, settings: Settings, identity: str) -> Manager:
+def build(
+    client: KubeClient, settings: Settings, identity: str, events: EventRecorder | None = None
+) -> Manager:
     elector = None
     if settings.leader_election_id is not None:
         elector = LeaderElector(
@@ -124,7 +126,7 @@ def build(client: KubeClient, settings: Settings, identity: str) -> Manager:
             retry_period=settings.retry_period,
         )
     manager = Manager(elector=elector, http_host=settings.http_host, http_port=settings.http_port)
-    context = Context(manager, client, settings, EventRecorder(client, identity))
+    context = Context(manager, client, settings, events or EventRecorder(client, identity))
     for setup in CLUSTER_CONTROLLERS:
         setup(context)
     if settings.agent_sandbox_mode == "external":
@@ -139,7 +141,10 @@ async def run(settings: Settings) -> int:
     logging.getLogger(__name__).info(
         "operator %s starting in namespace %s", identity, settings.namespace
     )
-    return await build(client, settings, identity).run()
+    events = EventRecorder(client, identity)
+    code = await build(client, settings, identity, events).run()
+    await events.drain()  # the Events of the last reconciles, before the process goes
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

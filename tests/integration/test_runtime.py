@@ -261,6 +261,7 @@ def test_events_are_recorded_and_repeats_folded(control_plane: Cluster, namespac
         await recorder.record(obj, "Normal", "Bound", "bound to somewhere")
         await recorder.record(obj, "Normal", "Bound", "bound to somewhere")
         await recorder.record(obj, "Warning", "Quarantined", "evidence remains")
+        await recorder.drain()  # written in the background
 
     run(control_plane, scenario)
     shown = control_plane.kubectl(

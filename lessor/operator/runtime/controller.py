@@ -46,16 +46,20 @@ class Controller:
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
 
-    def watch(self, informer: Informer, keys: MapFunc | None = None) -> Controller:
+    def watch(
+        self, informer: Informer, keys: MapFunc | None = None, *, settle: float = 0.0
+    ) -> Controller:
         """Reconcile the keys `keys` maps each added, changed or deleted object of `informer` to
         (by default the object's own key), and wait for that informer's cache before working:
         controller-runtime's `For`/`Owns`/`Watches` with a map function. A change passes its new
-        version, a deletion the last one known."""
+        version, a deletion the last one known. `settle`: reconcile a key at most once per that
+        many seconds for this informer's changes, so that a burst of them (a pool's instances
+        as 200 leases bind) costs one pass, not one per change."""
         to_keys: MapFunc = keys or (lambda obj: [key_of(obj)])
 
         def enqueue_all(obj: Json) -> None:
             for key in to_keys(obj):
-                self.enqueue(key)
+                self.queue.add_after(key, settle)
 
         def on_update(_old: Json, new: Json) -> None:
             enqueue_all(new)
