@@ -37,6 +37,7 @@ def run(leases: int = 200) -> dict[str, Any]:
         threads = [threading.Thread(target=request) for _ in range(leases)]
         for thread in threads:
             thread.start()
+        conflicts = stack.lease_conflicts()
         gate.wait()
         started = time.perf_counter()
         bound_at: dict[str, float] = {}
@@ -49,6 +50,7 @@ def run(leases: int = 200) -> dict[str, Any]:
         for thread in threads:
             thread.join()
         accepted = time.perf_counter() - started
+        conflicts = stack.lease_conflicts() - conflicts
         stack.release_all()
     times = sorted(bound_at.values())
     per_second: dict[str, int] = {}
@@ -62,6 +64,7 @@ def run(leases: int = 200) -> dict[str, Any]:
         "all_bound_s": round(times[-1], 2) if times else None,
         "all_accepted_s": round(accepted, 2),
         "leases_per_second": round(len(times) / times[-1], 1) if times else None,
+        "reconcile_conflicts": conflicts,
         "bound_per_second": per_second,
         "bound_at_s": [round(t, 3) for t in times],
     }

@@ -74,9 +74,11 @@ def run(levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
         result: dict[str, Any] = {"backend": "namespace", "floor_ms": floor(stack), "clients": {}}
         for clients in levels:
             progress(f"lease latency with {clients} concurrent clients")
+            conflicts = stack.lease_conflicts()
             samples = concurrent(stack, "latency", clients, total=max(50, clients * 2))
             result["clients"][str(clients)] = {
                 **percentiles(samples, 1000, 1),
+                "reconcile_conflicts": stack.lease_conflicts() - conflicts,
                 "samples_ms": [round(s * 1000, 1) for s in samples],
             }
     floor_create = result["floor_ms"]["create"]["p50"]

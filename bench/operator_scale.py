@@ -14,11 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.stack import NAMESPACE, ROOT, progress
+from bench.stack import NAMESPACE, ROOT, metrics, progress
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import wait_established
@@ -31,17 +30,6 @@ def create(cluster: LocalControlPlane, items: list[dict[str, Any]]) -> None:
     for start in range(0, len(items), BATCH):
         batch = {"apiVersion": "v1", "kind": "List", "items": items[start : start + BATCH]}
         cluster.kubectl("create", "-f", "-", input=json.dumps(batch), timeout=600)
-
-
-def metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
 
 
 def quantile(values: dict[str, float], queue: str, name: str) -> float | None:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -109,6 +110,14 @@ class Stack:
     work: Path
     ssh_key: Ed25519PrivateKey
     processes: list[subprocess.Popen[bytes]]
+    operator_port: int = 0
+
+    def lease_conflicts(self) -> int:
+        """Lease reconciles so far that lost a race (a fenced write refused) and were requeued."""
+        samples = metrics(self.operator_port)
+        return int(
+            samples.get('lessor_reconcile_total{controller="clusterlease",result="conflict"}', 0)
+        )
 
     def apply(self, document: dict[str, Any]) -> None:
         document["metadata"]["namespace"] = NAMESPACE
@@ -243,6 +252,19 @@ class Stack:
         return (lambda: call("GET", f"{base}/floor", None)), create
 
 
+def metrics(port: int) -> dict[str, float]:
+    """The Prometheus samples served on 127.0.0.1:`port`, by name and labels."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
 def _healthy(client: Client) -> bool:
     try:
         return client.call("GET", "/healthz")[0] == 200
@@ -271,24 +293,26 @@ def local_stack(
             _configure(cluster, key)
             log = (work / "lessor.log").open("ab")
             common = [f"--kubeconfig={cluster.kubeconfig}", f"--namespace={NAMESPACE}"]
-            port = ports.take()
+            port, operator_port = ports.take(), ports.take()
             for argv in (
-                ["lessor.operator", *common, "--http-host=127.0.0.1", f"--http-port={ports.take()}",
-                 f"--local-backend-dir={work / 'instances'}", *operator_args],
+                ["lessor.operator", *common, "--http-host=127.0.0.1",
+                 f"--http-port={operator_port}", f"--local-backend-dir={work / 'instances'}",
+                 *operator_args],
                 ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
                  f"--ssh-audience=http://127.0.0.1:{port}",
                  f"--workers={api_workers}", "--worker-connections=2000",
-                 # The benchmarks measure the server, not the per-principal admission limit
+                 # The benchmarks measure the server, not the per-principal admission limits
                  # (they send as one principal what a fleet of callers would) nor load
                  # shedding (bench/shedding.py sets its own bound; the last flag wins).
                  "--lease-admission-rate=1000000", "--lease-admission-burst=1000000",
+                 "--ssh-signed-rate=1000000", "--ssh-signed-burst=1000000",
                  "--max-in-flight=1000000",
                  *api_args],
             ):  # fmt: skip
                 processes.append(
                     subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log)
                 )
-            stack = Stack(cluster, f"http://127.0.0.1:{port}", work, key, processes)
+            stack = Stack(cluster, f"http://127.0.0.1:{port}", work, key, processes, operator_port)
             deadline = time.monotonic() + 60
             while not _healthy(Client(stack.base, lambda *_: None)):
                 if time.monotonic() > deadline:
