@@ -124,6 +124,10 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert not can(installed_rbac, APISERVER, "delete", "clusterleases.lessor.dev")
     assert not can(installed_rbac, APISERVER, "patch", "clusterpools.lessor.dev")
     assert not can(installed_rbac, APISERVER, "list", "secrets")
+    # Polls are served from its watches; a reservation is patched to be owned by its lease.
+    for watched in ("clusterleases", "clusterpools", "accesspolicies"):
+        assert can(installed_rbac, APISERVER, "watch", f"{watched}.lessor.dev"), watched
+    assert can(installed_rbac, APISERVER, "patch", "configmaps")
     assert can(installed_rbac, OPERATOR, "patch", "clusterleases.lessor.dev", "status")
     assert can(installed_rbac, OPERATOR, "update", "leases.coordination.k8s.io")
     assert not can(installed_rbac, OPERATOR, "create", "clusterroles.rbac.authorization.k8s.io")

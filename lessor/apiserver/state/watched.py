@@ -17,8 +17,8 @@ which is as late for every reader.
 One background thread (a greenlet under gunicorn's gevent workers) lists, then watches from the
 list's resourceVersion, resumes from the last version seen when the watch ends, and relists
 after a failure with a backoff; each change replaces the object, so a reader never sees half of
-one. Until the first list has arrived (or when it cannot), every read falls back to
-kube-apiserver.
+one. Until the first list has arrived, and from a failure until the next list, every read goes
+to kube-apiserver.
 """
 
 from __future__ import annotations
@@ -121,6 +121,10 @@ class WatchedObjects:
                     version = self._watch(version)
                     failures = 0
             except Exception as error:
+                # Until a list succeeds again, nothing here is vouched for: reads go to
+                # kube-apiserver (a watch refused, say by a Role without `watch`, would
+                # otherwise serve the last list for as long as the backoff).
+                self._synced.clear()
                 delay = RELIST_BACKOFF.delay(failures)
                 log.warning("%s: %s; relisting in %.1fs", self.plural, error, delay)
                 time.sleep(delay)

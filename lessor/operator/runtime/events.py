@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import secrets
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class _Pending:
     reason: str
     note: str
     action: str
+    at: datetime.datetime  # when it happened, not when it was written
 
 
 class EventRecorder:
@@ -68,7 +70,7 @@ class EventRecorder:
         if queue.full():
             log.warning("event %s on %s dropped: backlog full", reason, metadata["name"])
             return
-        queue.put_nowait(_Pending(regarding, event_type, reason, note, action or reason))
+        queue.put_nowait(_Pending(regarding, event_type, reason, note, action or reason, utcnow()))
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Wait (at most `timeout` seconds) until every queued Event is written."""
@@ -106,7 +108,7 @@ class EventRecorder:
             if previous is not None:
                 name, count = previous
                 patch = {
-                    "series": {"count": count + 1, "lastObservedTime": micro_timestamp(utcnow())}
+                    "series": {"count": count + 1, "lastObservedTime": micro_timestamp(pending.at)}
                 }
                 await self.client.merge_patch(EVENTS.path(namespace, name), patch)
                 self._series[key] = (name, count + 1)
@@ -116,7 +118,7 @@ class EventRecorder:
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
-                "eventTime": micro_timestamp(utcnow()),
+                "eventTime": micro_timestamp(pending.at),
                 "reportingController": REPORTING_CONTROLLER,
                 "reportingInstance": self.instance[:128],
                 "action": pending.action,
