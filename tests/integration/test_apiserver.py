@@ -596,6 +596,9 @@ def test_every_worker_serves_what_kubectl_made_and_removed(stack: Stack) -> None
     }
     stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
     try:
+        for api in stack.apis:
+            for _ in range(4):
+                assert api.call("GET", "/v1/pools/api-fresh", token=ALICE).status == 200
         leases = []
         for api in stack.apis:
             created = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-fresh"})

@@ -16,6 +16,7 @@ import cachetools
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http.errors import HttpNotFoundError
+from lessor.apiserver.leases.cluster_leases import OBJECT_NAME
 from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
@@ -133,6 +134,11 @@ class PoolService:
         for record in self.records(principal):
             if record["name"] == name:
                 return record
+        # A ClusterPool made a moment ago may not have reached this worker's watch yet: ask
+        # kube-apiserver before answering that it does not exist.
+        found = self.watched_pools.read(name) if OBJECT_NAME.match(name) else None
+        if found is not None and visible_pools(principal.policy.spec, principal.claims, [name]):
+            return pool_record(ClusterPool.model_validate(found))
         raise HttpNotFoundError(f"no pool {name}")
 
     def leases(self, principal: Principal, name: str) -> list[Json]:
