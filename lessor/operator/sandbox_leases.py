@@ -466,6 +466,15 @@ class SandboxLeaseReconciler:
                     found["metadata"]["uid"] == ref.uid or _owned_by_uid(found, sandbox_uid)
                 ):
                     left.append((kind, found))
+        # Every pod the sandbox owns, not only the one recorded: `status.pod` can be empty or
+        # behind (the pod cache lagged when it was last followed), and a lease must not end
+        # while a pod of its sandbox still runs.
+        counted = {found["metadata"]["uid"] for _, found in left}
+        for pod in self.pods.store.by_index(BY_OWNER, sandbox_uid) if sandbox_uid else []:
+            if pod["metadata"]["uid"] not in counted:
+                found = await self._get(PODS.path(namespace, pod["metadata"]["name"]))
+                if found is not None and _owned_by_uid(found, sandbox_uid):
+                    left.append((PODS, found))
         if sandbox_ref is not None:
             service = await self._get(SERVICES.path(namespace, sandbox_ref.name))
             if service is not None and _owned_by_uid(service, sandbox_uid):
