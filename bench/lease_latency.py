@@ -37,10 +37,14 @@ def one_lease(stack: Stack, pool: str, samples: list[float], lock: threading.Loc
         samples.append(time.perf_counter() - started)
 
 
-def concurrent(stack: Stack, pool: str, clients: int, total: int) -> list[float]:
+def concurrent(
+    stack: Stack, pool: str, clients: int, total: int, until: float | None = None
+) -> list[float]:
+    """Rounds of `clients` leases at once, each round released before the next (the pool
+    refills in between), until `total` were measured or the monotonic clock passes `until`."""
     samples: list[float] = []
     lock = threading.Lock()
-    while len(samples) < total:
+    while len(samples) < total and (until is None or time.monotonic() < until):
         stack.wait_ready(pool, clients)
         threads = [
             threading.Thread(target=one_lease, args=(stack, pool, samples, lock))

@@ -26,17 +26,16 @@ import shutil
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench import lease_latency
 from bench.stack import Stack, local_stack, percentiles, progress
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POLL_SECONDS = 0.02
 
 # (pattern in a frame's file, layer): the innermost frame matching one decides a sample's layer.
 LAYERS = (
@@ -91,39 +90,9 @@ def breakdown(collapsed: Path) -> dict[str, Any]:
     }
 
 
-def one_lease(stack: Stack, pool: str, samples: list[float], lock: threading.Lock) -> None:
-    """Lease and read the kubeconfig as bench.lease_latency does (polling every 20 ms)."""
-    client = stack.static()
-    started = time.perf_counter()
-    status, created = client.call("POST", "/v1/leases", {"profile": pool})
-    assert status == 202, created
-    while True:
-        _, lease = client.call("GET", f"/v1/leases/{created['id']}")
-        if lease.get("phase") == "Bound" and lease.get("kubeconfig"):
-            break
-        time.sleep(POLL_SECONDS)
-    with lock:
-        samples.append(time.perf_counter() - started)
-
-
 def load(stack: Stack, pool: str, clients: int, seconds: float) -> list[float]:
-    """Rounds of `clients` leases at once, each round released before the next, until
-    `seconds` have passed: the load of bench.lease_latency (the pool refills in between)."""
-    samples: list[float] = []
-    lock = threading.Lock()
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        stack.wait_ready(pool, clients)
-        threads = [
-            threading.Thread(target=one_lease, args=(stack, pool, samples, lock))
-            for _ in range(clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        stack.release_all()
-    return samples
+    """The load of bench.lease_latency for `seconds`."""
+    return lease_latency.concurrent(stack, pool, clients, sys.maxsize, time.monotonic() + seconds)
 
 
 def kube_requests(stack: Stack) -> Counter[str]:
