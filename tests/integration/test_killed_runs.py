@@ -30,21 +30,25 @@ def command_line(pid: int) -> list[str]:
         return []
 
 
-def control_plane_processes() -> list[int]:
-    """Every etcd and kube-apiserver process on the machine, of any run."""
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit()
-        and Path(command_line(int(entry.name))[0]).name in ("etcd", "kube-apiserver")
-    ]
+def processes_of_the_run(ready: Path) -> list[int]:
+    """Every process descended from the run, wherever it runs and whatever its command line: each
+    inherits the run's LESSOR_KILLED_RUN_READY. (Counting every etcd on the machine instead would
+    count another session's, e.g. a parallel test worker's.)"""
+    marker = f"LESSOR_KILLED_RUN_READY={ready}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
 
 
 def test_a_killed_test_run_leaves_no_etcd_or_kube_apiserver_behind(tmp_path: Path) -> None:
     tree = tmp_path / "run"
     ready = tmp_path / "ready"
     log = tmp_path / "run.log"
-    before = len(control_plane_processes())
     with log.open("wb") as output:
         run = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -61,12 +65,14 @@ def test_a_killed_test_run_leaves_no_etcd_or_kube_apiserver_behind(tmp_path: Pat
         assert names.count("etcd") == 2, started
         assert names.count("kube-apiserver") == 2, started
         assert any("lessor.operator" in argv for argv in started), started
+        # What the run started is found by its environment too, so the check below is not vacuous.
+        assert set(processes_mentioning(str(tree))) <= set(processes_of_the_run(ready)), started
 
         run.kill()
         run.wait(timeout=60)
 
         wait_for("the run's processes to go", lambda: not processes_mentioning(str(tree)))
-        assert len(control_plane_processes()) <= before
+        wait_for("every process the run started to go", lambda: not processes_of_the_run(ready))
     finally:
         if run.poll() is None:
             run.kill()
