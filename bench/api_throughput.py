@@ -85,8 +85,12 @@ def run(
                     base = floor["create" if name == "post_lease" else "get"]
                     figures["p50_over_floor"] = round(figures["p50_ms"] / base["p50_ms"], 1)
                     rows[credential][name] = figures
-                # Created leases would slow the next listing: start each credential afresh.
-                stack.cluster.kubectl("delete", "clusterleases", "--all", "-n", "bench")
+                # Created leases would slow the next listing: start each credential afresh. They
+                # wait in one pool's queue, and each deletion moves everyone behind up a place
+                # (a status write each): some hundreds take a minute or more to go.
+                stack.cluster.kubectl(
+                    "delete", "clusterleases", "--all", "-n", "bench", timeout=900
+                )
                 _, lease = stack.static().call("POST", "/v1/leases", {"profile": "api"})
             result["workers"][str(count)] = rows
     return result

@@ -40,7 +40,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # (pattern in a frame's file, layer): the innermost frame matching one decides a sample's layer.
 LAYERS = (
     (r"(^|/)(ssl|socket|selectors)\.py|gevent/_ssl|gevent/_socket", "socket and TLS"),
-    (r"(^|/)(urllib3|httpx|httpcore|h11|anyio)/|(^|/)http/client\.py", "HTTP client"),
+    (
+        r"(^|/)(urllib3|httpx|httpcore|h11|anyio|aiohttp|multidict|yarl)/|(^|/)http/client\.py",
+        "HTTP client",
+    ),
     (r"(^|/)kubernetes/client/", "kubernetes client (models, serialization)"),
     (r"(^|/)kr8s/", "kr8s"),
     (r"(^|/)json/|orjson", "JSON"),

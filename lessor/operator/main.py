@@ -142,8 +142,11 @@ async def run(settings: Settings) -> int:
         "operator %s starting in namespace %s", identity, settings.namespace
     )
     events = EventRecorder(client, identity)
-    code = await build(client, settings, identity, events).run()
-    await events.drain()  # the Events of the last reconciles, before the process goes
+    try:
+        code = await build(client, settings, identity, events).run()
+        await events.drain()  # the Events of the last reconciles, before the process goes
+    finally:
+        await client.close()
     return code
 
 

@@ -84,14 +84,29 @@ def test_the_operator_makes_binds_and_removes_its_namespaces_and_no_others(
                 f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings", escalation
             )
         # The admission policy: no unlabelled namespace, no deleting one it did not make (its own
-        # included), no
-        # RoleBinding outside its namespaces even of a role it may bind.
+        # included), no RoleBinding outside its namespaces even of a role it may bind. Like the
+        # RoleBinding above, a new policy reaches admission after moments (longer on a busy
+        # machine): wait until a dry run, which passes admission and writes nothing, is refused.
         stranger = f"not-mine-{uuid.uuid4().hex[:6]}"
+        unlabelled = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": stranger}}
+
+        async def policy_in_force() -> bool:
+            try:
+                await client.request(
+                    "POST", "/api/v1/namespaces", body=unlabelled, params={"dryRun": "All"}
+                )
+            except ApiError as error:
+                return "instance-namespace" in error.message
+            await asyncio.sleep(0.2)
+            return False
+
+        for _ in range(150):
+            if await policy_in_force():
+                break
+        else:
+            raise AssertionError("the admission policy never refused an unlabelled namespace")
         for attempt in (
-            client.create(
-                "/api/v1/namespaces",
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": stranger}},
-            ),
+            client.create("/api/v1/namespaces", unlabelled),
             client.delete(f"/api/v1/namespaces/{namespace}"),  # its own: lessor-system
             client.create(
                 "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",

@@ -17,8 +17,6 @@ import json
 import logging
 import random
 
-import httpx
-
 from lessor.operator.runtime.client import ApiError, GoneError, KubeClient, ResourceType
 from lessor.operator.runtime.store import Store
 from lessor.protocol.backoff import Backoff
@@ -67,7 +65,7 @@ class Reflector:
                 failures = 0
             except asyncio.CancelledError:
                 raise
-            except (ApiError, httpx.HTTPError, ValueError) as error:
+            except (ApiError, ValueError) as error:
                 delay = RETRY.delay(failures)
                 failures += 1
                 log.warning(
@@ -115,7 +113,7 @@ class Reflector:
             except GoneError:
                 log.info("reflector %s: resourceVersion too old, relisting", self.resource.plural)
                 return
-            except (httpx.TransportError, ApiError) as error:
+            except ApiError as error:
                 if isinstance(error, ApiError) and error.status not in (0, 429, 500, 503, 504):
                     raise
                 delay = RETRY.delay(failures)
