@@ -46,6 +46,19 @@ def install_rbac(
             text = json.dumps(document).replace('"lessor-sandboxes"', json.dumps(sandboxes))
             text = text.replace('"lessor-system"', json.dumps(namespace))
             cluster.kubectl("apply", "-f", "-", input=text)
+    kubeconfigs = {}
+    for account in ("lessor-operator", "lessor-apiserver"):
+        token = cluster.kubectl(
+            "create", "token", account, "-n", namespace, "--duration=6h"
+        ).stdout.strip()
+        kubeconfigs[account] = write_token_kubeconfig(
+            cluster, work / f"{account}.kubeconfig", account, token
+        )
+    return kubeconfigs
+
+
+def write_token_kubeconfig(cluster: Cluster, path: Path, user: str, token: str) -> Path:
+    """A kubeconfig at `path` for `cluster` that authenticates with the bearer `token`."""
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     [entry] = admin["clusters"]
     server = entry["cluster"]["server"]
@@ -53,20 +66,13 @@ def install_rbac(
     if ca is None:  # the local control plane's names a file
         named = cluster.kubeconfig.parent / entry["cluster"]["certificate-authority"]
         ca = base64.b64encode(named.read_bytes()).decode()
-    kubeconfigs = {}
-    for account in ("lessor-operator", "lessor-apiserver"):
-        token = cluster.kubectl(
-            "create", "token", account, "-n", namespace, "--duration=6h"
-        ).stdout.strip()
-        path = work / f"{account}.kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": server,
-                                                   "certificate-authority-data": ca}}],
-            "users": [{"name": account, "user": {"token": token}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
-            "current-context": "c",
-        }))  # fmt: skip
-        kubeconfigs[account] = path
-    return kubeconfigs
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server,
+                                               "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": user}}],
+        "current-context": "c",
+    }))  # fmt: skip
+    return path

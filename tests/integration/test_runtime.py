@@ -4,11 +4,13 @@ leader election between two electors, and Events."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ from lessor.operator.runtime.leaderelection import COORDINATION_LEASES, LeaderEl
 from lessor.operator.runtime.store import Handler
 from lessor.operator.writes import patch_fenced
 from lessor.protocol.json_object import Json
+from tests.integration.operator_harness import wait_for
+from tests.integration.service_accounts import write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap")
@@ -271,3 +275,56 @@ def test_events_are_recorded_and_repeats_folded(control_plane: Cluster, namespac
     assert sorted(e["reason"] for e in events) == ["Bound", "Quarantined"]
     bound = next(e for e in events if e["reason"] == "Bound")
     assert bound.get("series", {}).get("count") == 2 or bound.get("count") == 2
+
+
+def test_a_revoked_token_is_replaced_by_the_kubeconfigs_new_one_without_a_restart(
+    control_plane: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A credential that stops working (a rotated token, an expired exec credential) is read
+    again from its source on the first 401 and the request sent once more; the operator used to
+    answer every request with that 401 until it was restarted."""
+    control_plane.kubectl("create", "serviceaccount", "rotating", "-n", namespace)
+
+    def token(secret: str) -> str:
+        control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": secret,
+                         "annotations": {"kubernetes.io/service-account.name": "rotating"}},
+        }))  # fmt: skip
+        issued = wait_for(f"the token of {secret}", lambda: control_plane.kubectl(
+            "get", "secret", secret, "-n", namespace, "-o", "jsonpath={.data.token}"
+        ).stdout)  # fmt: skip
+        return base64.b64decode(issued).decode()
+
+    first, second = token("first"), token("second")
+    rotating = write_token_kubeconfig(control_plane, tmp_path / "rotating", "rotating", first)
+    revoked = write_token_kubeconfig(control_plane, tmp_path / "revoked", "rotating", first)
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(rotating))
+        stale = await KubeClient.connect(str(revoked))
+        try:
+            assert "resources" in await client.get("/api/v1")
+            write_token_kubeconfig(control_plane, rotating, "rotating", second)
+            control_plane.kubectl("delete", "secret", "first", "-n", namespace)
+
+            async def rejected() -> bool:
+                try:
+                    await stale.get("/api/v1")
+                except ApiError as error:
+                    assert error.status == 401, error
+                    return True
+                await asyncio.sleep(0.2)
+                return False
+
+            for _ in range(150):
+                if await rejected():
+                    break
+            else:
+                raise AssertionError("the deleted token was never rejected")
+            assert "resources" in await client.get("/api/v1")
+        finally:
+            await client.close()
+            await stale.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=120))
