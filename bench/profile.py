@@ -13,7 +13,16 @@ py-spy (from PyPI, `pip install lessor[bench]`) attaches with ptrace: run as roo
 `kernel.yama.ptrace_scope` 0. The load runs twice on the same stack, once recorded as collapsed
 stacks (the breakdown) and once as a flame graph, because py-spy writes one format per run.
 
-Usage: python -m bench.profile [--clients 10] [--seconds 20]
+With `--load create` the load is POST /v1/leases alone (`--clients` threads, OIDC, into a pool
+with no warm cluster, as bench.api_throughput's POST row) and the files are named
+`profile-<date>-create*`.
+
+Before the recorded runs, one unrecorded run of the same load measures what py-spy would
+distort: its latencies, kube-apiserver's requests per operation, and the CPU each process of the
+stack spent per operation (from /proc: kube-apiserver, etcd, the API server's workers, the
+operator, the benchmark's own clients) beside the machine's capacity over the run.
+
+Usage: python -m bench.profile [--clients 10] [--seconds 20] [--load lease|create]
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import shutil
 import ssl
@@ -29,11 +39,13 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import lease_latency
+from bench import api_throughput, lease_latency
 from bench.stack import Stack, local_stack, percentiles, progress
+from lessor.controlplane.processes import processes_mentioning
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -93,9 +105,80 @@ def breakdown(collapsed: Path) -> dict[str, Any]:
     }
 
 
-def load(stack: Stack, pool: str, clients: int, seconds: float) -> list[float]:
-    """The load of bench.lease_latency for `seconds`."""
-    return lease_latency.concurrent(stack, pool, clients, sys.maxsize, time.monotonic() + seconds)
+def load(stack: Stack, mode: str, clients: int, seconds: float) -> list[float]:
+    """For `seconds`: the load of bench.lease_latency (`lease`), or POSTs alone (`create`); the
+    latency of each operation in seconds."""
+    if mode == "lease":
+        until = time.monotonic() + seconds
+        return lease_latency.concurrent(stack, "profile", clients, sys.maxsize, until)
+    latencies: list[float] = []
+
+    def creating(client: Any) -> Callable[[], int]:
+        def create() -> int:
+            started = time.perf_counter()
+            status = client.call("POST", "/v1/leases", {"profile": "profile"})[0]
+            latencies.append(time.perf_counter() - started)
+            return int(status)
+
+        return create
+
+    # One keep-alive client per thread, as api_throughput's POST row.
+    api_throughput.load([creating(stack.oidc()) for _ in range(clients)], seconds)
+    return latencies
+
+
+def _role(argv: list[str]) -> str:
+    for module in ("lessor.operator", "lessor.apiserver"):
+        if module in argv:
+            return module
+    return Path(argv[0]).name if argv else "?"
+
+
+def cpu_seconds(stack: Stack) -> Counter[str]:
+    """CPU (user and system) each process of the stack has used so far, summed by role: the
+    control plane's binaries by name, lessor's processes by module (the API server's gunicorn
+    master and workers together), this benchmark's own process as `clients`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: Counter[str] = Counter()
+    for pid in processes_mentioning(str(stack.work)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        used[_role(argv)] += (int(fields[11]) + int(fields[12])) / tick
+    own = os.times()
+    used["clients (this benchmark)"] += own.user + own.system
+    return used
+
+
+def measured(stack: Stack, mode: str, clients: int, seconds: float) -> dict[str, Any]:
+    """One unrecorded run: latencies, kube-apiserver requests and CPU per operation."""
+    requests_before, cpu_before = kube_requests(stack), cpu_seconds(stack)
+    started = time.monotonic()
+    samples = load(stack, mode, clients, seconds)
+    elapsed = time.monotonic() - started
+    requests_after, cpu_after = kube_requests(stack), cpu_seconds(stack)
+    count = max(1, len(samples))
+    per_operation = {
+        key: round((requests_after[key] - requests_before[key]) / count, 2)
+        for key in sorted(requests_after)
+        if requests_after[key] > requests_before[key]
+    }
+    cpu = {role: cpu_after[role] - cpu_before[role] for role in cpu_after}
+    return {
+        "operations": len(samples),
+        "per_second": round(len(samples) / elapsed, 1),
+        "latency_ms": percentiles(samples, 1000, 1),
+        "kube_requests_per_operation": per_operation,
+        "kube_requests_per_operation_total": round(sum(per_operation.values()), 1),
+        "cpu_ms_per_operation": {
+            role: round(1000 * used / count, 2)
+            for role, used in sorted(cpu.items(), key=lambda item: -item[1])
+        },
+        "cores_busy": round(sum(cpu.values()) / elapsed, 2),
+        "cores": os.cpu_count(),
+    }
 
 
 def kube_requests(stack: Stack) -> Counter[str]:
@@ -130,7 +213,7 @@ def record(pid: int, seconds: float, output: Path, fmt: str) -> subprocess.Popen
 
 
 def profiled_load(
-    stack: Stack, clients: int, seconds: float, outputs: dict[str, Path], fmt: str
+    stack: Stack, mode: str, clients: int, seconds: float, *, outputs: dict[str, Path], fmt: str
 ) -> list[float]:
     operator, apiserver = stack.processes
     recorders = [
@@ -138,7 +221,7 @@ def profiled_load(
         record(operator.pid, seconds, outputs["operator"], fmt),
     ]
     time.sleep(1)  # py-spy attached
-    samples = load(stack, "profile", clients, seconds - 4)
+    samples = load(stack, mode, clients, seconds - 4)
     for recorder in recorders:
         _, errors = recorder.communicate(timeout=120)
         if recorder.returncode:
@@ -146,38 +229,34 @@ def profiled_load(
     return samples
 
 
-def run(clients: int = 10, seconds: float = 20, out: Path = RESULTS) -> dict[str, Any]:
-    date = datetime.date.today().isoformat()
+def run(
+    clients: int = 10, seconds: float = 20, out: Path = RESULTS, mode: str = "lease"
+) -> dict[str, Any]:
+    name = datetime.date.today().isoformat() + ("-create" if mode == "create" else "")
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
-        stack.pool("profile", clients * 3, backend="namespace")
-        stack.wait_ready("profile", clients * 3)
+        warm = clients * 3 if mode == "lease" else 0
+        stack.pool("profile", warm, backend="namespace")
+        stack.wait_ready("profile", warm)
         progress("warming up (the first requests load JWKS, caches, connections)")
-        load(stack, "profile", clients, 5)
-        progress(f"{clients} clients leasing for {seconds:.0f} s, recorded as collapsed stacks")
-        before = kube_requests(stack)
-        raw = {name: stack.work / f"{name}.txt" for name in ("apiserver", "operator")}
-        samples = profiled_load(stack, clients, seconds, raw, "raw")
-        after = kube_requests(stack)
+        load(stack, mode, clients, 5)
+        progress(f"{clients} clients, {mode}, {seconds:.0f} s, measured without py-spy")
+        unrecorded = measured(stack, mode, clients, seconds)
+        progress("the same, recorded as collapsed stacks")
+        raw = {part: stack.work / f"{part}.txt" for part in ("apiserver", "operator")}
+        samples = profiled_load(stack, mode, clients, seconds, outputs=raw, fmt="raw")
         progress("the same again, recorded as flame graphs")
-        svg = {name: out / f"profile-{date}-{name}.svg" for name in ("apiserver", "operator")}
-        profiled_load(stack, clients, seconds, svg, "flamegraph")
-        leases = len(samples)
-        per_lease = {
-            key: round((after[key] - before[key]) / leases, 2)
-            for key in sorted(after)
-            if after[key] > before[key]
-        }
+        svg = {part: out / f"profile-{name}-{part}.svg" for part in ("apiserver", "operator")}
+        profiled_load(stack, mode, clients, seconds, outputs=svg, fmt="flamegraph")
         result = {
+            "load": mode,
             "clients": clients,
             "seconds": seconds,
-            "leases": leases,
-            "lease_ms": percentiles(samples, 1000, 1),
-            "kube_requests_per_lease": per_lease,
-            "kube_requests_per_lease_total": round(sum(per_lease.values()), 1),
-            "cpu": {name: breakdown(path) for name, path in raw.items()},
+            "measured": unrecorded,
+            "recorded_latency_ms": percentiles(samples, 1000, 1),
+            "cpu": {part: breakdown(path) for part, path in raw.items()},
             "flame_graphs": [str(path.relative_to(out.parent)) for path in svg.values()],
         }
-    (out / f"profile-{date}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"profile-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -186,6 +265,8 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--load", choices=("lease", "create"), default="lease")
     arguments = parser.parse_args()
-    print(json.dumps(run(arguments.clients, arguments.seconds, arguments.out), indent=1))
+    result = run(arguments.clients, arguments.seconds, arguments.out, arguments.load)
+    print(json.dumps(result, indent=1))
     sys.exit(0)
