@@ -2,6 +2,10 @@
 50 clients at once against a warm pool, plus the cost floor (a GET and a create of a small
 object on the kube-apiserver itself) measured in the same run.
 
+Each client waits as `lessor lease` does, with long polls (`?waitSeconds=20`: the answer comes
+when the lease changes); `polling_clients` has the same levels with a GET every 20 ms, how a
+client waited before the API could hold a GET (and the figures of 2026-11-25 and earlier).
+
 The pool uses the test-only `namespace` backend so that 50 warm instances fit on one machine
 (50 `local` clusters would need 15 GiB); binding does not depend on the backend, which only
 decides how long a *replacement* takes. `bench/cli_latency.py` measures `lessor lease` with
@@ -21,24 +25,35 @@ from typing import Any
 from bench.stack import Stack, local_stack, percentiles, progress
 
 POLL_SECONDS = 0.02
+LONG_POLL = "?waitSeconds=20"
 
 
-def one_lease(stack: Stack, pool: str, samples: list[float], lock: threading.Lock) -> None:
+def one_lease(
+    stack: Stack, pool: str, samples: list[float], lock: threading.Lock, long_poll: bool = True
+) -> None:
     client = stack.static()
     started = time.perf_counter()
     status, created = client.call("POST", "/v1/leases", {"profile": pool})
     assert status == 202, created
+    query = LONG_POLL if long_poll else ""
     while True:
-        _, lease = client.call("GET", f"/v1/leases/{created['id']}")
+        _, lease = client.call("GET", f"/v1/leases/{created['id']}{query}")
         if lease.get("phase") == "Bound" and lease.get("kubeconfig"):
             break
-        time.sleep(POLL_SECONDS)
+        if not long_poll:
+            time.sleep(POLL_SECONDS)
     with lock:
         samples.append(time.perf_counter() - started)
 
 
 def concurrent(
-    stack: Stack, pool: str, clients: int, total: int, until: float | None = None
+    stack: Stack,
+    pool: str,
+    clients: int,
+    total: int,
+    *,
+    until: float | None = None,
+    long_poll: bool = True,
 ) -> list[float]:
     """Rounds of `clients` leases at once, each round released before the next (the pool
     refills in between), until `total` were measured or the monotonic clock passes `until`."""
@@ -47,7 +62,7 @@ def concurrent(
     while len(samples) < total and (until is None or time.monotonic() < until):
         stack.wait_ready(pool, clients)
         threads = [
-            threading.Thread(target=one_lease, args=(stack, pool, samples, lock))
+            threading.Thread(target=one_lease, args=(stack, pool, samples, lock, long_poll))
             for _ in range(clients)
         ]
         for thread in threads:
@@ -75,18 +90,22 @@ def run(levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
         stack.pool("latency", max(levels), backend="namespace")
         stack.wait_ready("latency", max(levels))
-        result: dict[str, Any] = {"backend": "namespace", "floor_ms": floor(stack), "clients": {}}
-        for clients in levels:
-            progress(f"lease latency with {clients} concurrent clients")
-            conflicts = stack.lease_conflicts()
-            samples = concurrent(stack, "latency", clients, total=max(50, clients * 2))
-            result["clients"][str(clients)] = {
-                **percentiles(samples, 1000, 1),
-                "reconcile_conflicts": stack.lease_conflicts() - conflicts,
-                "samples_ms": [round(s * 1000, 1) for s in samples],
-            }
+        result: dict[str, Any] = {"backend": "namespace", "floor_ms": floor(stack)}
+        for key, long_poll in (("clients", True), ("polling_clients", False)):
+            result[key] = {}
+            for clients in levels:
+                how = "long polls" if long_poll else f"a GET every {POLL_SECONDS * 1000:.0f} ms"
+                progress(f"lease latency with {clients} concurrent clients, {how}")
+                conflicts = stack.lease_conflicts()
+                total = max(50, clients * 2)
+                samples = concurrent(stack, "latency", clients, total, long_poll=long_poll)
+                result[key][str(clients)] = {
+                    **percentiles(samples, 1000, 1),
+                    "reconcile_conflicts": stack.lease_conflicts() - conflicts,
+                    "samples_ms": [round(s * 1000, 1) for s in samples],
+                }
     floor_create = result["floor_ms"]["create"]["p50"]
-    for row in result["clients"].values():
+    for row in (*result["clients"].values(), *result["polling_clients"].values()):
         row["p50_over_create_floor"] = round(row["p50"] / floor_create, 1)
     return result
 

@@ -110,7 +110,7 @@ def load(stack: Stack, mode: str, clients: int, seconds: float) -> list[float]:
     latency of each operation in seconds."""
     if mode == "lease":
         until = time.monotonic() + seconds
-        return lease_latency.concurrent(stack, "profile", clients, sys.maxsize, until)
+        return lease_latency.concurrent(stack, "profile", clients, sys.maxsize, until=until)
     latencies: list[float] = []
 
     def creating(client: Any) -> Callable[[], int]:

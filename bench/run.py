@@ -76,13 +76,14 @@ def table(results: dict[str, Any]) -> str:
         "kube-apiserver floor: GET / create p50 (ms)",
         f"{floor['get']['p50']} / {floor['create']['p50']}",
     )
-    for clients, figures in latency["clients"].items():
-        row(
-            f"lease latency, {clients} clients: p50/p90/p99/max (ms)",
-            f"{figures['p50']} / {figures['p90']} / {figures['p99']} / {figures['max']}"
-            f"  ({figures['p50_over_create_floor']}x create)",
-            f"lease {clients}",
-        )
+    for key, how in (("clients", "long polls"), ("polling_clients", "GET every 20 ms")):
+        for clients, figures in latency.get(key, {}).items():
+            row(
+                f"lease latency, {clients} clients, {how}: p50/p90/p99/max (ms)",
+                f"{figures['p50']} / {figures['p90']} / {figures['p99']} / {figures['max']}"
+                f"  ({figures['p50_over_create_floor']}x create)",
+                f"lease {clients}" if key == "clients" else "",
+            )
     cli = results["cli_latency"]
     row("lessor --help p50 (ms)", cli["help_ms"]["p50"])
     row(

@@ -8,6 +8,7 @@ import base64
 import datetime
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -370,6 +371,64 @@ def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: 
     )
     lease_until(stack, ALICE, lease_id, "Released")
     assert stack.api.call("GET", "/v1/leases", token=ALICE).body == []
+
+
+def test_a_get_that_waits_answers_when_the_lease_changes_and_is_never_shed(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """`waitSeconds`, a long poll: a client waiting for its cluster asks once and is answered
+    when its lease changes (bound with its kubeconfig, released), where polling cost a request
+    every few milliseconds; an unchanged lease is answered when the wait is over. A waiting
+    request no longer counts against its worker's bound of requests in flight: four clients
+    waiting on a worker that admits two leave it serving everyone else, not answering 429."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--max-in-flight=2", "--workers=1"),
+    )  # fmt: skip
+    try:
+        for bad in ("31", "-1", "x", "1.5"):
+            refused = api.call("GET", f"/v1/leases/nothing?waitSeconds={bad}", token=BOB)
+            assert refused.status == 400 and "waitSeconds" in refused.body["detail"], refused.body
+        created = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-warm"})
+        assert created.status == 202, created.body
+        lease_path = f"/v1/leases/{created.body['id']}"
+
+        def bound() -> dict[str, Any] | None:
+            lease = api.call("GET", f"{lease_path}?waitSeconds=20", token=BOB).body
+            return lease if lease["phase"] == "Bound" and lease.get("kubeconfig") else None
+
+        lease = wait_for("the lease bound, by waiting GETs", bound, timeout=240)
+
+        started = time.monotonic()
+        unchanged = api.call("GET", f"{lease_path}?waitSeconds=2", token=BOB)
+        assert time.monotonic() - started >= 2 and unchanged.body == lease
+
+        def waiter() -> Response:
+            # As any client: a 429 at the door (two of the four arriving at once) is retried.
+            while (
+                answer := api.call("GET", f"{lease_path}?waitSeconds=20", token=BOB)
+            ).status == 429:
+                time.sleep(1)
+            return answer
+
+        def waits() -> int:
+            text = api.call("GET", "/metrics").body
+            found = re.search(r"^lessor_lease_waits (\S+)$", text, re.MULTILINE)
+            return int(float(found.group(1))) if found else 0
+
+        with ThreadPoolExecutor(4) as pool:
+            waiting = [pool.submit(waiter) for _ in range(4)]
+            wait_for("four GETs waiting", lambda: waits() == 4)
+            for _ in range(3):
+                assert api.call("GET", "/v1/pools", token=BOB).status == 200
+            assert not any(answer.done() for answer in waiting)
+            assert api.call("DELETE", lease_path, token=BOB).status == 204
+            for answer in waiting:
+                phase = answer.result(timeout=60).body["phase"]
+                assert phase in ("Recycling", "Released"), phase
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 def test_a_bound_lease_says_when_its_cluster_fails_its_health_check(stack: Stack) -> None:

@@ -61,8 +61,8 @@ from lessor.apiserver.http.responses import (
     conform_each,
 )
 from lessor.apiserver.http.settings import Settings
-from lessor.apiserver.http.shedding import Shed
-from lessor.apiserver.leases.cluster_leases import LeaseService
+from lessor.apiserver.http.shedding import Shed, set_aside
+from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS, LeaseService
 from lessor.apiserver.leases.diagnostics import DiagnosticsService
 from lessor.apiserver.leases.pools import PoolService
 from lessor.apiserver.policy.store import PolicyStore
@@ -250,7 +250,11 @@ class LeasesResource(Base):
 
 class LeaseResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        resp.media = conform(Lease, self.services.leases.read(principal(req), lease_id))
+        wait = _int_param(req, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+        if wait:
+            set_aside(req)
+            req.context.waits = True
+        resp.media = conform(Lease, self.services.leases.read(principal(req), lease_id, wait))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.services.leases.release(principal(req), lease_id)

@@ -50,6 +50,11 @@ SANDBOX_STREAMS_OPEN = Gauge(
     ["kind"],
     multiprocess_mode="livesum",
 )
+LEASES_WAITING = Gauge(
+    "lessor_lease_waits",
+    "GETs of a lease waiting for it to change now (waitSeconds): clients waiting for clusters.",
+    multiprocess_mode="livesum",
+)
 SANDBOX_STREAMS_ENDED = Counter(
     "lessor_sandbox_streams_ended_total",
     "Attach and port-forward sessions ended, by why (closed, idle_timeout, lease_not_ready, ...).",

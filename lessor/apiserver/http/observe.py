@@ -40,6 +40,8 @@ class Observe:
     ) -> None:
         # Bounded labels only: any word can be a method, and every label value is a series.
         route = req.uri_template or "unmatched"
+        if getattr(req.context, "waits", False):
+            route += "?waitSeconds"  # a long poll's duration is the lease's, not the server's
         method = req.method if req.method in METHODS else "other"
         metrics.REQUESTS.labels(route, method, str(resp.status_code)).inc()
         started = getattr(req.context, "started", None)

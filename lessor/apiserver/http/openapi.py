@@ -40,6 +40,7 @@ from lessor.apiserver.http.responses import (
     SessionIssued,
     Status,
 )
+from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS
 from lessor.apiserver.sandboxes.executions import WAIT_MARGIN
 from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 from lessor.protocol.json_object import Json
@@ -267,8 +268,20 @@ def leases() -> Json:
 
 
 def lease() -> Json:
+    read = _operation("One lease", 200, _ref(Lease), errors=(*COMMON, 404))
+    read["parameters"] = [
+        {
+            "name": "waitSeconds",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
+            "description": "While the answer stays what it is when the request arrives, wait up "
+            "to this many seconds for it to change (bound, a new queue position, ended), then "
+            "answer. A long poll: the answer may come sooner, unchanged (a stopping server).",
+        }
+    ]
     return {
-        "get": _operation("One lease", 200, _ref(Lease), errors=(*COMMON, 404)),
+        "get": read,
         "delete": _operation("Release", 204, None, errors=(*COMMON, 404, 409)),
         "patch": _operation(
             "Extend the TTL", 200, _ref(Expiry), errors=(*COMMON, 404, 409), request=ExtendLease

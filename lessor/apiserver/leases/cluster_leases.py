@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http import metrics
+from lessor.apiserver.http import lifecycle, metrics
 from lessor.apiserver.http.bodies import CreateLease, ExtendLease
 from lessor.apiserver.http.errors import (
     ForbiddenError,
@@ -39,6 +40,13 @@ REQUESTER_LABEL = "lessor.dev/requester"
 POOL_LABEL = "lessor.dev/pool"
 # A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# The longest a GET may wait for its lease to change (`waitSeconds`): under the idle timeout of
+# the load balancers in front of the API (60 s is common), and of the graceful shutdown's 25 s
+# a stopping worker cuts short anyway.
+MAX_WAIT_SECONDS = 30
+# A waiting request looks up at least this often (seconds): whether its worker is stopping, and,
+# while the watch is down and announces no change, what kube-apiserver has.
+WAIT_SLICE = 1.0
 
 
 def requester_label(identity: str) -> str:
@@ -232,7 +240,31 @@ class LeaseService:
             body["alias"] = spec["alias"]
         return body
 
-    def read(self, principal: Principal, lease_id: str) -> Json:
+    def read(self, principal: Principal, lease_id: str, wait: float = 0.0) -> Json:
+        """The caller's lease as the API shows it. `wait` (seconds): while that answer stays the
+        same, wait up to that long for it to change (bound, a new queue position, ended...) and
+        answer then: a client waiting for its cluster learns of it the moment it is bound, with
+        one request where polling cost one every few milliseconds (issue 19)."""
+        first = self._answer(principal, lease_id)
+        if wait <= 0:
+            return first
+        deadline = time.monotonic() + wait
+        with (
+            metrics.LEASES_WAITING.track_inprogress(),
+            self.watched_leases.changes(first["id"]) as changed,
+        ):
+            current = self._answer(principal, first["id"])  # changed before `changes` began
+            while current == first:
+                left = deadline - time.monotonic()
+                if left <= 0 or lifecycle.stopping():
+                    break
+                watched = self.watched_leases.synced()
+                if changed.wait(min(left, WAIT_SLICE)) or not watched:
+                    changed.clear()
+                    current = self._answer(principal, first["id"])
+            return current
+
+    def _answer(self, principal: Principal, lease_id: str) -> Json:
         lease = self.usable(principal, lease_id)
         body = self.summary(lease)
         status = lease.get("status", {})

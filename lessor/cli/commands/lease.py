@@ -25,6 +25,8 @@ from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE
 
 _FIRST_POLL, _MAX_POLL = 0.1, 1.0
+# Seconds each GET may wait for the lease to change: well under the client's 30 s socket timeout.
+_LONG_POLL = 20
 
 
 def _metadata(value: str | None) -> dict[str, Any] | None:
@@ -101,10 +103,16 @@ def _create(
 def _wait(
     client: Client, lease_id: str, timeout: float | None, progress: Progress
 ) -> dict[str, Any]:
+    """Long polls (`waitSeconds`): each answer comes when the lease changed, so the kubeconfig
+    arrives the moment the lease is bound. An answer that comes back early and unchanged (a
+    server that does not wait, one that is stopping) is followed by a pause that grows, as
+    plain polling would be."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pause = _FIRST_POLL
+    pause, previous = _FIRST_POLL, None
     while True:
-        lease: dict[str, Any] = client.call("GET", f"/v1/leases/{lease_id}")
+        wait = _LONG_POLL if deadline is None else int(min(_LONG_POLL, deadline - time.monotonic()))
+        asked = time.monotonic()
+        lease: dict[str, Any] = client.call("GET", f"/v1/leases/{lease_id}?waitSeconds={wait}")
         phase = lease.get("phase")
         if phase == "Bound" and lease.get("kubeconfig"):
             return lease
@@ -114,10 +122,13 @@ def _wait(
         progress.update(
             f"lease {lease_id}: {phase}" + (f", queue position {queue}" if queue else "")
         )
-        if deadline is not None and time.monotonic() + pause > deadline:
+        early = lease == previous and time.monotonic() - asked < wait / 2
+        previous = lease
+        if deadline is not None and time.monotonic() + (pause if early else 0) > deadline:
             raise TimeoutError
-        time.sleep(pause)
-        pause = min(pause * 1.5, _MAX_POLL)
+        if early or wait == 0:
+            time.sleep(pause)
+            pause = min(pause * 1.5, _MAX_POLL)
 
 
 def _give_up(client: Client, lease_id: str, reused: bool, why: str, code: int) -> CliError:
