@@ -1,7 +1,9 @@
 """Scale of the operator: its memory (RSS) and reconcile queue latency with 10,000 ClusterLeases
-and 1,000 ClusterPools in its cache. The objects exist before the operator starts (as after a
-restart of a big installation); the pools keep nothing warm, so every lease stays Pending and
-is reconciled (a queue position written) without creating clusters.
+and 1,000 ClusterPools in its cache. The objects exist before the operator starts, as leases
+created through the API while no operator ran (with the API server's finalizer and labels; a
+restart of a running installation, whose leases already have their status, writes nothing);
+the pools keep nothing warm, so every lease stays Pending and is reconciled (a queue position
+written, a Queued Event) without creating clusters.
 
 Usage: python -m bench.operator_scale [--pools 1000] [--leases 10000]
 """
@@ -22,6 +24,7 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.ports import reserved_port
+from lessor.resources.cluster import LEASE_FINALIZER
 
 BATCH = 500
 
@@ -77,7 +80,9 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
             create(cluster, [
                 {"apiVersion": "lessor.dev/v1alpha1", "kind": "ClusterLease",
                  "metadata": {"name": f"l{n:05d}", "namespace": NAMESPACE,
-                              "labels": {"lessor.dev/pool": f"p{n % pools:04d}"}},
+                              "finalizers": [LEASE_FINALIZER],
+                              "labels": {"lessor.dev/pool": f"p{n % pools:04d}",
+                                         "lessor.dev/requester": "bench"}},
                  "spec": {"pool": f"p{n % pools:04d}", "requester": "bench"}}
                 for n in range(leases)
             ])  # fmt: skip

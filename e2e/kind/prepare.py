@@ -1,0 +1,53 @@
+"""Everything the kind scenarios build, built before they start: `python -m e2e.kind.prepare`.
+
+On a fresh machine these builds (the node image and kind, lessor's Python base and image,
+agent-sandbox's controller and the sandbox image, vcluster, Traefik) take most of an hour of Go
+and docker work. Run inside the first scenario's fixture, they ran under pytest-timeout's
+15-minute hang guard for one test and failed it there (the first `make test` on a fresh machine
+at 68fd1f0: every kind scenario errored in set-up while Traefik was still compiling). tox runs
+this step first, as it runs `python -m lessor.controlplane build` before the integration tests;
+each build is cached and keyed by what it is made of, so on a warm machine this takes seconds,
+and the fixture then finds every image ready.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from e2e.kind import gateway, lessor_image, node_image, sandboxes, vcluster
+from e2e.kind.docker_setup import DockerSetupError
+from e2e.kind.lessor_image import say
+from lessor.controlplane.errors import ControlPlaneError
+
+
+def prepare() -> None:
+    started = time.monotonic()
+    node_image.build(say)
+    lessor_image.build(say)
+    base = lessor_image.python_base(say)
+    sandboxes.build(base, say)
+    vcluster.build(base, say)
+    gateway.build(base, say)
+    say(f"kind scenarios' images ready in {time.monotonic() - started:.0f}s")
+
+
+def main(argv: list[str]) -> int:
+    if argv:
+        print("usage: python -m e2e.kind.prepare", file=sys.stderr)
+        return 2
+    try:
+        prepare()
+    except (ControlPlaneError, DockerSetupError, OSError) as error:
+        print(f"kind images: {error}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as error:
+        print(f"kind images: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
