@@ -376,11 +376,13 @@ def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: 
 def test_a_get_that_waits_answers_when_the_lease_changes_and_is_never_shed(
     stack: Stack, tmp_path: Path
 ) -> None:
-    """`waitSeconds`, a long poll: a client waiting for its cluster asks once and is answered
-    when its lease changes (bound with its kubeconfig, released), where polling cost a request
-    every few milliseconds; an unchanged lease is answered when the wait is over. A waiting
-    request no longer counts against its worker's bound of requests in flight: four clients
-    waiting on a worker that admits two leave it serving everyone else, not answering 429."""
+    """`waitSeconds`, a long poll: a client waiting for its cluster asks and is answered when
+    its Pending lease changes (bound with its kubeconfig, released), where polling cost a
+    request every few milliseconds; a Pending lease that does not change is answered when the
+    wait is over, and a Bound one at once (a client that asks after the binding waits for
+    nothing). A waiting request no longer counts against its worker's bound of requests in
+    flight: four clients waiting on a worker that admits two leave it serving everyone else,
+    not answering 429."""
     process, api = start_api(
         stack.cluster, stack.namespace, tmp_path / "api.log",
         ("--max-in-flight=2", "--workers=1"),
@@ -391,17 +393,29 @@ def test_a_get_that_waits_answers_when_the_lease_changes_and_is_never_shed(
             assert refused.status == 400 and "waitSeconds" in refused.body["detail"], refused.body
         created = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-warm"})
         assert created.status == 202, created.body
-        lease_path = f"/v1/leases/{created.body['id']}"
+        bound_path = f"/v1/leases/{created.body['id']}"
 
         def bound() -> dict[str, Any] | None:
-            lease = api.call("GET", f"{lease_path}?waitSeconds=20", token=BOB).body
+            lease = api.call("GET", f"{bound_path}?waitSeconds=20", token=BOB).body
             return lease if lease["phase"] == "Bound" and lease.get("kubeconfig") else None
 
         lease = wait_for("the lease bound, by waiting GETs", bound, timeout=240)
+        started = time.monotonic()
+        again = api.call("GET", f"{bound_path}?waitSeconds=20", token=BOB)
+        assert again.body == lease and time.monotonic() - started < 10, "a Bound lease waits not"
+        assert api.call("DELETE", bound_path, token=BOB).status == 204
 
+        queued = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
+        assert queued.status == 202, queued.body
+        lease_path = f"/v1/leases/{queued.body['id']}"
+        wait_for(
+            "the queued lease's position",
+            lambda: api.call("GET", lease_path, token=BOB).body.get("queue_position"),
+        )
+        before = api.call("GET", lease_path, token=BOB).body
         started = time.monotonic()
         unchanged = api.call("GET", f"{lease_path}?waitSeconds=2", token=BOB)
-        assert time.monotonic() - started >= 2 and unchanged.body == lease
+        assert time.monotonic() - started >= 2 and unchanged.body == before
 
         def waiter() -> Response:
             # As any client: a 429 at the door (two of the four arriving at once) is retried.
@@ -425,7 +439,7 @@ def test_a_get_that_waits_answers_when_the_lease_changes_and_is_never_shed(
             assert api.call("DELETE", lease_path, token=BOB).status == 204
             for answer in waiting:
                 phase = answer.result(timeout=60).body["phase"]
-                assert phase in ("Recycling", "Released"), phase
+                assert phase == "Released", phase
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

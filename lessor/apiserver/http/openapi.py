@@ -275,9 +275,9 @@ def lease() -> Json:
             "in": "query",
             "required": False,
             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
-            "description": "While the answer stays what it is when the request arrives, wait up "
-            "to this many seconds for it to change (bound, a new queue position, ended), then "
-            "answer. A long poll: the answer may come sooner, unchanged (a stopping server).",
+            "description": "A long poll: a Pending lease is answered when it changes (bound, a "
+            "new queue position, released), or after this many seconds; a lease in any other "
+            "phase at once. The answer may come sooner, unchanged (a stopping server).",
         }
     ]
     return {

@@ -241,12 +241,15 @@ class LeaseService:
         return body
 
     def read(self, principal: Principal, lease_id: str, wait: float = 0.0) -> Json:
-        """The caller's lease as the API shows it. `wait` (seconds): while that answer stays the
-        same, wait up to that long for it to change (bound, a new queue position, ended...) and
-        answer then: a client waiting for its cluster learns of it the moment it is bound, with
-        one request where polling cost one every few milliseconds (issue 19)."""
+        """The caller's lease as the API shows it. `wait` (seconds): a Pending lease is answered
+        when it changes (bound, a new queue position, released), or after that long: a client
+        waiting for its cluster learns of it the moment it is bound, with one request where
+        polling cost one every few milliseconds (issue 19). A lease in any other phase is
+        answered at once: what a waiting client waits for has happened, and nothing it needs
+        would change (a wait there lasted the whole `wait` when the lease was bound before the
+        client's first GET)."""
         first = self._answer(principal, lease_id)
-        if wait <= 0:
+        if wait <= 0 or first["phase"] != "Pending":
             return first
         deadline = time.monotonic() + wait
         with (
