@@ -36,7 +36,7 @@ from lessor.operator.kinds import (
     pool_key,
 )
 from lessor.operator.runtime.client import ConflictError, KubeClient
-from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.runtime.controller import Controller, Result, spec_changed
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.store import key_of
@@ -126,7 +126,14 @@ def setup(context: Context) -> Controller:
             if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
 
-    return controller.watch(leases).watch(pools, of_pool).watch(instances, of_instance)
+    # A lease reads its pool's spec (existence, TTL, diagnostics), never its status: a pool's
+    # status turns at every lease's change, and mapping each turn to every lease of the pool
+    # reconciled N leases per create into a pool N deep (issue 19, profile of creates).
+    return (
+        controller.watch(leases)
+        .watch(pools, of_pool, when=spec_changed)
+        .watch(instances, of_instance)
+    )
 
 
 class LeaseReconciler:

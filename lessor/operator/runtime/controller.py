@@ -31,6 +31,16 @@ class Result:
 
 Reconcile = Callable[[str], Awaitable[Result]]
 MapFunc = Callable[[Json], Iterable[str]]
+UpdatePredicate = Callable[[Json, Json], bool]
+
+
+def spec_changed(old: Json, new: Json) -> bool:
+    """Whether an update changed more than the object's status: its generation (spec) or its
+    deletion. controller-runtime's GenerationChangedPredicate, plus deletion."""
+    before, after = old["metadata"], new["metadata"]
+    return any(
+        before.get(field) != after.get(field) for field in ("generation", "deletionTimestamp")
+    )
 
 
 class Controller:
@@ -47,22 +57,30 @@ class Controller:
         self.queue.add(key)
 
     def watch(
-        self, informer: Informer, keys: MapFunc | None = None, *, settle: float = 0.0
+        self,
+        informer: Informer,
+        keys: MapFunc | None = None,
+        *,
+        settle: float = 0.0,
+        when: UpdatePredicate | None = None,
     ) -> Controller:
         """Reconcile the keys `keys` maps each added, changed or deleted object of `informer` to
         (by default the object's own key), and wait for that informer's cache before working:
         controller-runtime's `For`/`Owns`/`Watches` with a map function. A change passes its new
         version, a deletion the last one known. `settle`: reconcile a key at most once per that
         many seconds for this informer's changes, so that a burst of them (a pool's instances
-        as 200 leases bind) costs one pass, not one per change."""
+        as 200 leases bind) costs one pass, not one per change. `when(old, new)`: a change is
+        mapped only when it holds (controller-runtime's update predicate), for a watch whose
+        keys depend on part of the object only."""
         to_keys: MapFunc = keys or (lambda obj: [key_of(obj)])
 
         def enqueue_all(obj: Json) -> None:
             for key in to_keys(obj):
                 self.queue.add_after(key, settle)
 
-        def on_update(_old: Json, new: Json) -> None:
-            enqueue_all(new)
+        def on_update(old: Json, new: Json) -> None:
+            if when is None or when(old, new):
+                enqueue_all(new)
 
         informer.store.add_handler(
             Handler(on_add=enqueue_all, on_update=on_update, on_delete=enqueue_all)
