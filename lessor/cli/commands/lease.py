@@ -110,7 +110,8 @@ def _wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     pause, previous = _FIRST_POLL, None
     while True:
-        wait = _LONG_POLL if deadline is None else int(min(_LONG_POLL, deadline - time.monotonic()))
+        left = _LONG_POLL if deadline is None else deadline - time.monotonic()
+        wait = max(0, int(min(_LONG_POLL, left)))
         asked = time.monotonic()
         lease: dict[str, Any] = client.call("GET", f"/v1/leases/{lease_id}?waitSeconds={wait}")
         phase = lease.get("phase")
