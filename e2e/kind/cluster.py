@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.kind.components import KindVersions, ensure_components, kind_cache, kind_cli
-from e2e.kind.docker_setup import DockerSetupError
+from e2e.kind.docker_setup import exit_code
 from e2e.kind.node_image import build, kubeadm_images, say
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
@@ -224,16 +224,7 @@ def main(argv: list[str]) -> int:
     if command not in actions:
         print("usage: python -m e2e.kind.cluster up|down [name]", file=sys.stderr)
         return 2
-    try:
-        actions[command](name)
-    except (ControlPlaneError, DockerSetupError, OSError) as error:
-        print(f"kind cluster: {error}", file=sys.stderr)
-        return 1
-    except subprocess.CalledProcessError as error:
-        print(f"kind cluster: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+    return exit_code("kind cluster", lambda: actions[command](name))
 
 
 if __name__ == "__main__":

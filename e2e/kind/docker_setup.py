@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lessor.controlplane.binaries import cache_root
+from lessor.controlplane.errors import ControlPlaneError
 
 Progress = Callable[[str], None]
 
@@ -181,6 +182,21 @@ def ensure_docker(progress: Progress = print) -> None:
         start_dockerd(progress)
     prove_privileged()
     progress("docker is ready: privileged containers run")
+
+
+def exit_code(what: str, step: Callable[[], object]) -> int:
+    """Run one build or set-up step of a `python -m e2e.kind.*` command: 0 when it worked, 1
+    with one line saying why when it failed as such a step can (a build, a tool, a command)."""
+    try:
+        step()
+    except (ControlPlaneError, DockerSetupError, OSError) as error:
+        print(f"{what}: {error}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as error:
+        print(f"{what}: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from e2e.kind.components import (
     module_dir,
     require_go,
 )
-from e2e.kind.docker_setup import DockerSetupError, ensure_docker
+from e2e.kind.docker_setup import ensure_docker, exit_code
 from e2e.kind.rootfs import NODE_PACKAGES, TOOLS_PACKAGES, ensure_rootfs
 from lessor.controlplane.binaries import Progress, file_lock
 from lessor.controlplane.errors import ControlPlaneError
@@ -476,21 +476,10 @@ def build(progress: Progress = say) -> str:
 
 
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "build"
-    try:
-        if command == "build":
-            build()
-        else:
-            print("usage: python -m e2e.kind.node_image build", file=sys.stderr)
-            return 2
-    except (ControlPlaneError, DockerSetupError, OSError) as error:
-        print(f"kind node image: {error}", file=sys.stderr)
-        return 1
-    except subprocess.CalledProcessError as error:
-        print(f"kind node image: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+    if (argv[0] if argv else "build") != "build":
+        print("usage: python -m e2e.kind.node_image build", file=sys.stderr)
+        return 2
+    return exit_code("kind node image", build)
 
 
 if __name__ == "__main__":

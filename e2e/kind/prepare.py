@@ -12,14 +12,12 @@ and the fixture then finds every image ready.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
 from e2e.kind import gateway, lessor_image, node_image, sandboxes, vcluster
-from e2e.kind.docker_setup import DockerSetupError
+from e2e.kind.docker_setup import exit_code
 from e2e.kind.lessor_image import say
-from lessor.controlplane.errors import ControlPlaneError
 
 
 def prepare() -> None:
@@ -37,16 +35,7 @@ def main(argv: list[str]) -> int:
     if argv:
         print("usage: python -m e2e.kind.prepare", file=sys.stderr)
         return 2
-    try:
-        prepare()
-    except (ControlPlaneError, DockerSetupError, OSError) as error:
-        print(f"kind images: {error}", file=sys.stderr)
-        return 1
-    except subprocess.CalledProcessError as error:
-        print(f"kind images: `{' '.join(map(str, error.cmd))}` exited {error.returncode}",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+    return exit_code("kind images", prepare)
 
 
 if __name__ == "__main__":
