@@ -14,6 +14,7 @@ being torn down) -> Released or Expired once teardown is verified, or Quarantine
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -50,6 +51,7 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.operator.writes_in_flight import WritesInFlight
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp, utcnow
@@ -155,6 +157,7 @@ class LeaseReconciler:
         self.pools = pools
         self.instances = instances
         self.claims = ClaimsInFlight(instances)
+        self.writes = WritesInFlight()
         self.leases = leases
         self.events = events
         self._enqueue_key = enqueue
@@ -174,7 +177,8 @@ class LeaseReconciler:
 
     async def reconcile(self, key: str) -> Result:
         obj = self.leases.store.get(key)
-        if obj is None:
+        # A version this process replaced is skipped: the watch event of its write comes next.
+        if self.writes.stale(key, obj) or obj is None:
             return Result()
         lease = ClusterLease.model_validate(obj)
         phase = lease.status.phase if lease.status else None
@@ -185,7 +189,9 @@ class LeaseReconciler:
                 return Result()
             return await self._retain(obj, lease)
         if not deleting:
-            obj = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
+            written = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
+            self.writes.wrote(key, obj, written)
+            obj = written
         release = lease.spec.release_requested or deleting
         if ClusterLease.phases.waiting(phase):
             return await self._pending(obj, lease, release)
@@ -212,7 +218,7 @@ class LeaseReconciler:
         pool_obj = self.pools.store.get(pool_key)
         if pool_obj is None:
             status.phase, status.message = "Pending", f"pool {lease.spec.pool} does not exist"
-            await write_status(self.client, LEASES, obj, status)
+            await self._write_status(obj, status)
             return Result(requeue_after=10.0)
         pool = ClusterPool.model_validate(pool_obj)
         status.effective_ttl = format_duration(parse_duration(lease.spec.ttl or pool.spec.ttl))
@@ -239,23 +245,42 @@ class LeaseReconciler:
                 queued = status.phase != "Pending"
                 status.phase, status.queue_position = "Pending", position
                 status.message = "waiting for a ready cluster"
-                obj = await write_status(self.client, LEASES, obj, status)
+                obj = await self._write_status(obj, status)
                 if queued:
                     await self.events.record(
                         obj, "Normal", "Queued", f"waiting for a cluster of {lease.spec.pool}"
                     )
                 return Result()
-            instance = free[position - 1]
             claim = {"name": lease.metadata.name, "uid": lease.metadata.uid}
-            instance = await patch_fenced(
-                self.client,
-                INSTANCES,
-                instance,
-                [{"op": "add", "path": "/spec/claimRef", "value": claim}],
-            )
+            instance, kubeconfig = await self._claim(free[position - 1], claim)
             self.claims.add(lease.metadata.uid or "", instance)
-            claimed = [instance]
+            return await self._bind(obj, lease, instance, status, pool_key, secret=kubeconfig)
         return await self._bind(obj, lease, claimed[0], status, pool_key)
+
+    async def _claim(self, instance: Json, claim: Json) -> tuple[Json, Json | None]:
+        """The fenced claim of `instance`, and its kubeconfig Secret read alongside: the read
+        was a round trip of its own after the claim, on the path a waiting client measures. A
+        claim that loses its race wastes one read; a read that fails is made again by the bind,
+        which reports its error (the claim is made and remembered either way)."""
+        claiming = patch_fenced(
+            self.client,
+            INSTANCES,
+            instance,
+            [{"op": "add", "path": "/spec/claimRef", "value": claim}],
+        )
+        source = instance.get("status", {}).get("kubeconfigSecret")
+        if not source:
+            return await claiming, None
+
+        path = SECRETS.path(instance["metadata"]["namespace"], source)
+
+        async def read() -> Json | None:
+            with contextlib.suppress(Exception):
+                return await self.client.get(path)
+            return None
+
+        claimed, secret = await asyncio.gather(claiming, read())
+        return claimed, secret
 
     async def _bind(
         self,
@@ -264,13 +289,17 @@ class LeaseReconciler:
         instance: Json,
         status: ClusterLeaseStatus,
         pool_key: str,
+        *,
+        secret: Json | None = None,
     ) -> Result:
+        """`secret`: the instance's kubeconfig Secret when the claim has just read it."""
         name = lease.metadata.name or ""
         namespace = lease.metadata.namespace or ""
         source = instance.get("status", {}).get("kubeconfigSecret")
         if not source:
             return Result(requeue_after=0.5)  # the instance is publishing its kubeconfig
-        secret = await self.client.get(SECRETS.path(namespace, source))
+        if secret is None or secret["metadata"]["name"] != source:
+            secret = await self.client.get(SECRETS.path(namespace, source))
         copy = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -305,7 +334,7 @@ class LeaseReconciler:
                 "message": "",
             }
         )
-        obj = await write_status(self.client, LEASES, obj, status)
+        obj = await self._write_status(obj, status)
         await self.events.record(
             obj,
             "Normal",
@@ -315,6 +344,11 @@ class LeaseReconciler:
         for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
             self._enqueue(waiting)
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    async def _write_status(self, obj: Json, status: ClusterLeaseStatus) -> Json:
+        written = await write_status(self.client, LEASES, obj, status)
+        self.writes.wrote(key_of(obj), obj, written)
+        return written
 
     def _enqueue(self, obj: Json) -> None:
         self._enqueue_key(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
@@ -329,7 +363,7 @@ class LeaseReconciler:
         applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
         if applied != lease.status.extensions:
             status.expires_at, status.extensions = expiry.replace(microsecond=0), applied
-            obj = await write_status(self.client, LEASES, obj, status)
+            obj = await self._write_status(obj, status)
             await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
         obj = await self._report_health(obj, lease, status)
         now = utcnow()
@@ -338,7 +372,7 @@ class LeaseReconciler:
         reason: Literal["Released", "Expired"] = "Released" if release else "Expired"
         status.phase, status.end_reason = "Recycling", reason
         status.message = f"{reason.lower()}; tearing the cluster down"
-        obj = await write_status(self.client, LEASES, obj, status)
+        obj = await self._write_status(obj, status)
         await self.events.record(
             obj, "Normal", reason, "the cluster is being destroyed and replaced"
         )
@@ -365,7 +399,7 @@ class LeaseReconciler:
             status.conditions, CLUSTER_HEALTHY, ok, healthy.get("reason", "HealthCheck"), message,
             generation=lease.metadata.generation,
         )  # fmt: skip
-        obj = await write_status(self.client, LEASES, obj, status)
+        obj = await self._write_status(obj, status)
         if ok:
             await self.events.record(obj, "Normal", "ClusterRecovered", message)
         else:
@@ -400,7 +434,7 @@ class LeaseReconciler:
                     )
                     status.phase = "Quarantined"
                     status.message = f"teardown could not be verified: {evidence}"
-                    obj = await write_status(self.client, LEASES, obj, status)
+                    obj = await self._write_status(obj, status)
                     await self.events.record(obj, "Warning", "TeardownQuarantined", status.message)
                 return Result()
             if not instance["metadata"].get("deletionTimestamp"):
@@ -433,11 +467,8 @@ class LeaseReconciler:
             return Result()
         ended = lease.status.ended_at if lease.status else None
         if ended is None:  # ended before this field existed: count from now
-            await write_status(
-                self.client,
-                LEASES,
-                obj,
-                _status(lease).model_copy(update={"ended_at": now_seconds()}),
+            await self._write_status(
+                obj, _status(lease).model_copy(update={"ended_at": now_seconds()})
             )
             return Result(requeue_after=self.retention.total_seconds())
         left = (ended + self.retention - utcnow()).total_seconds()
@@ -449,7 +480,7 @@ class LeaseReconciler:
     async def _finish(self, obj: Json, status: ClusterLeaseStatus, reason: str) -> None:
         if status.ended_at is None:
             status.ended_at = now_seconds()
-        obj = await write_status(self.client, LEASES, obj, status)
+        obj = await self._write_status(obj, status)
         await self.events.record(obj, "Normal", f"Lease{reason}", status.message)
         if obj["metadata"].get("deletionTimestamp"):
             await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)

@@ -15,6 +15,7 @@ from lessor.apiserver.http.app import api_document as document
 from lessor.protocol.json_object import Json
 
 _METHODS = ("get", "post", "patch", "delete")
+_BOUNDS = (("minimum", "min"), ("maximum", "max"), ("default", "default"))
 
 
 def _type(schema: Json) -> str:
@@ -62,6 +63,36 @@ def _schema(name: str, schema: Json) -> list[str]:
     return [*lines, ""]
 
 
+def _query_parameters(spec: Json) -> list[str]:
+    lines = [
+        "",
+        "## Query parameters",
+        "",
+        "| method | path | parameter | type | required | notes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path, item in spec["paths"].items():
+        for method in _METHODS:
+            for parameter in item.get(method, {}).get("parameters", []):
+                if parameter["in"] != "query":
+                    continue
+                schema = parameter["schema"]
+                described = [parameter.get("description", ""), schema.get("description", "")]
+                bounds = [
+                    f"{label} `{str(schema[key]).lower()}`"  # JSON's spelling of a boolean
+                    for key, label in _BOUNDS
+                    if key in schema
+                ]
+                notes = " ".join(d for d in described if d)
+                if bounds:
+                    notes = f"{notes} ({', '.join(bounds)})" if notes else ", ".join(bounds)
+                lines.append(
+                    f"| {method.upper()} | `{path}` | `{parameter['name']}` | {_type(schema)} | "
+                    f"{'yes' if parameter.get('required') else 'no'} | {_cell(notes)} |"
+                )
+    return lines
+
+
 def render() -> str:
     spec = document()
     lines = [
@@ -94,6 +125,7 @@ def render() -> str:
                 f"| {method.upper()} | `{path}` | {auth} | {operation['summary']} | {answer} | "
                 f"{body} | {errors} |"
             )
+    lines += _query_parameters(spec)
     lines += ["", "## Schemas", ""]
     for name, schema in sorted(spec["components"]["schemas"].items()):
         lines += _schema(name, schema)
