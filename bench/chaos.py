@@ -66,6 +66,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -123,15 +124,16 @@ UNREACHABLE = (
     "currently unable to handle",
     "context deadline exceeded",
 )
-# Error lines: the operator's log format, gunicorn's, a traceback, a 5xx in the access log.
+# Error lines: lessor's log lines (lessor.logs, logfmt) at error or above, a 5xx in the API's
+# request lines, and a traceback printed raw (a process that died before its logging was set up).
 ERROR_MARKERS = (
-    "level=ERROR",
-    "level=CRITICAL",
-    "[ERROR]",
-    "[CRITICAL]",
+    "level=error",
+    "level=critical",
+    *(f" status={code}" for code in (500, 502, 503, 504)),
     "Traceback (most recent call last)",
-    *(f'" {code} ' for code in (500, 502, 503, 504)),
 )
+# The exception of a logged failure: the `error` field, a quoted string, last on its line.
+LOGGED_ERROR = re.compile(r' error=("(?:[^"\\]|\\.)*")$')
 
 Json = dict[str, Any]
 
@@ -400,8 +402,10 @@ def log_findings(logs: dict[str, Path], samples: int = 5) -> Json:
             marker = next((m for m in ERROR_MARKERS if m in line), None)
             if marker is None:
                 continue
-            in_traceback |= marker.startswith("Traceback")
-            counts[marker.strip('" ')] += 1
+            if logged := LOGGED_ERROR.search(line):
+                exceptions[json.loads(logged.group(1)).rstrip().rsplit("\n", 1)[-1][:200]] += 1
+            in_traceback |= line.startswith("Traceback")
+            counts[marker.strip()] += 1
             key = line.split(" level=", 1)[-1][:120]
             if len(seen) < samples and key not in seen and not marker.startswith("Traceback"):
                 seen[key] = line[:400]

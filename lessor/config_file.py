@@ -9,6 +9,9 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     agentSandbox:
       mode: disabled                # disabled | external (the Sandbox API, see sandbox_gate)
       namespace: lessor-sandboxes   # where sandboxes run (default: `namespace`); the operator's
+    log:
+      level: info                   # debug | info | warning | error
+      format: text                  # text (logfmt) | json: one object per line
     apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
@@ -39,6 +42,11 @@ class AgentSandbox(_Section):
     # Where the agent-sandbox objects and the sandboxes' pods live: a namespace of their own, so
     # that the API server's exec/attach/port-forward rights reach only tenant pods.
     namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class Log(_Section):
+    level: Literal["debug", "info", "warning", "error"] | None = None
+    format: Literal["text", "json"] | None = None
 
 
 class ApiServer(_Section):
@@ -78,6 +86,7 @@ class Operator(_Section):
 class ConfigFile(_Section):
     namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     agent_sandbox: AgentSandbox = Field(default_factory=AgentSandbox)
+    log: Log = Field(default_factory=Log)
     apiserver: ApiServer = Field(default_factory=ApiServer)
     operator: Operator = Field(default_factory=Operator)
 
@@ -98,8 +107,18 @@ def load(path: Path) -> ConfigFile:
 
 
 def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, section: str) -> None:
-    """Add the options both components share (`--config`, `--agent-sandbox-mode`) and make the
-    file's values (the shared keys and this component's section) the parser's defaults."""
+    """Add the options both components share (`--config`, `--agent-sandbox-mode`, `--log-*`)
+    and make the file's values (the shared keys and this component's section) the parser's
+    defaults."""
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text: logfmt lines; json: one object per line (both on stderr)",
+    )
     parser.add_argument(
         "--agent-sandbox-mode",
         choices=("disabled", "external"),
@@ -123,4 +142,8 @@ def apply_defaults(parser: argparse.ArgumentParser, argv: list[str] | None, sect
         values["agent_sandbox_mode"] = config.agent_sandbox.mode
     if config.agent_sandbox.namespace:
         values["sandbox_namespace"] = config.agent_sandbox.namespace
+    if config.log.level:
+        values["log_level"] = config.log.level
+    if config.log.format:
+        values["log_format"] = config.log.format
     parser.set_defaults(**values)

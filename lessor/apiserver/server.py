@@ -13,13 +13,25 @@ import tempfile
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
 
 from lessor.apiserver.http import lifecycle
 from lessor.apiserver.http.settings import Settings
 from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 from lessor.apiserver.state.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.config_file import apply_defaults
+from lessor.logs import configure as configure_logging
+from lessor.logs import gunicorn_config as gunicorn_logging
 from lessor.protocol.ssh_signature import audience_of
+
+
+class RequestLinesOnly(Logger):  # type: ignore[misc]
+    """gunicorn's logger without its access lines: each request is logged once, by lessor
+    (lessor.apiserver.http.observe), with the route, the caller and the request id; gunicorn's
+    line would repeat it with fewer fields, and cost every request its formatting."""
+
+    def access(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
 
 
 class Server(BaseApplication):  # type: ignore[misc]
@@ -151,6 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
     # Metrics of every worker are aggregated from files here (prometheus multiprocess mode).
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="lessor-metrics-"))
     # The workers of this server share the replica's counts: admission buckets, open sessions.
@@ -189,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         "timeout": args.timeout,
         "graceful_timeout": args.graceful_timeout,
         "keepalive": 5,
-        "accesslog": "-",
-        "errorlog": "-",
+        "logger_class": RequestLinesOnly,
+        "logconfig_dict": gunicorn_logging(args.log_level, args.log_format),
+        "loglevel": args.log_level,
         "limit_request_line": 8190,
         "limit_request_field_size": 16380,
         "reuse_port": args.reuse_port,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from lessor.config_file import apply_defaults
+from lessor.logs import configure as configure_logging
 from lessor.operator import (
     executions,
     instances,
@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also serve the `namespace` backend (tests and benchmarks; no isolation)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="--log-level debug")
     apply_defaults(parser, argv, "operator")
     return parser.parse_args(argv)
 
@@ -152,10 +152,5 @@ async def run(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_args(parse_args(argv))
-    logging.basicConfig(
-        level=logging.DEBUG if settings.verbose else logging.INFO,
-        format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     return asyncio.run(run(settings))

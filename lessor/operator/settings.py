@@ -13,6 +13,8 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
+from lessor.logs import Format
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -39,7 +41,8 @@ class Settings:
     lease_retention: datetime.timedelta | None = datetime.timedelta(days=1)
     test_backends: bool = False
     agent_sandbox_mode: str = "disabled"  # or "external": the sandbox controllers run
-    verbose: bool = False
+    log_level: str = "info"  # lessor.logs.LEVELS
+    log_format: Format = "text"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -64,5 +67,6 @@ class Settings:
             ),
             test_backends=args.test_backends,
             agent_sandbox_mode=args.agent_sandbox_mode,
-            verbose=args.verbose,
+            log_level="debug" if args.verbose else args.log_level,
+            log_format=args.log_format,
         )

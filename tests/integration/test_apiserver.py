@@ -741,6 +741,86 @@ def test_max_concurrent_leases_holds_exactly_across_two_api_servers(stack: Stack
         assert stack.api.call("DELETE", f"/v1/leases/{lease['id']}", token=BOB).status == 204
 
 
+def test_every_request_is_one_log_line_with_its_id_and_caller_and_no_credential(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """gunicorn configured logging so that lessor's INFO lines (a failed login among them) were
+    dropped and its warnings came out without time or level; every line is now one JSON object
+    (`--log-format json`), gunicorn's own too, and every request has one, under a request id
+    the answer names."""
+    log = tmp_path / "api.log"
+    process, api = start_api(stack.cluster, stack.namespace, log, ("--log-format=json",))
+    wrong = "wrong-" + secrets.token_hex(8)
+    try:
+        ok = api.call("GET", "/v1/pools", token=ALICE, headers={"X-Request-Id": "ci-run-42.1"})
+        refused = api.call(
+            "GET", "/v1/pools", token=wrong, headers={"X-Request-Id": "two words level=error"}
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    assert ok.status == 200 and ok.headers["X-Request-Id"] == "ci-run-42.1"
+    assert refused.status == 401
+    made = refused.headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made), "an id that is not one plain word is replaced"
+    text = log.read_text()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    assert {"gunicorn.error", "lessor.apiserver.http.observe"} <= {r["logger"] for r in records}
+    assert all({"time", "level", "logger", "msg"} <= set(r) for r in records)
+    by_id = {r["request_id"]: r for r in records if r.get("route")}
+    served = by_id["ci-run-42.1"]
+    assert (served["route"], served["status"], served["auth"]) == ("/v1/pools", 200, "token")
+    assert "alice" in served["identity"] and served["duration_ms"] > 0
+    assert (by_id[made]["status"], by_id[made].get("identity")) == (401, None)
+    assert any("authentication failed" in r["msg"] for r in records), "INFO lines are kept"
+    assert ALICE not in text and wrong not in text, "no credential is ever logged"
+    assert "two words" not in text
+
+
+def test_every_change_leaves_an_audit_record_of_who_what_which_and_the_result(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Kubernetes' audit log sees every lease written by the API server's ServiceAccount; the
+    person is only in lessor's own records (logger `lessor.audit`)."""
+    log = tmp_path / "api.log"
+    process, api = start_api(stack.cluster, stack.namespace, log, ("--log-format=json",))
+    try:
+        made = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-cold"})
+        assert made.status == 202, made.body
+        lease = made.body["id"]
+        assert api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
+        forbidden = api.call("POST", "/v1/leases", token=BOB, body={"profile": "prod-db"})
+        assert forbidden.status == 403
+        login = api.call("POST", "/v1/login", token=ALICE)
+        session = login.body["session_token"]
+        assert api.call("DELETE", "/v1/login", token=session).status == 204
+        assert api.call("GET", f"/v1/leases/{lease}", token=ALICE).status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    text = log.read_text()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    audits = [r for r in records if r["logger"] == "lessor.audit"]
+    assert all(r["audit"] is True for r in audits)
+    seen = [(r["action"], r.get("lease"), r["status"], r["outcome"]) for r in audits]
+    assert seen == [
+        ("lease.create", lease, 202, "allowed"),
+        ("lease.release", lease, 204, "allowed"),
+        ("lease.create", None, 403, "refused"),
+        ("login", None, 200, "allowed"),
+        ("logout", None, 204, "allowed"),
+    ], "one record per change, none for a read"
+    assert ["alice" if "alice" in r["identity"] else "bob" for r in audits] == [
+        "alice",
+        "alice",
+        "bob",
+        "alice",
+        "alice",
+    ]
+    assert {r["auth"] for r in audits} == {"token", "session"}
+    assert session not in text and ALICE not in text and BOB not in text
+
+
 def test_metrics_count_requests_across_workers(stack: Stack) -> None:
     for _ in range(4):
         stack.api.call("GET", "/v1/status")

@@ -31,6 +31,7 @@ from tests.integration.operator_harness import (
     pids_of,
     wait_for,
 )
+from tests.unit.test_logs import parse_logfmt
 
 pytestmark = pytest.mark.integration
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -149,6 +150,24 @@ def test_binding_never_loses_a_write_to_the_operators_own_stale_cache(
     # The stale reconcile followed its bind by milliseconds; leave it ample time to show.
     time.sleep(2)
     assert operator.metric(conflicts) == before
+
+
+def test_the_operators_log_is_logfmt_a_pipeline_can_parse(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    """Its lines were `msg=%(message)s` unquoted: a message with a space or an `=` split into
+    keys of its own. Every line, at debug, is now key=value pairs with quoted values."""
+    objects, started = env
+    operator = start_operator(cluster, objects, started, tmp_path, extra=("--log-level=debug",))
+    objects.pool("cold", warmTarget=0)
+    objects.lease("queued", "cold")
+    wait_for("queued", lambda: objects.status("clusterlease", "queued").get("queuePosition") == 1)
+    operator.kill(signal.SIGTERM)
+    lines = operator.log_path.read_text().splitlines()
+    records = [parse_logfmt(line) for line in lines if line.strip()]
+    assert all({"time", "level", "logger", "msg"} <= set(r) for r in records)
+    assert {"debug", "info"} <= {r["level"] for r in records}
+    assert any(" " in r["msg"] for r in records), "messages with spaces survived whole"
 
 
 def test_a_lease_expires_at_its_ttl_and_its_cluster_is_destroyed(

@@ -70,6 +70,7 @@ from tests.integration.test_sandbox_leases import (  # noqa: F401
     sandbox_pool,
     scanned,
 )
+from tests.unit.test_logs import parse_logfmt
 
 pytestmark = pytest.mark.integration
 WEB, UNDECLARED = FORWARDED_PORTS[11], FORWARDED_PORTS[12]
@@ -219,6 +220,26 @@ def test_attach_round_trip(env: Env, lease: str) -> None:  # noqa: F811
     assert reader.closed is None, "input and resize keep the session open"
     session.end()
     assert reader.end().code == 1000
+    # Audited: who opened it, and how it ended (docs/operations.md, Audit).
+    opened = audited(env, "attach.open", lease)
+    assert (opened["status"], opened["outcome"], opened["auth"]) == ("101", "allowed", "token")
+    assert "alice" in opened["identity"]
+    closed = audited(env, "attach.close", lease)
+    assert closed["identity"] == opened["identity"] and int(closed["bytes_in"]) > len(line)
+
+
+def audited(env: Env, action: str, lease: str) -> dict[str, str]:  # noqa: F811
+    """The API server's audit record of `action` on `lease` (it is written as the session ends,
+    so it is waited for)."""
+
+    def found() -> dict[str, str] | None:
+        lines = (env.directory / "api.log").read_text().splitlines()
+        records = [parse_logfmt(line) for line in lines if "logger=lessor.audit" in line]
+        return next(
+            (r for r in records if r.get("action") == action and r.get("lease") == lease), None
+        )
+
+    return wait_for(f"the audit record of {action}", found, timeout=30)
 
 
 def test_attach_refusals(env: Env, lease: str, pool: str) -> None:  # noqa: F811

@@ -1,11 +1,13 @@
 """What wraps every request before and after its route: the body read once and bounded, the
-request counted and timed, and every failure answered in the service's error shape (never a
-stack trace, never a 500 for a client's mistake)."""
+request counted, timed and logged under a request id, and every failure answered in the
+service's error shape (never a stack trace, never a 500 for a client's mistake)."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
+import uuid
 from typing import Any
 
 import falcon
@@ -13,27 +15,50 @@ import gevent
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.http import metrics
+from lessor.apiserver.http import audit, metrics
 from lessor.apiserver.http.errors import (
     HttpError,
     PayloadTooLargeError,
     RequestTimeoutError,
     UnavailableError,
 )
+from lessor.protocol.json_object import Json
 
 log = logging.getLogger(__name__)
 
 BODY_LIMIT = 1 << 20  # bytes
 BODY_TIMEOUT = 10.0  # seconds for the whole body, however it trickles in
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# A request id a client or a proxy in front sent is kept (it ties their logs to ours) when it
+# is one plain bounded word; anything else is replaced, never logged.
+REQUEST_ID_HEADER = "X-Request-Id"
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id(req: falcon.Request) -> str:
+    """This request's id (made on first use), in its log line, its answer's X-Request-Id and
+    every log line about it, so that a user's report finds the server's side."""
+    found: str | None = getattr(req.context, "request_id", None)
+    if found is None:
+        sent = req.get_header(REQUEST_ID_HEADER) or ""
+        found = sent if REQUEST_ID.match(sent) else uuid.uuid4().hex
+        req.context.request_id = found
+    return found
 
 
 class Observe:
-    """Reads the body once (SSH signatures cover it), and counts and times every request."""
+    """Reads the body once (SSH signatures cover it), and counts, times and logs every request:
+    one line each, with its id, route, status, duration and the caller (never a credential)."""
 
     def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
         req.context.started = time.perf_counter()
+        request_id(req)
         req.context.body = _read_body(req)
+
+    def process_resource(
+        self, req: falcon.Request, _resp: falcon.Response, _resource: object, params: Json
+    ) -> None:
+        req.context.params = params  # which lease or execution, for the audit record
 
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, _resource: object, _ok: bool
@@ -45,8 +70,37 @@ class Observe:
         method = req.method if req.method in METHODS else "other"
         metrics.REQUESTS.labels(route, method, str(resp.status_code)).inc()
         started = getattr(req.context, "started", None)
-        if started is not None:
-            metrics.LATENCY.labels(route, method).observe(time.perf_counter() - started)
+        duration = time.perf_counter() - started if started is not None else None
+        if duration is not None:
+            metrics.LATENCY.labels(route, method).observe(duration)
+        resp.set_header(REQUEST_ID_HEADER, request_id(req))
+        caller = getattr(req.context, "principal", None)
+        log.info(
+            "%s %s %d",
+            req.method,
+            req.path,
+            resp.status_code,
+            extra={
+                "request_id": request_id(req),
+                "method": req.method,
+                "route": route,
+                "path": req.path,
+                "status": resp.status_code,
+                "duration_ms": round(duration * 1000, 1) if duration is not None else None,
+                "identity": caller.owner if caller else None,
+                "auth": caller.method if caller else None,
+            },
+        )
+        action = audit.ACTIONS.get((req.method, route))
+        if action is not None:
+            audit.of_request(
+                action,
+                caller=caller,
+                status=resp.status_code,
+                params=getattr(req.context, "params", None) or {},
+                answer=resp.media,
+                request_id=request_id(req),
+            )
 
 
 class _BodyTimeoutError(Exception):
@@ -107,7 +161,12 @@ def _on_kube_error(
     req: falcon.Request, resp: falcon.Response, error: ApiException, _p: Any
 ) -> None:
     log.warning(
-        "kubernetes API error on %s %s: %s %s", req.method, req.path, error.status, error.reason
+        "kubernetes API error on %s %s: %s %s",
+        req.method,
+        req.path,
+        error.status,
+        error.reason,
+        extra={"request_id": request_id(req)},
     )
     _send(resp, UnavailableError("the cluster API did not answer as expected; retry"))
 
@@ -119,7 +178,11 @@ def _on_kube_unreachable(
     client's retry is the remedy, so a 503 with Retry-After, never a 500 (the chaos soak,
     bench/chaos.py, met this while restarting kube-apiserver)."""
     log.warning(
-        "kubernetes API unreachable on %s %s: %s", req.method, req.path, type(error).__name__
+        "kubernetes API unreachable on %s %s: %s",
+        req.method,
+        req.path,
+        type(error).__name__,
+        extra={"request_id": request_id(req)},
     )
     _send(resp, UnavailableError("the cluster API did not answer; retry"))
 
@@ -127,7 +190,9 @@ def _on_kube_unreachable(
 def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception, _p: Any) -> None:
     if isinstance(error, falcon.HTTPError | HttpError):
         raise error
-    log.exception("unexpected error on %s %s", req.method, req.path)
+    log.exception(
+        "unexpected error on %s %s", req.method, req.path, extra={"request_id": request_id(req)}
+    )
     resp.status = 500
     resp.media = {"error": "internal error", "detail": "the failure was logged"}
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.http import metrics
+from lessor.apiserver.http import audit, metrics
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
@@ -62,20 +62,30 @@ class StreamRoutes:
         ):
             return self.app(environ, start_response)
         lease_id, kind = match.groups()
+        action = kind.replace("-", "_")
+        caller: dict[str, Any] = {}  # the principal, once _prepare knows it
         try:
-            answer, pod, check, slot = self._prepare(environ, lease_id, kind)
-        except HandshakeError as error:
-            return _refuse(start_response, kind, BadRequestError(str(error)))
-        except HttpError as error:
-            return _refuse(start_response, kind, error)
-        except ApiException as error:
-            log.warning("kubernetes API error opening a %s session: %s", kind, error.status)
-            unavailable = UnavailableError("the cluster API did not answer; retry")
-            return _refuse(start_response, kind, unavailable)
+            answer, pod, check, slot = self._prepare(environ, lease_id, kind, caller)
+        except (HandshakeError, HttpError, ApiException) as error:
+            refusal = _refusal(error, kind)
+            audit.record(
+                f"{action}.open",
+                caller=caller.get("principal"),
+                status=refusal.status,
+                lease=lease_id,
+            )
+            return _refuse(start_response, kind, refusal)
+        principal = caller["principal"]
         _count(kind, 101)
+        audit.record(f"{action}.open", caller=principal, status=101, lease=lease_id)
         websocket = WebSocket(environ["gunicorn.socket"])
         try:
-            self._serve(websocket, answer, pod=pod, check=check, lease_id=lease_id, kind=kind)
+            self._serve(
+                websocket, answer, pod=pod, check=check, kind=kind,
+                audited=lambda **detail: audit.record(
+                    f"{action}.close", caller=principal, status=None, lease=lease_id, **detail
+                ),
+            )  # fmt: skip
         finally:
             self.slots.release(slot)
         from gunicorn.workers.base_async import ALREADY_HANDLED  # noqa: PLC0415 - worker only
@@ -83,15 +93,16 @@ class StreamRoutes:
         return ALREADY_HANDLED
 
     def _prepare(
-        self, environ: Environ, lease_id: str, kind: str
+        self, environ: Environ, lease_id: str, kind: str, caller: dict[str, Any]
     ) -> tuple[bytes, PodStream, Callable[[], None], int]:
         """Every check of the session, in the REST routes' order, the open pod stream, and the
-        session's slot."""
+        session's slot; `caller["principal"]` is set once the caller is known (for the audit
+        record of a refusal after that)."""
         answer = handshake(environ)
         verdict = self.services.sandbox.verdict()
         if not verdict.served:  # as the REST routes (SandboxBase): the path does not exist
             raise HttpNotFoundError(f"the Sandbox API is not served here: {verdict.reason}")
-        principal = self._principal(environ)
+        principal = caller["principal"] = self._principal(environ)
         streams: SandboxStreamService = self.services.streams
         target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
         if environ.get("gunicorn.socket") is None:
@@ -117,13 +128,15 @@ class StreamRoutes:
         *,
         pod: PodStream,
         check: Callable[[], None],
-        lease_id: str,
         kind: str,
+        audited: Callable[..., None],
     ) -> None:
+        """`audited`: records the session's end (lessor.apiserver.http.audit)."""
         try:
             websocket.accept(answer)
         except OSError:  # the client went away before the session began
             pod.close()
+            audited(reason="client_gone", duration_s=0.0, bytes_in=0, bytes_out=0)
             return
         started = time.monotonic()
         open_sessions = metrics.SANDBOX_STREAMS_OPEN.labels(kind)
@@ -134,15 +147,12 @@ class StreamRoutes:
         finally:
             open_sessions.dec()
         metrics.SANDBOX_STREAMS_ENDED.labels(kind, outcome.reason).inc()
-        log.info(
-            "%s session of %s ended after %.1fs (%s: %s), %d bytes in, %d bytes out",
-            kind,
-            lease_id,
-            time.monotonic() - started,
-            outcome.reason,
-            outcome.detail,
-            session.bytes_in,
-            session.bytes_out,
+        audited(  # the session's one line: how it ended, how long, how much
+            reason=outcome.reason,
+            detail=outcome.detail,
+            duration_s=round(time.monotonic() - started, 1),
+            bytes_in=session.bytes_in,
+            bytes_out=session.bytes_out,
         )
 
     def _principal(self, environ: Environ) -> Any:
@@ -157,6 +167,16 @@ class StreamRoutes:
 
 def _count(kind: str, status: int) -> None:
     metrics.REQUESTS.labels(f"/v1/sandbox-leases/{{lease_id}}/{kind}", "GET", str(status)).inc()
+
+
+def _refusal(error: HandshakeError | HttpError | ApiException, kind: str) -> HttpError:
+    """What a failed check answers, in the service's error shape."""
+    if isinstance(error, HandshakeError):
+        return BadRequestError(str(error))
+    if isinstance(error, ApiException):
+        log.warning("kubernetes API error opening a %s session: %s", kind, error.status)
+        return UnavailableError("the cluster API did not answer; retry")
+    return error
 
 
 def _refuse(start_response: StartResponse, kind: str, error: HttpError) -> list[bytes]:
