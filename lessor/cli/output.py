@@ -37,14 +37,22 @@ def until(timestamp: str | None) -> str:
     """`2026-11-22T18:45:00Z (in 14m58s)`: the absolute time and how far away it is."""
     if not timestamp:
         return "-"
+    away = relative(timestamp)
+    return timestamp if away == timestamp else f"{timestamp} ({away})"
+
+
+def relative(timestamp: str | None) -> str:
+    """`in 14m58s`, `passed`, or `-` without a time."""
+    if not timestamp:
+        return "-"
     try:
         moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     except ValueError:
         return timestamp
     left = int((moment - datetime.datetime.now(datetime.UTC)).total_seconds())
     if left <= 0:
-        return f"{timestamp} (passed)"
+        return "passed"
     hours, rest = divmod(left, 3600)
     minutes, seconds = divmod(rest, 60)
     span = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
-    return f"{timestamp} (in {span or f'{seconds}s'})"
+    return f"in {span or f'{seconds}s'}"

@@ -56,14 +56,16 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _output() -> argparse.ArgumentParser:
+def _output(*, wide: bool = False) -> argparse.ArgumentParser:
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "-o",
         "--output",
-        choices=("text", "json"),
+        choices=("text", "wide", "json") if wide else ("text", "json"),
         default="text",
-        help="text for people (default), json for scripts",
+        help="text for people (default)"
+        + (", wide with more columns" if wide else "")
+        + ", json for scripts",
     )
     return output
 
@@ -83,8 +85,9 @@ def _command(
     description: str,
     *,
     prints: bool = True,
+    wide: bool = False,
 ) -> argparse.ArgumentParser:
-    parents = [_common()] + ([_output()] if prints else [])
+    parents = [_common()] + ([_output(wide=wide)] if prints else [])
     parser = commands.add_parser(
         name,
         help=summary,
@@ -138,6 +141,69 @@ examples:
         action="store_true",
         help="reuse your active lease named --name instead of creating one",
     )
+
+
+def _coming_back(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """What a lease's owner runs after `lessor lease`: get, kubeconfig, wait."""
+    get = _command(
+        commands,
+        "get",
+        "lessor.cli.commands.describe:get",
+        "your leases, or one lease in full",
+        """\
+Without LEASE: list your cluster and Sandbox leases (ended ones too, while the server keeps
+them) with their pool, phase and expiry; -o wide adds the expiry's time and the kubeconfig
+files and contexts this CLI wrote for each. With LEASE (an id or an alias): that lease in full,
+queue position, cluster health and message included. A kubeconfig is never printed: `lessor
+kubeconfig` writes it to a private file.
+
+examples:
+  lessor get
+  lessor get -o wide
+  lessor get pr-1234
+  lessor get -o json | jq -r '.[] | select(.phase == "Bound") | .id'""",
+        wide=True,
+    )
+    get.add_argument("lease_id", metavar="LEASE", type=lease_name, nargs="?")
+    kubeconfig = _command(
+        commands,
+        "kubeconfig",
+        "lessor.cli.commands.describe:kubeconfig",
+        "write a Bound lease's kubeconfig again, or merge it into yours",
+        """\
+Write LEASE's kubeconfig (mode 0600) to ~/.kube/lessor-<id> or --kubeconfig PATH: after
+`lessor lease --no-wait`, or when the file was lost. With --merge, add it to your kubeconfig
+(the first file of $KUBECONFIG, else ~/.kube/config) as the context, cluster and user
+lessor-<id>, leaving your current context as it is. `lessor release` removes what was written:
+the file (unless you changed it since) or the three merged entries.
+
+examples:
+  lessor kubeconfig pr-1234
+  lessor kubeconfig pr-1234 --merge && kubectl --context lessor-<id> get nodes""",
+    )
+    kubeconfig.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    where = kubeconfig.add_mutually_exclusive_group()
+    where.add_argument("--kubeconfig", metavar="PATH", help="where to write it")
+    where.add_argument("--merge", action="store_true", help="merge into your kubeconfig")
+    wait = _command(
+        commands,
+        "wait",
+        "lessor.cli.commands.describe:wait",
+        "wait until a lease reaches a phase",
+        """\
+Wait until LEASE is in phase --for: Pending, Bound, Recycling, Released, Expired or
+Quarantined for a cluster lease; Pending, Provisioning, Ready, Releasing, Released, Expired or
+Quarantined for a Sandbox lease. Exit 0 when it is, 5 after --timeout, 1 when the lease ended
+in another phase it will never leave.
+
+examples:
+  lessor lease ci-small --no-wait -o json | jq -r .id > id
+  lessor wait "$(cat id)" --for Bound --timeout 10m && lessor kubeconfig "$(cat id)"
+  lessor release pr-1234 && lessor wait pr-1234 --for Released""",
+    )
+    wait.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    wait.add_argument("--for", dest="phase", required=True, metavar="PHASE")
+    wait.add_argument("--timeout", default="10m", metavar="DURATION", help="default 10m")
 
 
 def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -366,6 +432,7 @@ examples:
         metavar="PATH",
         help="write the bundle to PATH (lessor-diagnostics-<LEASE>.tar.gz) instead",
     )
+    _coming_back(commands)
     _config(commands)
     _sandbox(commands)
     for name, what in (("apiserver", "the HTTP API (gunicorn)"), ("operator", "the operator")):

@@ -593,3 +593,66 @@ def test_release_and_extend_take_an_alias_and_refuse_what_names_no_lease(user: U
     assert missing.returncode == 4 and "no lease of yours is named" in missing.stderr
     crafted = user.run("release", "../login")
     assert crafted.returncode == 2 and "no lease id or alias" in crafted.stderr
+
+
+def test_get_kubeconfig_and_wait_come_back_to_a_lease_and_release_removes_what_they_wrote(
+    user: User,
+) -> None:
+    user.target("token")
+    lease = user.json("lease", "cli-warm", "--no-wait", "--name", "back-1")["id"]
+    waited = user.run("wait", "back-1", "--for", "Bound", "--timeout", "5m")
+    assert (waited.returncode, waited.stdout.strip()) == (0, f"lease {lease} is Bound")
+    listed = {row["id"]: row for row in user.json("get")}
+    assert (listed[lease]["phase"], listed[lease]["alias"]) == ("Bound", "back-1")
+    one = user.json("get", "back-1")
+    assert (one["id"], one["kind"], one["profile"]) == (lease, "Cluster", "cli-warm")
+    assert "kubeconfig" not in one, "a credential is never printed"
+    assert "lessor kubeconfig" in user.run("get", lease).stdout
+
+    kubectl = str(ensure_binaries() / "kubectl")
+
+    def reaches(*where: str) -> bool:
+        ran = subprocess.run(
+            [kubectl, *where, "get", "ns"], capture_output=True, text=True, timeout=60,
+            check=False, env={**user.env, "KUBECONFIG": str(user.home / ".kube" / "config")},
+        )  # fmt: skip
+        return "kube-system" in ran.stdout
+
+    written = Path(user.json("kubeconfig", "back-1")["kubeconfig"])
+    assert written == user.home / ".kube" / f"lessor-{lease}"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert reaches("--kubeconfig", str(written))
+    mine = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "mine",
+        "clusters": [{"name": "mine", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "mine", "user": {"token": "x"}}],
+        "contexts": [{"name": "mine", "context": {"cluster": "mine", "user": "mine"}}],
+    }  # fmt: skip
+    config = user.home / ".kube" / "config"
+    config.write_text(json.dumps(mine))  # JSON is YAML
+    merged = user.json("kubeconfig", lease, "--merge")
+    context = f"lessor-{lease}"
+    assert (merged["kubeconfig"], merged["context"]) == (str(config), context)
+    assert reaches("--context", context)
+    assert "current-context: mine" in config.read_text(), "the current context is left alone"
+    wide = user.run("get", "-o", "wide").stdout
+    assert str(written) in wide and f"context {context} in {config}" in wide
+    wrong = user.run("wait", lease, "--for", "Ready")
+    assert wrong.returncode == 2 and "Bound" in wrong.stderr, "a cluster lease is never Ready"
+
+    released = user.run("release", "back-1")
+    assert released.returncode == 0, released.stderr
+    assert f"removed {written}" in released.stdout
+    assert f"removed context {context} of {config}" in released.stdout
+    assert not written.exists()
+    kept = config.read_text()
+    assert "mine" in kept and context not in kept
+    assert user.run("wait", lease, "--for", "Released", "--timeout", "3m").returncode == 0
+    ended = user.run("wait", lease, "--for", "Bound", "--timeout", "1m")
+    assert ended.returncode == 1 and "ended Released, never Bound" in ended.stderr
+
+    queued = user.json("lease", "cli-none", "--no-wait")["id"]
+    late = user.run("wait", queued, "--for", "Bound", "--timeout", "2s")
+    assert late.returncode == 5 and "Pending after 2s" in late.stderr
+    assert user.run("kubeconfig", queued).returncode == 1
+    assert user.run("release", queued).returncode == 0

@@ -33,6 +33,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 # is one plain bounded word; anything else is replaced, never logged.
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+PROBES = frozenset({"/healthz", "/metrics"})
 
 
 def request_id(req: falcon.Request) -> str:
@@ -75,7 +76,11 @@ class Observe:
             metrics.LATENCY.labels(route, method).observe(duration)
         resp.set_header(REQUEST_ID_HEADER, request_id(req))
         caller = getattr(req.context, "principal", None)
-        log.info(
+        # Probes and scrapes come every few seconds from every kubelet and Prometheus: answered
+        # well, they are not worth a line at INFO.
+        quiet = route in PROBES and resp.status_code < 400
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "%s %s %d",
             req.method,
             req.path,

@@ -15,11 +15,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from lessor.cli import context, output
+from lessor.cli import context, kubeconfigs, output
 from lessor.cli.client import Client, server_id
 from lessor.cli.commands.sandbox import wait_ready
 from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
-from lessor.cli.files import write_private
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE
@@ -198,8 +197,7 @@ def _finish(
     progress.update(f"lease {lease_id}: {lease['phase']}")
     bound = _wait(client, lease_id, timeout, progress)
     progress.clear()
-    path = Path(args.kubeconfig or Path.home() / ".kube" / f"lessor-{lease_id}").expanduser()
-    write_private(path, bound["kubeconfig"])
+    path = kubeconfigs.write(lease_id, bound["kubeconfig"], args.kubeconfig)
     result.update(phase=bound["phase"], expires_at=bound.get("expires_at"), kubeconfig=str(path))
     return _report(args, result)
 

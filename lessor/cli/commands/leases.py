@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from lessor.cli import context, output
+from lessor.cli import context, kubeconfigs, output
 from lessor.cli.client import Client, server_id
 from lessor.cli.errors import NOT_FOUND, USAGE, ApiError, CliError
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
 
 
-def _resolve(client: Client, name: str) -> tuple[bool, str]:
+def resolve(client: Client, name: str) -> tuple[bool, str]:
     """(whether it is a Sandbox lease, its id) for an id or an alias. An id tells its kind by
     its form (lessor.protocol.lease_ids); an alias is looked up on the server, among the
     caller's cluster leases first, then its Sandbox leases (the server resolves an alias where
@@ -34,14 +34,19 @@ def _resolve(client: Client, name: str) -> tuple[bool, str]:
 
 def release(args: argparse.Namespace) -> int:
     client = context.client(args)
-    sandbox, lease_id = _resolve(client, args.lease_id)
+    sandbox, lease_id = resolve(client, args.lease_id)
     client.call("DELETE", f"/v1/{'sandbox-leases' if sandbox else 'leases'}/{lease_id}")
+    # Its kubeconfig is worthless now, and a stale context sends kubectl to the wrong place.
+    removed = kubeconfigs.remove(lease_id)
     if output.wants_json(args):
-        output.emit_json({"id": lease_id, "release_requested": True})
-    elif sandbox:
+        output.emit_json({"id": lease_id, "release_requested": True, "removed": removed})
+        return 0
+    if sandbox:
         print(f"released sandbox lease {lease_id}: its sandbox is deleted")
     else:
         print(f"released lease {lease_id}: its cluster is destroyed and replaced")
+    for what in removed:
+        print(f"removed {what}")
     return 0
 
 
@@ -52,7 +57,7 @@ def extend(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(f"--ttl: {error}", USAGE) from None
     client = context.client(args)
-    sandbox, lease_id = _resolve(client, args.lease_id)
+    sandbox, lease_id = resolve(client, args.lease_id)
     if sandbox:
         answer = client.call("PATCH", f"/v1/sandbox-leases/{lease_id}", {"extendTtl": args.ttl})
         expires = answer["expiresAt"]

@@ -1,0 +1,176 @@
+"""Coming back to a lease: `lessor get` (your leases, or one in full), `lessor kubeconfig` (its
+kubeconfig again, after `--no-wait` or a lost file, or merged into your kubeconfig) and
+`lessor wait` (until it reaches a phase), each by id or alias.
+
+The spec has no standalone leases command (4.7: active leases are read with `status`); listing
+is `lessor get` without a lease, as `kubectl get` lists what it is not given a name of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, get_args
+
+from lessor.cli import context, kubeconfigs, output
+from lessor.cli.client import Client
+from lessor.cli.commands.leases import resolve
+from lessor.cli.errors import TIMEOUT, USAGE, ApiError, CliError
+from lessor.cli.progress import Progress
+from lessor.protocol.durations import parse_duration
+from lessor.protocol.phases import (
+    CLUSTER_LEASE,
+    SANDBOX_LEASE,
+    ClusterLeasePhase,
+    SandboxLeasePhase,
+)
+
+# Seconds a GET of a Pending cluster lease may wait for it to change (as `lessor lease`).
+_LONG_POLL = 20
+_FIRST_PAUSE, _MAX_PAUSE = 0.2, 2.0
+
+
+def _path(sandbox: bool, lease_id: str) -> str:
+    return f"/v1/{'sandbox-leases' if sandbox else 'leases'}/{lease_id}"
+
+
+def get(args: argparse.Namespace) -> int:
+    client = context.client(args)
+    if args.lease_id is None:
+        return _list(client, args)
+    sandbox, lease_id = resolve(client, args.lease_id)
+    lease: dict[str, Any] = client.call("GET", _path(sandbox, lease_id))
+    # A credential is never printed: `lessor kubeconfig` writes it to a private file.
+    has_kubeconfig = bool(lease.pop("kubeconfig", None))
+    if output.wants_json(args):
+        output.emit_json({**lease, "kind": "Sandbox" if sandbox else "Cluster"})
+        return 0
+    rows: list[tuple[str, object]] = [("lease", lease["id"])]
+    if lease.get("alias"):
+        rows.append(("name", lease["alias"]))
+    rows += [
+        ("pool", lease.get("profile") or lease.get("pool")),
+        ("kind", "Sandbox" if sandbox else "Cluster"),
+        ("phase", lease["phase"]),
+    ]
+    if lease.get("queue_position"):
+        rows.append(("queue position", lease["queue_position"]))
+    if lease.get("expires_at"):
+        rows.append(("expires", output.until(lease["expires_at"])))
+    health = lease.get("cluster_health")
+    if health:
+        state = "healthy" if health["healthy"] else "unhealthy"
+        rows.append(("cluster", f"{state} since {health['since']}: {health['message']}"))
+    if lease.get("message"):
+        rows.append(("message", lease["message"]))
+    if has_kubeconfig:
+        rows.append(("kubeconfig", f"`lessor kubeconfig {lease['id']}` writes it"))
+    output.fields(rows)
+    return 0
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    leases = [{**lease, "kind": "Cluster"} for lease in client.call("GET", "/v1/leases")]
+    try:
+        sandboxes = client.call("GET", "/v1/sandbox-leases")
+    except ApiError as error:
+        if error.status != 404:  # the Sandbox API is not served here
+            raise
+        sandboxes = []
+    leases += [{**lease, "kind": "Sandbox"} for lease in sandboxes]
+    if output.wants_json(args):
+        output.emit_json(leases)
+        return 0
+    written = kubeconfigs.written()
+    wide = args.output == "wide"
+    headers = ["ID", "NAME", "POOL", "KIND", "PHASE", "EXPIRES"]
+    if wide:
+        headers += ["EXPIRES AT", "KUBECONFIG"]
+    rows = []
+    for lease in leases:
+        expires = lease.get("expires_at")
+        row = [
+            lease["id"],
+            lease.get("alias") or "-",
+            lease.get("profile") or lease.get("pool"),
+            lease["kind"],
+            lease["phase"],
+            output.relative(expires),
+        ]
+        if wide:
+            row += [expires or "-", ", ".join(written.get(lease["id"], [])) or "-"]
+        rows.append(row)
+    output.table(headers, rows)
+    return 0
+
+
+def kubeconfig(args: argparse.Namespace) -> int:
+    client = context.client(args)
+    sandbox, lease_id = resolve(client, args.lease_id)
+    if sandbox:
+        raise CliError(f"{lease_id} is a Sandbox lease: sandboxes have no kubeconfig", USAGE)
+    lease = client.call("GET", _path(False, lease_id))
+    if not lease.get("kubeconfig"):
+        raise CliError(
+            f"lease {lease_id} is {lease['phase']}: a kubeconfig exists only while it is Bound"
+            + (f" (`lessor wait {lease_id} --for Bound`)" if lease["phase"] == "Pending" else ""),
+        )
+    result: dict[str, Any] = {"id": lease_id}
+    if args.merge:
+        path, name = kubeconfigs.merge(lease_id, lease["kubeconfig"])
+        result.update(kubeconfig=str(path), context=name)
+        message = f"merged into {path} as context {name}: kubectl --context {name} get nodes"
+    else:
+        path = kubeconfigs.write(lease_id, lease["kubeconfig"], args.kubeconfig)
+        result.update(kubeconfig=str(path))
+        message = f"wrote {path}: KUBECONFIG={path} kubectl get nodes"
+    if output.wants_json(args):
+        output.emit_json(result)
+    else:
+        print(message)
+    return 0
+
+
+def wait(args: argparse.Namespace) -> int:
+    try:
+        timeout = parse_duration(args.timeout).total_seconds()
+    except ValueError as error:
+        raise CliError(f"--timeout: {error}", USAGE) from None
+    client = context.client(args)
+    sandbox, lease_id = resolve(client, args.lease_id)
+    phases = get_args(SandboxLeasePhase if sandbox else ClusterLeasePhase)
+    if args.phase not in phases:
+        kind = "a Sandbox lease" if sandbox else "a cluster lease"
+        raise CliError(f"--for: {kind}'s phases are {', '.join(phases)}", USAGE)
+    finished = (SANDBOX_LEASE if sandbox else CLUSTER_LEASE).finished
+    deadline = time.monotonic() + timeout
+    progress = Progress()
+    pause = _FIRST_PAUSE
+    while True:
+        left = deadline - time.monotonic()
+        lease: dict[str, Any] = client.call("GET", _wait_path(sandbox, lease_id, left))
+        if lease["phase"] == args.phase:
+            break
+        if lease["phase"] in finished:
+            progress.clear()
+            raise CliError(f"lease {lease_id} ended {lease['phase']}, never {args.phase}")
+        if time.monotonic() >= deadline:
+            progress.clear()
+            raise CliError(f"lease {lease_id} is {lease['phase']} after {args.timeout}", TIMEOUT)
+        progress.update(f"lease {lease_id}: {lease['phase']}, waiting for {args.phase}")
+        if lease["phase"] != "Pending" or sandbox:  # no long poll holds it: pause, growing
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, _MAX_PAUSE)
+    progress.clear()
+    if output.wants_json(args):
+        output.emit_json({"id": lease_id, "phase": lease["phase"]})
+    else:
+        print(f"lease {lease_id} is {lease['phase']}")
+    return 0
+
+
+def _wait_path(sandbox: bool, lease_id: str, left: float) -> str:
+    """A cluster lease's GET holds a Pending lease's answer until it changes (`waitSeconds`)."""
+    if sandbox:
+        return _path(True, lease_id)
+    return f"{_path(False, lease_id)}?waitSeconds={max(0, int(min(_LONG_POLL, left)))}"
