@@ -12,7 +12,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import platform
+import re
 import ssl
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from lessor import __version__
 from lessor.cli import sessions
 from lessor.cli.config import Target
 from lessor.cli.errors import (
@@ -36,6 +41,23 @@ from lessor.protocol.ssh_signature import audience_of
 
 TIMEOUT_SECONDS = 30
 T = TypeVar("T")
+USER_AGENT = f"lessor/{__version__} (Python {platform.python_version()}; {sys.platform})"
+# `lessor -v` sets it; a CI job can set it for every command of a script.
+DEBUG_ENV = "LESSOR_DEBUG"
+_TITLE = re.compile(rb"<title[^>]*>([^<]{1,200})</title>", re.IGNORECASE)
+
+
+def _trace(line: str) -> None:
+    print(f"lessor: {line}", file=sys.stderr, flush=True)
+
+
+def _not_ours(url: str, status: int, content_type: str, raw: bytes) -> str:
+    """What an answer that is not lessor's JSON says, in one line: a proxy's or a load
+    balancer's HTML error page is named by its title, never printed."""
+    title = _TITLE.search(raw)
+    said = f": {' '.join(title.group(1).decode(errors='replace').split())}" if title else ""
+    kind = content_type.split(";", maxsplit=1)[0] or "no content type"
+    return f"{url} answered HTTP {status} with {kind}, not lessor's JSON{said}"
 
 
 class Credential(Protocol):
@@ -129,6 +151,7 @@ class Client:
         self.endpoint = target.endpoint
         self._context = ssl.create_default_context(cafile=target.ca_file)
         self._session = sessions.load(self.endpoint)
+        self.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
     @property
     def session(self) -> sessions.Session | None:
@@ -150,28 +173,45 @@ class Client:
         signed_target = self.signed_target(path)
         request = urllib.request.Request(url, data=data or None, method=method)  # noqa: S310
         request.add_header("Accept", "application/json")
+        request.add_header("User-Agent", USER_AGENT)
         if data:
             request.add_header("Content-Type", "application/json")
-        header = (credential or Anonymous()).header(method, signed_target, data)
+        signer = credential or Anonymous()
+        header = signer.header(method, signed_target, data)
         if header:
             request.add_header("Authorization", header)
+        if self.debug:  # the credential's kind, never its value
+            _trace(f"> {method} {url} ({len(data)} bytes, {type(signer).__name__})")
+        started = time.monotonic()
         try:
             with urllib.request.urlopen(  # noqa: S310 - the scheme is checked in config
                 request, timeout=TIMEOUT_SECONDS, context=self._context
             ) as answer:
                 status, headers = answer.status, dict(answer.headers)
+                content_type = answer.headers.get("Content-Type", "")
                 raw = self._body(answer, status)
         except urllib.error.HTTPError as error:
             status, headers = error.code, dict(error.headers)
+            content_type = error.headers.get("Content-Type", "")
             raw = self._body(error, status)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             # Nothing of an answer arrived: the request may or may not have been received.
             reason = getattr(error, "reason", error) or type(error).__name__
+            if self.debug:
+                _trace(f"< no answer after {time.monotonic() - started:.3f}s: {reason}")
             raise UnreachableError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
+        if self.debug:
+            request_id = next((v for k, v in headers.items() if k.lower() == "x-request-id"), "-")
+            _trace(f"< {status} in {time.monotonic() - started:.3f}s, request id {request_id}")
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:
-            parsed = {"error": f"HTTP {status}", "detail": raw[:200].decode(errors="replace")}
+            parsed = None
+        if raw and (parsed is None or "json" not in content_type):
+            detail = _not_ours(url, status, content_type, raw)
+            if status < 400:
+                raise CliError(f"{detail}: is the endpoint right?", SERVER)
+            parsed = {"error": f"HTTP {status}", "detail": detail}
         return Response(status, parsed, headers)
 
     def _body(self, answer: Any, status: int) -> bytes:

@@ -5,9 +5,11 @@ components, imported only when asked for, so the client never loads server code.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
+from lessor.cli.client import DEBUG_ENV
 from lessor.cli.errors import INTERRUPTED, CliError
 from lessor.cli.parser import build_parser
 
@@ -25,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     if arguments[:1] == ["operator"]:
         return _handler("lessor.operator.main:main")(arguments[1:])
     args = build_parser().parse_args(arguments)
+    if getattr(args, "verbose", False):
+        os.environ[DEBUG_ENV] = "1"  # every client this run makes traces its exchanges
     try:
         return _handler(args.handler)(args)
     except CliError as error:

@@ -53,6 +53,13 @@ def _common() -> argparse.ArgumentParser:
         metavar="URL",
         help="one-off endpoint override (env LESSOR_ENDPOINT)",
     )
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print each HTTP exchange on stderr, credentials left out (env LESSOR_DEBUG=1)",
+    )
     return common
 
 

@@ -1,7 +1,10 @@
-"""One status line, rewritten in place while a command waits, on terminals only.
+"""How a command that waits shows it is waiting, on stderr (stdout is only the result).
 
-It is drawn on stderr, and only when both stdout and stderr are terminals: piped or redirected
-output (a CI log, `| jq`) gets nothing but the final result.
+On a terminal (stdout and stderr both), one status line rewritten in place with a spinner.
+Anywhere else (a CI log, `2> file`) plain lines: one each time the status changes, and the same
+again after HEARTBEAT seconds without a change, so that a log shows a wait is alive (and a CI
+system that ends a job silent for ten minutes does not end a long queue), without a line per
+poll.
 """
 
 from __future__ import annotations
@@ -10,19 +13,26 @@ import sys
 import time
 
 _SPINNER = "|/-\\"
+HEARTBEAT = 30.0
 
 
 class Progress:
-    def __init__(self, enabled: bool | None = None) -> None:
-        self.enabled = sys.stdout.isatty() and sys.stderr.isatty() if enabled is None else enabled
+    def __init__(self) -> None:
+        self.terminal = sys.stdout.isatty() and sys.stderr.isatty()
         self.started = time.monotonic()
         self._ticks = 0
         self._drawn = False
+        self._said: tuple[str, float] | None = None  # the last plain line, and when
 
     def update(self, text: str) -> None:
-        if not self.enabled:
+        now = time.monotonic()
+        elapsed = now - self.started
+        if not self.terminal:
+            if self._said is None or self._said[0] != text or now - self._said[1] >= HEARTBEAT:
+                sys.stderr.write(f"lessor: {text} ({elapsed:.0f}s)\n")
+                sys.stderr.flush()
+                self._said = (text, now)
             return
-        elapsed = time.monotonic() - self.started
         spinner = _SPINNER[self._ticks % len(_SPINNER)]
         self._ticks += 1
         sys.stderr.write(f"\r\x1b[2K{spinner} {text} ({elapsed:.1f}s)")

@@ -268,7 +268,7 @@ def test_ssh_agent_signs_requests_and_the_login(user: User) -> None:
     assert user.run("release", created["id"]).returncode == 0
 
 
-def test_progress_line_only_on_a_terminal(user: User) -> None:
+def test_progress_in_place_on_a_terminal_and_plain_lines_elsewhere(user: User) -> None:
     user.target("token")
     primary, secondary = os.openpty()
     started = subprocess.Popen(
@@ -296,10 +296,14 @@ def test_progress_line_only_on_a_terminal(user: User) -> None:
     leased = re.search(r"lease\s+([a-z0-9][a-z0-9-]*)", text)
     assert leased is not None and "kubeconfig" in text
 
+    # A CI log gets plain lines on stderr, one per change of the phase; stdout only the result.
     piped = user.run("lease", "cli-warm")
     assert piped.returncode == 0, piped.stderr
-    assert piped.stderr == "" and "\r" not in piped.stdout and "\x1b" not in piped.stdout
+    assert "\r" not in piped.stdout + piped.stderr and "\x1b" not in piped.stdout + piped.stderr
     assert piped.stdout.splitlines()[0].startswith("lease ")
+    lines = piped.stderr.splitlines()
+    assert lines and all(re.fullmatch(r"lessor: lease \S+: \w+.* \(\d+s\)", x) for x in lines)
+    assert len(lines) == len({line.rsplit(" (", 1)[0] for line in lines}), "no repeats"
     for lease_id in (leased.group(1), piped.stdout.split()[1]):
         assert user.run("release", lease_id).returncode == 0
 
@@ -656,3 +660,57 @@ def test_get_kubeconfig_and_wait_come_back_to_a_lease_and_release_removes_what_t
     assert late.returncode == 5 and "Pending after 2s" in late.stderr
     assert user.run("kubeconfig", queued).returncode == 1
     assert user.run("release", queued).returncode == 0
+
+
+class HtmlProxy:
+    """A proxy in front of the API that answers with its own HTML page (a 502 of a load balancer,
+    or a 200 of a captive portal), and keeps the User-Agent of every request."""
+
+    def __init__(self, status: int) -> None:
+        self.agents: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                proxy.agents.append(self.headers.get("User-Agent") or "")
+                body = b"<html><head><title>502 Bad Gateway</title></head><body>" + b"x" * 5000
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_proxys_html_page_is_one_line_naming_the_url_and_the_pages_title(user: User) -> None:
+    for status, code in ((502, 1), (200, 1)):
+        proxy = HtmlProxy(status)
+        try:
+            shown = user.run("get", "--endpoint", proxy.url, LESSOR_TOKEN=ALICE)
+        finally:
+            proxy.server.shutdown()
+        assert shown.returncode == code
+        assert len(shown.stderr.splitlines()) == 1 and "<" not in shown.stderr, shown.stderr
+        assert f"{proxy.url}/v1/leases answered HTTP {status} with text/html" in shown.stderr
+        assert "502 Bad Gateway" in shown.stderr
+        assert proxy.agents and proxy.agents[0].startswith("lessor/"), "a User-Agent is sent"
+
+
+def test_verbose_shows_each_exchange_and_never_a_credential(user: User) -> None:
+    shown = user.run("get", "-v", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE)
+    assert shown.returncode == 0, shown.stderr
+    assert f"lessor: > GET {user.stack.api.base}/v1/leases (0 bytes, Bearer)" in shown.stderr
+    assert re.search(r"lessor: < 200 in [\d.]+s, request id [0-9a-f]{32}", shown.stderr)
+    assert ALICE not in shown.stderr + shown.stdout
+    quiet = user.run("get", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE)
+    assert quiet.stderr == "", "nothing without -v"
+    traced = user.run(
+        "get", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE, LESSOR_DEBUG="1"
+    )
+    assert "lessor: > GET" in traced.stderr

@@ -94,6 +94,7 @@ class Observe:
                 "duration_ms": round(duration * 1000, 1) if duration is not None else None,
                 "identity": caller.owner if caller else None,
                 "auth": caller.method if caller else None,
+                "user_agent": (req.user_agent or "")[:200] or None,  # which clients, versions
             },
         )
         action = audit.ACTIONS.get((req.method, route))

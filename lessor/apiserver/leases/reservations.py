@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http.errors import HttpConflictError, TooManyRequestsError
@@ -162,6 +163,8 @@ class Reservations:
                 )
             except ApiException as error:
                 log.warning("reservation %s keeps no owner: %s", reservation.name, error.reason)
+            except urllib3.exceptions.HTTPError as error:  # kube-apiserver restarting: the same
+                log.warning("reservation %s keeps no owner: %s", reservation.name, error)
 
     def release(self, reservation: Reservation) -> None:
         try:

@@ -178,7 +178,7 @@ def wait_ready(
             raise CliError(f"sandbox lease {lease_id} ended before it was Ready: {lease['phase']}")
         if timeout is not None and time.monotonic() - started > timeout:
             raise TimeoutError
-        progress.update(f"sandbox {lease_id}: {lease['phase']} ({time.monotonic() - started:.0f}s)")
+        progress.update(f"sandbox {lease_id}: {lease['phase']}")
         time.sleep(0.2)
 
 
