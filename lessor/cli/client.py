@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from lessor import __version__
-from lessor.cli import sessions
+from lessor.cli import debug, sessions
 from lessor.cli.config import Target
 from lessor.cli.errors import (
     AUTH,
@@ -42,13 +42,7 @@ from lessor.protocol.ssh_signature import audience_of
 TIMEOUT_SECONDS = 30
 T = TypeVar("T")
 USER_AGENT = f"lessor/{__version__} (Python {platform.python_version()}; {sys.platform})"
-# `lessor -v` sets it; a CI job can set it for every command of a script.
-DEBUG_ENV = "LESSOR_DEBUG"
 _TITLE = re.compile(rb"<title[^>]*>([^<]{1,200})</title>", re.IGNORECASE)
-
-
-def _trace(line: str) -> None:
-    print(f"lessor: {line}", file=sys.stderr, flush=True)
 
 
 def _not_ours(url: str, status: int, content_type: str, raw: bytes) -> str:
@@ -151,7 +145,7 @@ class Client:
         self.endpoint = target.endpoint
         self._context = ssl.create_default_context(cafile=target.ca_file)
         self._session = sessions.load(self.endpoint)
-        self.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+        self.debug = debug.enabled()
 
     @property
     def session(self) -> sessions.Session | None:
@@ -181,7 +175,7 @@ class Client:
         if header:
             request.add_header("Authorization", header)
         if self.debug:  # the credential's kind, never its value
-            _trace(f"> {method} {url} ({len(data)} bytes, {type(signer).__name__})")
+            debug.trace(f"> {method} {url} ({len(data)} bytes, {type(signer).__name__})")
         started = time.monotonic()
         try:
             with urllib.request.urlopen(  # noqa: S310 - the scheme is checked in config
@@ -198,11 +192,11 @@ class Client:
             # Nothing of an answer arrived: the request may or may not have been received.
             reason = getattr(error, "reason", error) or type(error).__name__
             if self.debug:
-                _trace(f"< no answer after {time.monotonic() - started:.3f}s: {reason}")
+                debug.trace(f"< no answer after {time.monotonic() - started:.3f}s: {reason}")
             raise UnreachableError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
         if self.debug:
             request_id = next((v for k, v in headers.items() if k.lower() == "x-request-id"), "-")
-            _trace(f"< {status} in {time.monotonic() - started:.3f}s, request id {request_id}")
+            debug.trace(f"< {status} in {time.monotonic() - started:.3f}s, request id {request_id}")
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:

@@ -9,7 +9,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from lessor.cli.client import DEBUG_ENV
+from lessor.cli import completion
+from lessor.cli.debug import DEBUG_ENV
 from lessor.cli.errors import INTERRUPTED, CliError
 from lessor.cli.parser import build_parser
 
@@ -26,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         return _handler("lessor.apiserver.server:main")(arguments[1:])
     if arguments[:1] == ["operator"]:
         return _handler("lessor.operator.main:main")(arguments[1:])
-    args = build_parser().parse_args(arguments)
+    parser = build_parser()
+    if completion.requested():
+        completion.complete(parser)  # answers the shell's Tab and exits
+    args = parser.parse_args(arguments)
     if getattr(args, "verbose", False):
         os.environ[DEBUG_ENV] = "1"  # every client this run makes traces its exchanges
     try:

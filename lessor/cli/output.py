@@ -1,4 +1,9 @@
-"""Printing for people (aligned text) and for scripts (`-o json`, one document on stdout)."""
+"""Printing for people (aligned text) and for scripts: `-o json`, `-o yaml` or
+`-o jsonpath=EXPR`, one document on stdout.
+
+`jsonpath` takes kubectl's form, `{.id}` or `{.items[*].id}` (the braces may be left out), as
+jsonpath-ng reads it: each match is printed, separated by spaces, an object or a list as JSON.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,49 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+DATA_FORMATS = ("json", "yaml")
+
+
+def output_format(value: str, *, wide: bool = False) -> str:
+    """`-o`'s value, checked: text, json, yaml, jsonpath=EXPR (and wide where offered)."""
+    if value.startswith("jsonpath="):
+        _expression(value)  # a typo fails before any request
+        return value
+    if value in ("text", *DATA_FORMATS) or (wide and value == "wide"):
+        return value
+    choices = "text, " + ("wide, " if wide else "") + "json, yaml, jsonpath=EXPR"
+    raise argparse.ArgumentTypeError(f"{value!r} is not one of {choices}")
+
+
+def _expression(value: str) -> Any:
+    from jsonpath_ng.ext.parser import parse as parse_jsonpath  # noqa: PLC0415 - 60 ms to load
+
+    text = value.removeprefix("jsonpath=").strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    try:
+        return parse_jsonpath("$" + text if text.startswith((".", "[")) else text)
+    except Exception as error:
+        raise argparse.ArgumentTypeError(f"jsonpath: {error}") from None
+
 
 def wants_json(args: argparse.Namespace) -> bool:
-    return getattr(args, "output", "text") == "json"
+    """Whether the output is for a script (json, yaml, jsonpath), not text."""
+    chosen = getattr(args, "output", "text")
+    return bool(chosen in DATA_FORMATS or chosen.startswith("jsonpath="))
 
 
-def emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True))
+def emit(args: argparse.Namespace, data: Any) -> None:
+    chosen = getattr(args, "output", "json")
+    if chosen == "yaml":
+        import yaml  # noqa: PLC0415 - only for -o yaml
+
+        print(yaml.safe_dump(data, sort_keys=True), end="")
+    elif chosen.startswith("jsonpath="):
+        found = [match.value for match in _expression(chosen).find(data)]
+        print(" ".join(v if isinstance(v, str) else json.dumps(v) for v in found))
+    else:
+        print(json.dumps(data, indent=2, sort_keys=True))
 
 
 def fields(rows: Sequence[tuple[str, object]]) -> None:

@@ -5,8 +5,12 @@ only when that command runs."""
 from __future__ import annotations
 
 import argparse
+import functools
+from typing import Any
 
 from lessor import __version__
+from lessor.cli import completion
+from lessor.cli.output import output_format
 from lessor.protocol.lease_ids import LEASE_ID
 
 EPILOG = """\
@@ -63,16 +67,28 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _lease_argument(parser: argparse.ArgumentParser, **options: Any) -> None:
+    """LEASE: an id or an alias; Tab completes the caller's (lessor.cli.completion)."""
+    action = parser.add_argument("lease_id", metavar="LEASE", type=lease_name, **options)
+    action.completer = completion.leases  # type: ignore[attr-defined]
+
+
+def _pool_argument(parser: argparse.ArgumentParser, **options: Any) -> None:
+    action = parser.add_argument("pool", metavar="POOL", **options)
+    action.completer = completion.pools  # type: ignore[attr-defined]
+
+
 def _output(*, wide: bool = False) -> argparse.ArgumentParser:
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "-o",
         "--output",
-        choices=("text", "wide", "json") if wide else ("text", "json"),
+        type=functools.partial(output_format, wide=wide),
         default="text",
+        metavar="FORMAT",
         help="text for people (default)"
         + (", wide with more columns" if wide else "")
-        + ", json for scripts",
+        + "; json, yaml or jsonpath={.field} for scripts",
     )
     return output
 
@@ -128,7 +144,7 @@ examples:
   lessor lease ci-small --metadata-json '{"job": "build-7"}' -o json
   lessor lease ci-small --no-wait -o json | jq -r .id""",
     )
-    lease.add_argument("pool", metavar="POOL", help="pool to lease from")
+    _pool_argument(lease, help="pool to lease from")
     lease.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m, 2h (pool default)")
     lease.add_argument(
         "--kubeconfig", metavar="PATH", help="where to write the kubeconfig (~/.kube/lessor-<id>)"
@@ -171,7 +187,7 @@ examples:
   lessor get -o json | jq -r '.[] | select(.phase == "Bound") | .id'""",
         wide=True,
     )
-    get.add_argument("lease_id", metavar="LEASE", type=lease_name, nargs="?")
+    _lease_argument(get, nargs="?")
     kubeconfig = _command(
         commands,
         "kubeconfig",
@@ -188,7 +204,7 @@ examples:
   lessor kubeconfig pr-1234
   lessor kubeconfig pr-1234 --merge && kubectl --context lessor-<id> get nodes""",
     )
-    kubeconfig.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(kubeconfig)
     where = kubeconfig.add_mutually_exclusive_group()
     where.add_argument("--kubeconfig", metavar="PATH", help="where to write it")
     where.add_argument("--merge", action="store_true", help="merge into your kubeconfig")
@@ -208,7 +224,7 @@ examples:
   lessor wait "$(cat id)" --for Bound --timeout 10m && lessor kubeconfig "$(cat id)"
   lessor release pr-1234 && lessor wait pr-1234 --for Released""",
     )
-    wait.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(wait)
     wait.add_argument("--for", dest="phase", required=True, metavar="PHASE")
     wait.add_argument("--timeout", default="10m", metavar="DURATION", help="default 10m")
 
@@ -222,7 +238,9 @@ def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         formatter_class=_Formatter,
     )
     actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
-    view = actions.add_parser("view", help="print the config (tokens redacted)")
+    view = actions.add_parser(
+        "view", help="print the config (tokens redacted; JSON unless -o)", parents=[_output()]
+    )
     view.add_argument("--raw", action="store_true", help="print tokens too")
     view.set_defaults(handler="lessor.cli.commands.config:view")
     actions.add_parser(
@@ -230,9 +248,9 @@ def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     ).set_defaults(handler="lessor.cli.commands.config:edit")
     listing = actions.add_parser("list", help="list targets", parents=[_output()])
     listing.set_defaults(handler="lessor.cli.commands.config:list_targets")
-    actions.add_parser("current", help="print the current target's name").set_defaults(
-        handler="lessor.cli.commands.config:current"
-    )
+    actions.add_parser(
+        "current", help="print the current target's name", parents=[_output()]
+    ).set_defaults(handler="lessor.cli.commands.config:current")
     use = actions.add_parser("use", help="switch the current target")
     use.add_argument("name", metavar="NAME")
     use.set_defaults(handler="lessor.cli.commands.config:use")
@@ -279,7 +297,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         " failure or Ctrl-C, and exit with the command's exit code (124: timed out, 125:"
         " cancelled, 1: outcome unknown).",
     )
-    run.add_argument("pool", metavar="POOL")
+    _pool_argument(run)
     run.add_argument("--ttl", metavar="DURATION", help="lease TTL; default the pool's")
     _command_arguments(run)
     execute = _command(
@@ -290,7 +308,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "Run COMMAND (no shell) in the sandbox of LEASE, print its output as it comes and exit"
         " with its exit code; --detach prints the execution id instead.",
     )
-    execute.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(execute)
     execute.add_argument("--detach", action="store_true", help="do not wait for the command")
     _command_arguments(execute)
     logs = _command(
@@ -300,7 +318,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "read a sandbox's or an execution's output",
         "Print the log tail of LEASE, or the retained output of EXECUTION.",
     )
-    logs.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(logs)
     logs.add_argument("execution", nargs="?", metavar="EXECUTION")
     logs.add_argument("-f", "--follow", action="store_true", help="until the execution ends")
     cancel = _command(
@@ -310,7 +328,7 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "cancel a running execution",
         "Cancel EXECUTION of LEASE.",
     )
-    cancel.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(cancel)
     cancel.add_argument("execution", metavar="EXECUTION")
     streams = "lessor.cli.commands.streams"
     attach = _command(
@@ -325,7 +343,7 @@ yours, and Ctrl-] detaches. Ends when the process closes the stream, the lease l
 the server's idle or duration limit is reached (exit 1 with the reason).""",
         prints=False,
     )
-    attach.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(attach)
     attach.add_argument("-c", "--container", help="default: the pool's default container")
     forward = _command(
         commands,
@@ -339,7 +357,7 @@ Examples: 8080:80, 8080:http, :http, 5432. Ends with Ctrl-C, when the lease ends
 grant of its pool is withdrawn.""",
         prints=False,
     )
-    forward.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(forward)
     forward.add_argument("ports", metavar="LOCAL:REMOTE")
     forward.add_argument("--address", default="127.0.0.1", help="local address to listen on")
 
@@ -405,7 +423,7 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         "Release LEASE: its cluster is destroyed and the pool refills (a sandbox lease: its"
         " sandbox is deleted). Repeating it is safe.",
     )
-    release.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(release)
     extend = _command(
         commands,
         "extend",
@@ -413,7 +431,7 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         "extend a lease's expiry",
         "Move LEASE's expiry later by --ttl, within the policy's maxExtensions.",
     )
-    extend.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(extend)
     extend.add_argument("--ttl", required=True, metavar="DURATION", help="how much later, e.g. 30m")
     diagnostics = _command(
         commands,
@@ -431,7 +449,7 @@ examples:
   lessor diagnostics lease-3f2a9c --download              # lessor-diagnostics-<LEASE>.tar.gz
   lessor diagnostics pr-1234 --download /tmp/bundle.tar.gz""",
     )
-    diagnostics.add_argument("lease_id", metavar="LEASE", type=lease_name)
+    _lease_argument(diagnostics)
     diagnostics.add_argument(
         "--download",
         nargs="?",
@@ -440,6 +458,22 @@ examples:
         help="write the bundle to PATH (lessor-diagnostics-<LEASE>.tar.gz) instead",
     )
     _coming_back(commands)
+    shell = _command(
+        commands,
+        "completion",
+        "lessor.cli.completion:script",
+        "print the shell completion script for bash, zsh or fish",
+        """\
+Print the script that makes SHELL complete lessor's commands and flags, and the ids and aliases
+of your leases and the pools you may lease from (asked of the server, 5 s at most).
+
+examples:
+  source <(lessor completion bash)                     # in ~/.bashrc
+  lessor completion zsh > "${fpath[1]}/_lessor"       # zsh (compinit)
+  lessor completion fish > ~/.config/fish/completions/lessor.fish""",
+        prints=False,
+    )
+    shell.add_argument("shell", choices=completion.SHELLS, metavar="SHELL")
     _config(commands)
     _sandbox(commands)
     for name, what in (("apiserver", "the HTTP API (gunicorn)"), ("operator", "the operator")):

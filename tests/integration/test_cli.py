@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
@@ -714,3 +715,55 @@ def test_verbose_shows_each_exchange_and_never_a_credential(user: User) -> None:
         "get", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE, LESSOR_DEBUG="1"
     )
     assert "lessor: > GET" in traced.stderr
+
+
+def _bash_completes(user: User, line: str) -> list[str]:
+    """What bash offers at the end of `line`, with the script `lessor completion bash` prints
+    loaded, as a user's shell runs it at Tab."""
+    words = line.split(" ")
+    script = (
+        "source <(lessor completion bash)\n"
+        f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+        f"COMP_LINE={line!r}; COMP_POINT=${{#COMP_LINE}}\n"
+        f"_python_argcomplete lessor {words[-1]!r} {words[-2]!r}\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    path = f"{INSTALLED.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    ran = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False,
+        env={**user.env, "PATH": path},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    return [word.strip() for word in ran.stdout.splitlines() if word.strip()]
+
+
+@pytest.mark.skipif(not INSTALLED.exists(), reason="completes the installed `lessor` command")
+def test_bash_completes_commands_flags_pools_and_your_lease_ids_and_aliases(user: User) -> None:
+    user.target("token")
+    assert _bash_completes(user, "lessor rel") == ["release"]
+    assert "--output" in _bash_completes(user, "lessor get --o")
+    assert _bash_completes(user, "lessor lease cli-") == ["cli-none", "cli-warm"]
+    lease = user.json("lease", "cli-none", "--no-wait", "--name", "tab-1")["id"]
+    try:
+        assert set(_bash_completes(user, "lessor release ")) >= {lease, "tab-1"}
+        assert _bash_completes(user, "lessor wait tab") == ["tab-1"]
+    finally:
+        assert user.run("release", lease).returncode == 0
+    assert {"bash", "fish", "zsh"} <= set(_bash_completes(user, "lessor completion "))
+
+
+def test_every_printing_command_speaks_json_yaml_and_jsonpath(user: User) -> None:
+    user.target("token")
+    as_json = user.json("config", "list")
+    as_yaml = user.run("config", "list", "-o", "yaml")
+    assert as_yaml.returncode == 0 and yaml.safe_load(as_yaml.stdout) == as_json
+    names = user.run("config", "list", "-o", "jsonpath={[*].name}")
+    assert names.stdout.strip() == "token"
+    current = user.json("config", "current")
+    assert (current["name"], current["endpoint"]) == ("token", user.stack.api.base)
+    assert yaml.safe_load(user.run("config", "view", "-o", "yaml").stdout)["current"] == "token"
+    endpoint = user.run("status", "-o", "jsonpath={.endpoint}")
+    assert endpoint.stdout.strip() == user.stack.api.base, endpoint.stderr
+    for bad in ("xml", "jsonpath={.items[", "wide"):
+        refused = user.run("config", "list", "-o", bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, bad

@@ -35,14 +35,15 @@ def _shown(settings: config.Config, raw: bool) -> dict[str, Any]:
 
 
 def view(args: argparse.Namespace) -> int:
-    output.emit_json(_shown(config.load(), args.raw))
+    output.emit(args, _shown(config.load(), args.raw))
     return 0
 
 
 def list_targets(args: argparse.Namespace) -> int:
     settings = config.load()
     if output.wants_json(args):
-        output.emit_json(
+        output.emit(
+            args,
             [
                 {
                     "name": name,
@@ -51,7 +52,7 @@ def list_targets(args: argparse.Namespace) -> int:
                     "current": name == settings.current,
                 }
                 for name, t in sorted(settings.targets.items())
-            ]
+            ],
         )
         return 0
     output.table(
@@ -68,7 +69,13 @@ def current(args: argparse.Namespace) -> int:
     settings = config.load()
     if settings.current is None:
         raise CliError("no current target: `lessor config use NAME`", USAGE)
-    print(settings.current)
+    if output.wants_json(args):
+        target = settings.target(settings.current)
+        output.emit(
+            args, {"name": settings.current, "endpoint": target.endpoint, "auth": target.auth}
+        )
+    else:
+        print(settings.current)
     return 0
 
 

@@ -43,7 +43,7 @@ def get(args: argparse.Namespace) -> int:
     # A credential is never printed: `lessor kubeconfig` writes it to a private file.
     has_kubeconfig = bool(lease.pop("kubeconfig", None))
     if output.wants_json(args):
-        output.emit_json({**lease, "kind": "Sandbox" if sandbox else "Cluster"})
+        output.emit(args, {**lease, "kind": "Sandbox" if sandbox else "Cluster"})
         return 0
     rows: list[tuple[str, object]] = [("lease", lease["id"])]
     if lease.get("alias"):
@@ -79,7 +79,7 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         sandboxes = []
     leases += [{**lease, "kind": "Sandbox"} for lease in sandboxes]
     if output.wants_json(args):
-        output.emit_json(leases)
+        output.emit(args, leases)
         return 0
     written = kubeconfigs.written()
     wide = args.output == "wide"
@@ -125,7 +125,7 @@ def kubeconfig(args: argparse.Namespace) -> int:
         result.update(kubeconfig=str(path))
         message = f"wrote {path}: KUBECONFIG={path} kubectl get nodes"
     if output.wants_json(args):
-        output.emit_json(result)
+        output.emit(args, result)
     else:
         print(message)
     return 0
@@ -163,7 +163,7 @@ def wait(args: argparse.Namespace) -> int:
             pause = min(pause * 1.5, _MAX_PAUSE)
     progress.clear()
     if output.wants_json(args):
-        output.emit_json({"id": lease_id, "phase": lease["phase"]})
+        output.emit(args, {"id": lease_id, "phase": lease["phase"]})
     else:
         print(f"lease {lease_id} is {lease['phase']}")
     return 0

@@ -30,7 +30,7 @@ def diagnostics(args: argparse.Namespace) -> int:
         written = Path(args.download or f"lessor-diagnostics-{args.lease_id}.tar.gz")
         _download(str(answer["url"]), written)
     if output.wants_json(args):
-        output.emit_json({**answer, **({"file": str(written)} if written else {})})
+        output.emit(args, {**answer, **({"file": str(written)} if written else {})})
         return 0
     if written is not None:
         print(f"wrote {written} ({answer['size_bytes']} bytes)")

@@ -272,7 +272,7 @@ def _give_up_sandbox(client: Client, lease_id: str, why: str, code: int) -> CliE
 
 def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
     if output.wants_json(args):
-        output.emit_json(result)
+        output.emit(args, result)
         return 0
     rows: list[tuple[str, object]] = [("lease", result["id"])]
     if "alias" in result:

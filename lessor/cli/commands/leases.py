@@ -39,7 +39,7 @@ def release(args: argparse.Namespace) -> int:
     # Its kubeconfig is worthless now, and a stale context sends kubectl to the wrong place.
     removed = kubeconfigs.remove(lease_id)
     if output.wants_json(args):
-        output.emit_json({"id": lease_id, "release_requested": True, "removed": removed})
+        output.emit(args, {"id": lease_id, "release_requested": True, "removed": removed})
         return 0
     if sandbox:
         print(f"released sandbox lease {lease_id}: its sandbox is deleted")
@@ -65,7 +65,7 @@ def extend(args: argparse.Namespace) -> int:
         answer = client.call("PATCH", f"/v1/leases/{lease_id}", {"extend_ttl": args.ttl})
         expires = answer["expires_at"]
     if output.wants_json(args):
-        output.emit_json({"id": lease_id, **answer})
+        output.emit(args, {"id": lease_id, **answer})
     else:
         print(f"lease {lease_id} now expires {output.until(expires)}")
     return 0

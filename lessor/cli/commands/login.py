@@ -57,13 +57,14 @@ def login(args: argparse.Namespace) -> int:
     )
     sessions.store(client.endpoint, session)
     if output.wants_json(args):
-        output.emit_json(
+        output.emit(
+            args,
             {
                 "endpoint": client.endpoint,
                 "identity": session.identity,
                 "method": session.method,
                 "expires_at": session.expires_at,
-            }
+            },
         )
     else:
         print(

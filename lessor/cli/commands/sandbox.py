@@ -134,7 +134,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.detach:
         execution = start(client, args.lease_id, argv, args)
         if output.wants_json(args):
-            output.emit_json({"id": execution, "lease": args.lease_id})
+            output.emit(args, {"id": execution, "lease": args.lease_id})
         else:
             print(execution)
         return 0
@@ -146,7 +146,7 @@ def logs(args: argparse.Namespace) -> int:
     if args.execution is None:
         tail = client.call("GET", f"/v1/sandbox-leases/{args.lease_id}/logs")
         if output.wants_json(args):
-            output.emit_json(tail)
+            output.emit(args, tail)
         else:
             sys.stdout.write(tail["data"])
         return 0
@@ -159,7 +159,7 @@ def cancel(args: argparse.Namespace) -> int:
         "DELETE", f"/v1/sandbox-leases/{args.lease_id}/executions/{args.execution}"
     )
     if output.wants_json(args):
-        output.emit_json(answer)
+        output.emit(args, answer)
     else:
         print(f"execution {answer['id']}: {answer['state']}")
     return 0

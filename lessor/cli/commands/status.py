@@ -71,7 +71,7 @@ def status(args: argparse.Namespace) -> int:
         "sandbox_leases": sandbox_leases,
     }
     if output.wants_json(args):
-        output.emit_json(result)
+        output.emit(args, result)
         return 0
     auth = body.get("auth", {})
     output.fields(
@@ -123,7 +123,7 @@ def version(args: argparse.Namespace) -> int:
     except CliError as error:
         result["error"] = str(error)
     if output.wants_json(args):
-        output.emit_json(result)
+        output.emit(args, result)
         return 0
     print(f"lessor {__version__}")
     if result["server"]:

@@ -1,0 +1,61 @@
+"""Shell completion (bash, zsh, fish) by argcomplete: commands and flags from the parser itself,
+and, where a lease or a pool goes, the caller's lease ids and aliases and the pools it may
+lease from, asked of the server.
+
+`lessor completion SHELL` prints the script to load (`source <(lessor completion bash)`). The
+shell then runs `lessor` with argcomplete's environment at every Tab; main() hands that run to
+argcomplete before anything else, and argcomplete is imported only then, so a normal run pays
+nothing for it. A completion that needs the server has COMPLETION_TIMEOUT seconds, and any
+failure (no target, not logged in, unreachable) completes nothing rather than print an error
+into the user's command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+SHELLS = ("bash", "zsh", "fish")
+COMPLETION_TIMEOUT = 5
+
+
+def requested() -> bool:
+    """Whether this run is a shell asking for completions."""
+    return "_ARGCOMPLETE" in os.environ
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell and exit (argcomplete does both)."""
+    import argcomplete  # noqa: PLC0415 - only when the shell asks
+
+    argcomplete.autocomplete(parser)
+
+
+def _ask(parsed_args: argparse.Namespace, path: str) -> Any:
+    from lessor.cli import client, context  # noqa: PLC0415 - only when the shell asks
+
+    client.TIMEOUT_SECONDS = COMPLETION_TIMEOUT  # this process only completes, then exits
+    try:
+        return context.client(parsed_args).call("GET", path)
+    except Exception:
+        return []
+
+
+def leases(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    found = _ask(parsed_args, "/v1/leases")
+    names = [lease["id"] for lease in found] + [lease.get("alias") or "" for lease in found]
+    return [name for name in names if name and name.startswith(prefix)]
+
+
+def pools(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    names = [pool["name"] for pool in _ask(parsed_args, "/v1/pools")]
+    return [name for name in names if name.startswith(prefix)]
+
+
+def script(args: argparse.Namespace) -> int:
+    """`lessor completion SHELL`: the script that makes SHELL complete `lessor`."""
+    from argcomplete.shell_integration import shellcode  # noqa: PLC0415
+
+    print(shellcode(["lessor"], shell=args.shell), end="")
+    return 0
