@@ -24,6 +24,72 @@ from lessor.cli.parser import build_parser
 _WITHOUT_PAGE = {"apiserver", "operator"}
 
 
+# What every page ends with: where lessor reads its settings, what it writes, how it exits.
+ENVIRONMENT = """.TP
+.B LESSOR_ENDPOINT, LESSOR_TARGET
+the endpoint, or the named target, instead of the config's current one
+(\\fB--endpoint\\fR, \\fB--target\\fR)
+.TP
+.B LESSOR_TOKEN
+a static token (or a CI job's OIDC token) sent as a Bearer token; with LESSOR_ENDPOINT,
+all a CI job needs
+.TP
+.B LESSOR_DEBUG
+1 traces every HTTP exchange on stderr, as \\fB-v\\fR does (credentials left out)
+.TP
+.B SSH_AUTH_SOCK
+the ssh-agent whose Ed25519 key signs requests of an ssh target
+.TP
+.B XDG_CONFIG_HOME
+where lessor/ holds the files below (default ~/.config)
+.TP
+.B KUBECONFIG
+its first file is where \\fBlessor kubeconfig --merge\\fR merges (default ~/.kube/config)
+.TP
+.B HTTPS_PROXY, NO_PROXY
+honoured by every HTTP request (not yet by the WebSocket sessions of attach and port-forward)
+"""
+FILES = """.TP
+.B $XDG_CONFIG_HOME/lessor/config.json
+named targets (mode 0600: it may hold a static token)
+.TP
+.B $XDG_CONFIG_HOME/lessor/sessions.json
+session tokens from \\fBlessor login\\fR, per endpoint (mode 0600)
+.TP
+.B $XDG_CONFIG_HOME/lessor/kubeconfigs.json
+the kubeconfig files and merged contexts written for each lease, which
+\\fBlessor release\\fR removes
+.TP
+.B ~/.kube/lessor-<id>
+a lease's kubeconfig (mode 0600), unless \\fB--kubeconfig\\fR says otherwise
+"""
+EXIT_STATUS = """.TP
+.B 0
+success
+.TP
+.B 1
+server error, endpoint unreachable, or a lease that ended where it was waited for
+.TP
+.B 2
+usage error: a bad flag or value, an invalid config, a 400 from the server
+.TP
+.B 3
+authentication or permission (401, 403, not logged in)
+.TP
+.B 4
+not found (lease, pool, target)
+.TP
+.B 5
+timed out (\\fB--wait-timeout\\fR, \\fB--timeout\\fR)
+.TP
+.B 6
+refused: a conflict or a limit (409, 429)
+.TP
+.B 130
+interrupted
+"""
+
+
 def _page(parser: argparse.ArgumentParser, name: str, summary: str) -> str:
     page = Manpage(parser)
     page.prog = name
@@ -31,6 +97,12 @@ def _page(parser: argparse.ArgumentParser, name: str, summary: str) -> str:
     page.source = f"lessor {__version__}"
     page.manual = "lessor manual"
     page.date = __version__  # reproducible: a page changes only when the parser does
+    for heading, content in (
+        ("environment", ENVIRONMENT),
+        ("files", FILES),
+        ("exit status", EXIT_STATUS),
+    ):
+        page.add_section(heading, "=", content)
     return str(page)
 
 

@@ -28,6 +28,34 @@ permission, 4 not found, 5 timed out, 6 refused (conflict or limit), 130 interru
 """
 
 
+# Examples of the commands whose description has none of its own: `--help` and the man page
+# (lessor.cli.manpages) show them; a unit test holds every command to having some.
+EXAMPLES = {
+    "status": "lessor status\nlessor status -o json | jq '.leases[].id'",
+    "version": "lessor version",
+    "login": "lessor login\nlessor login --ttl 8h\nlessor login --device      # oidc, headless",
+    "logout": "lessor logout",
+    "release": "lessor release pr-1234\nlessor release l3f2a9c1d0e4b -o json",
+    "extend": "lessor extend pr-1234 --ttl 30m",
+    "config": "lessor config set dev --endpoint https://lessor.example.com --auth ssh\n"
+    "lessor config use dev\nlessor config list -o yaml",
+    "run": "lessor run agents -- python3 -c 'print(1)'\n"
+    "lessor run agents --timeout 5m -- make test",
+    "exec": "lessor exec sb-1 -- ls /workspace\nlessor exec sb-1 --detach -- sleep 600",
+    "logs": "lessor logs sb-1 --tail 50\nlessor logs sb-1 -c sidecar\nlessor logs sb-1 x0123 -f",
+    "cancel": "lessor cancel sb-1 x0123456789abcdef01234567",
+    "attach": "lessor attach sb-1\nlessor attach sb-1 -c shell",
+    "port-forward": "lessor port-forward sb-1 8080:http\nlessor port-forward sb-1 :5432",
+}
+
+
+def _with_examples(name: str, description: str) -> str:
+    if name not in EXAMPLES:
+        return description
+    lines = "\n".join(f"  {line}" for line in EXAMPLES[name].splitlines())
+    return f"{description}\n\nexamples:\n{lines}"
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
@@ -114,7 +142,7 @@ def _command(
     parser = commands.add_parser(
         name,
         help=summary,
-        description=description,
+        description=_with_examples(name, description),
         parents=parents,
         formatter_class=_Formatter,
     )
@@ -233,8 +261,11 @@ def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     config = commands.add_parser(
         "config",
         help="named targets: view, edit, list, current, use, set",
-        description="Named targets (endpoint and auth mode) in $XDG_CONFIG_HOME/lessor/"
-        "config.json, default ~/.config/lessor/config.json, mode 0600.",
+        description=_with_examples(
+            "config",
+            "Named targets (endpoint and auth mode) in $XDG_CONFIG_HOME/lessor/"
+            "config.json, default ~/.config/lessor/config.json, mode 0600.",
+        ),
         formatter_class=_Formatter,
     )
     actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -321,6 +352,10 @@ def _sandbox(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _lease_argument(logs)
     logs.add_argument("execution", nargs="?", metavar="EXECUTION")
     logs.add_argument("-f", "--follow", action="store_true", help="until the execution ends")
+    logs.add_argument(
+        "--tail", type=int, metavar="N", help="the sandbox's last N lines (1-5000, default 100)"
+    )
+    logs.add_argument("-c", "--container", help="the sandbox's container (default: its only one)")
     cancel = _command(
         commands,
         "cancel",

@@ -657,3 +657,26 @@ def test_the_cli_leases_extends_and_releases_a_sandbox(
     env.until(ALICE, lease, "Released")
     code, _, stderr = run("lease", pool, "--kubeconfig", str(tmp_path / "kc"))
     assert code == 2 and "--kubeconfig is for cluster pools" in stderr
+
+
+def test_the_cli_reads_the_last_lines_of_a_sandboxs_log(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    marks = [f"line-{n}-{uuid.uuid4().hex[:8]}" for n in range(3)]
+    with env.cluster.pod_log.open("a") as log:
+        log.writelines(f"{STAMP} stdout F {mark}\n" for mark in marks)
+    tail = lessor(env, tmp_path, "logs", lease, "--tail", "2")
+    stdout, stderr = tail.communicate(timeout=60)
+    assert tail.returncode == 0, stderr
+    assert stdout.splitlines() == marks[1:], stdout
+    refusals = {
+        ("-c", "nope"): "no container nope",  # the API's 400, one line
+        ("--tail", "0"): "--tail must be from 1 to 5000",
+        ("x0123456789abcdef01234567", "--tail", "3"): "not an execution's output",
+    }
+    for argv, said in refusals.items():
+        refused = lessor(env, tmp_path, "logs", lease, *argv)
+        _, stderr = refused.communicate(timeout=60)
+        assert refused.returncode == 2 and said in stderr, (argv, stderr)

@@ -172,6 +172,13 @@ def test_man_pages_are_current() -> None:
     )
 
 
+def test_every_man_page_has_examples_environment_files_and_exit_status() -> None:
+    for name, text in manpages.pages().items():
+        for heading in (".SH ENVIRONMENT", ".SH FILES", ".SH EXIT STATUS", "LESSOR_TOKEN"):
+            assert heading in text, (name, heading)
+        assert "examples:" in text, f"{name} shows no example"
+
+
 def test_man_pages_are_installed_with_the_package() -> None:
     installed = Path(sys.prefix) / "share" / "man" / "man1"
     if not (installed / "lessor.1").exists() and "TOX_ENV_NAME" not in os.environ:

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from lessor.cli import context, output
 from lessor.cli.client import Client, server_id
@@ -23,6 +24,8 @@ from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED, SANDBOX_LEASE
+
+LOG_TAIL_MAX = 5000  # the API's bound of tailLines (docs/api-reference.md)
 
 TIMED_OUT, CANCELLED = 124, 125
 FOLLOW_PAUSE = 0.2
@@ -142,9 +145,16 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
+    if args.tail is not None and not 1 <= args.tail <= LOG_TAIL_MAX:
+        raise CliError(f"--tail must be from 1 to {LOG_TAIL_MAX}", USAGE)
+    if args.execution is not None and (args.tail is not None or args.container):
+        raise CliError("--tail and -c read a sandbox's log, not an execution's output", USAGE)
     client = context.client(args)
     if args.execution is None:
-        tail = client.call("GET", f"/v1/sandbox-leases/{args.lease_id}/logs")
+        query = {"tailLines": args.tail, "container": args.container}
+        asked = urlencode({k: v for k, v in query.items() if v is not None})
+        path = f"/v1/sandbox-leases/{args.lease_id}/logs" + (f"?{asked}" if asked else "")
+        tail = client.call("GET", path)
         if output.wants_json(args):
             output.emit(args, tail)
         else:
