@@ -11,16 +11,16 @@ FROM ${BASE} AS build
 ARG PIP_FIND_LINKS
 ARG PIP_NO_INDEX
 WORKDIR /src
-COPY setup.cfg pyproject.toml README.md ./
+COPY setup.cfg pyproject.toml README.md LICENSE ./
 COPY lessor ./lessor
 COPY man ./man
 RUN python3 -m venv /opt/build \
-    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels .
+    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels ".[server]"
 
 FROM ${BASE}
 COPY --from=build /wheels /wheels
 RUN python3 -m venv /opt/lessor \
-    && /opt/lessor/bin/pip install --no-cache-dir --no-index --find-links /wheels lessor \
+    && /opt/lessor/bin/pip install --no-cache-dir --no-index --find-links /wheels "lessor[server]" \
     && rm -rf /wheels \
     && useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin lessor
 USER 65532:65532

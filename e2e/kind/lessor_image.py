@@ -33,7 +33,7 @@ TAG = "lessor:dev"
 # bookworm's python3 is 3.11, as lessor needs; venv makes the image's environment, passwd its user.
 PYTHON_PACKAGES = ("python3", "python3-venv", "ca-certificates", "passwd")
 # What the image is made of: a change to any of these builds it again.
-SOURCES = ("Dockerfile", "setup.cfg", "pyproject.toml", "README.md", "lessor", "man")
+SOURCES = ("Dockerfile", "setup.cfg", "pyproject.toml", "README.md", "LICENSE", "lessor", "man")
 
 
 def say(message: str) -> None:
@@ -69,7 +69,7 @@ def wheelhouse(progress: Progress) -> Path:
     backend = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory),
-         str(ROOT), *backend],
+         f"{ROOT}[server]", *backend],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if result.returncode != 0:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from lessor.cli import completion
 from lessor.cli.debug import DEBUG_ENV
-from lessor.cli.errors import INTERRUPTED, CliError
+from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.parser import build_parser
 
 
@@ -23,10 +23,18 @@ def _handler(reference: str) -> Callable[..., int]:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
-    if arguments[:1] == ["apiserver"]:
-        return _handler("lessor.apiserver.server:main")(arguments[1:])
-    if arguments[:1] == ["operator"]:
-        return _handler("lessor.operator.main:main")(arguments[1:])
+    servers = {"apiserver": "lessor.apiserver.server:main", "operator": "lessor.operator.main:main"}
+    if arguments[:1] and arguments[0] in servers:
+        try:
+            server = _handler(servers[arguments[0]])
+        except ModuleNotFoundError as missing:  # `pip install lessor` is the client alone
+            print(
+                f"lessor: `lessor {arguments[0]}` needs the server components ({missing.name} is"
+                " not installed): pip install 'lessor[server]'",
+                file=sys.stderr,
+            )
+            return USAGE
+        return server(arguments[1:])
     parser = build_parser()
     if completion.requested():
         completion.complete(parser)  # answers the shell's Tab and exits

@@ -16,6 +16,7 @@ import sys
 import threading
 import urllib.request
 import uuid
+import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -767,3 +768,53 @@ def test_every_printing_command_speaks_json_yaml_and_jsonpath(user: User) -> Non
     for bad in ("xml", "jsonpath={.items[", "wide"):
         refused = user.run("config", "list", "-o", bad)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, bad
+
+
+def test_the_cli_installed_alone_leases_a_cluster_without_the_server_stack(
+    user: User, tmp_path: Path
+) -> None:
+    """`pip install lessor` is the client alone (issue 20): a fresh virtual environment with
+    this checkout's wheel, its dependencies from the index, and nothing of the server stack."""
+    root = Path(__file__).resolve().parents[2]
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = str(environment / "bin" / "python")
+    pip = [python, "-m", "pip", "--quiet", "--disable-pip-version-check"]
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(root)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = wheels.glob("lessor-*.whl")
+    done = subprocess.run(
+        [*pip, "install", str(wheel)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for server_only in ("kubernetes", "gevent", "gunicorn", "falcon", "boto3", "kr8s"):
+        found = subprocess.run([python, "-c", f"import {server_only}"], check=False)
+        assert found.returncode != 0, f"{server_only} came with the client"
+    installed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    packages = {p["name"].lower() for p in json.loads(installed.stdout)} - {"pip", "setuptools"}
+    assert len(packages) <= 12, sorted(packages)
+
+    lessor = str(environment / "bin" / "lessor")
+    ci = {**user.env, "LESSOR_ENDPOINT": user.stack.api.base, "LESSOR_TOKEN": ALICE}
+    leased = subprocess.run(
+        [lessor, "lease", "cli-warm", "-o", "json"], capture_output=True, text=True, env=ci,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert leased.returncode == 0, leased.stderr
+    lease = json.loads(leased.stdout)
+    namespaces = subprocess.run(
+        [str(ensure_binaries() / "kubectl"), "--kubeconfig", lease["kubeconfig"], "get", "ns"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "kube-system" in namespaces.stdout, namespaces.stderr
+    released = subprocess.run([lessor, "release", lease["id"]], env=ci, check=False)
+    assert released.returncode == 0
+    server = subprocess.run([lessor, "apiserver"], capture_output=True, text=True, check=False)
+    assert server.returncode == 2 and "pip install 'lessor[server]'" in server.stderr
