@@ -47,7 +47,7 @@ where lessor/ holds the files below (default ~/.config)
 its first file is where \\fBlessor kubeconfig --merge\\fR merges (default ~/.kube/config)
 .TP
 .B HTTPS_PROXY, NO_PROXY
-honoured by every HTTP request (not yet by the WebSocket sessions of attach and port-forward)
+honoured by every request, the sessions of attach and port-forward included (a CONNECT tunnel)
 """
 FILES = """.TP
 .B $XDG_CONFIG_HOME/lessor/config.json

@@ -1,19 +1,25 @@
 """The client end of an attach or port-forward WebSocket (frames: lessor.protocol.stream_frames).
 
 The socket is the CLI's own (TLS with the target's CA when the endpoint is https) and wsproto
-does the handshake and the framing. The upgrade request carries the same credential as any
-request, signed over `GET <path>` for ssh targets, so a refusal before the upgrade (401, 403
-not_declared, 404, 409 not_ready) is the usual one-line error and exit code.
+does the handshake and the framing. Where the environment names a proxy for the endpoint
+(HTTPS_PROXY or HTTP_PROXY, unless NO_PROXY covers it: urllib's rules, as for every other
+request), the socket is a CONNECT tunnel through it, TLS inside the tunnel end to end.
+
+The upgrade request carries the same credential as any request, signed over `GET <path>` for
+ssh targets, so a refusal before the upgrade (401, 403 not_declared, 404, 409 not_ready) is the
+usual one-line error and exit code.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
 import threading
+import urllib.request
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
@@ -35,6 +41,35 @@ from lessor.cli.errors import SERVER, ApiError, CliError, UnreachableError
 from lessor.protocol.stream_frames import ERROR, SUBPROTOCOL, decode, encode, parse_error
 
 READ = 65536
+
+
+def _connect(scheme: str, host: str, port: int) -> socket.socket:
+    """A connection to the endpoint: direct, or a tunnel through the environment's proxy."""
+    proxy = urllib.request.getproxies().get(scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return socket.create_connection((host, port), timeout=TIMEOUT_SECONDS)
+    via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    sock = socket.create_connection((via.hostname, via.port or 80), timeout=TIMEOUT_SECONDS)
+    request = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+    if via.username:
+        login = f"{unquote(via.username)}:{unquote(via.password or '')}".encode()
+        request += f"Proxy-Authorization: Basic {base64.b64encode(login).decode()}\r\n"
+    answer = b""
+    try:
+        sock.sendall(f"{request}\r\n".encode())
+        while b"\r\n\r\n" not in answer and len(answer) < READ:
+            chunk = sock.recv(1)  # byte by byte: nothing after the answer may be consumed
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        sock.close()
+        raise
+    status = answer.split(b"\r\n", 1)[0].decode(errors="replace")
+    if status.split(" ")[1:2] != ["200"]:
+        sock.close()
+        raise OSError(f"the proxy {via.hostname}:{via.port or 80} refused the tunnel: {status}")
+    return sock
 
 
 class Closed(Exception):  # noqa: N818 - an ending
@@ -73,7 +108,7 @@ class StreamClient:
         host = parts.hostname or "localhost"
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            sock = socket.create_connection((host, port), timeout=TIMEOUT_SECONDS)
+            sock = _connect(parts.scheme, host, port)
             if parts.scheme == "https":
                 sock = client.tls.wrap_socket(sock, server_hostname=host)
         except OSError as error:

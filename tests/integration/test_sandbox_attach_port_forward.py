@@ -37,6 +37,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from wsproto.events import Message, TextMessage
@@ -56,6 +57,7 @@ from lessor.protocol.stream_frames import (
     STDOUT,
     UNSUPPORTED,
 )
+from tests.integration.http_proxy import HttpProxy
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_apiserver import Api, start_api
 from tests.integration.test_sandbox_leases import (  # noqa: F401
@@ -465,12 +467,19 @@ def _opens(base: str, lease: str) -> bool:
     return True
 
 
-def lessor(env: Env, tmp_path: Path, *argv: str, **kwargs: object) -> subprocess.Popen[str]:  # noqa: F811
+def lessor(
+    env: Env,  # noqa: F811
+    tmp_path: Path,
+    *argv: str,
+    env_extra: dict[str, str] | None = None,
+    **kwargs: object,
+) -> subprocess.Popen[str]:
     environment = {
         **os.environ,
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "LESSOR_ENDPOINT": env.api.api.base,
         "LESSOR_TOKEN": ALICE,
+        **(env_extra or {}),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "lessor.cli.main", *argv], env=environment, text=True,
@@ -680,3 +689,31 @@ def test_the_cli_reads_the_last_lines_of_a_sandboxs_log(
         refused = lessor(env, tmp_path, "logs", lease, *argv)
         _, stderr = refused.communicate(timeout=60)
         assert refused.returncode == 2 and said in stderr, (argv, stderr)
+
+
+def test_the_cli_forwards_through_the_proxy_the_environment_names(
+    env: Env,  # noqa: F811
+    lease: str,
+    echo_server: EchoServer,
+    tmp_path: Path,
+) -> None:
+    """Behind a corporate proxy every request goes through it, the WebSocket session too: a
+    CONNECT tunnel (urllib honoured HTTP_PROXY for the REST calls, the session's own socket
+    did not)."""
+    proxy = HttpProxy()
+    api = urlsplit(env.api.api.base)
+    through = {"http_proxy": proxy.url, "HTTP_PROXY": proxy.url, "no_proxy": "", "NO_PROXY": ""}
+    forward = lessor(env, tmp_path, "port-forward", lease, ":web", env_extra=through)
+    try:
+        assert forward.stdout is not None
+        banner = forward.stdout.readline()
+        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> web", banner)
+        assert found, (banner, forward.stderr.read() if forward.poll() is not None else "")
+        with socket.create_connection(("127.0.0.1", int(found[1])), timeout=60) as local:
+            local.sendall(b"through the proxy")
+            assert local.recv(100) == b"through the proxy"
+    finally:
+        forward.send_signal(signal.SIGINT)
+        forward.wait(timeout=30)
+        proxy.close()
+    assert f"CONNECT {api.hostname}:{api.port}" in proxy.seen, proxy.seen
