@@ -363,7 +363,9 @@ def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_
     hostile or wedged cluster may), and the operator is SIGKILLed mid-capture: the next one
     resumes from the recorded start, so the lease still ends by captureTimeout, with the part
     it could capture."""
-    stack.pool("dx-frozen", 1, captureTimeout="20s")
+    # 30 s: the upload keeps 30% of it, and 6 s (of 20) did not always store the partial
+    # bundle on a loaded 2-core machine (a clean-clone run beside another suite's module).
+    stack.pool("dx-frozen", 1, captureTimeout="30s")
     lease_id, _ = _lease(stack, "dx-frozen")
     instance = stack.objects.get(
         "clusterinstance", stack.objects.status("clusterlease", lease_id)["clusterName"]
@@ -395,7 +397,7 @@ def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
     started = _time(capturing["startedAt"])
-    assert _time(record["finishedAt"]) - started <= 20 + 2, record
+    assert _time(record["finishedAt"]) - started <= 30 + 2, record
     assert record["state"] == "Captured" and record["truncated"] is True, record
     files = _files(_fetched(stack, lease_id)[1])
     assert json.loads(files["capture.json"])["timedOut"] is True
