@@ -756,6 +756,7 @@ def test_every_request_is_one_log_line_with_its_id_and_caller_and_no_credential(
         refused = api.call(
             "GET", "/v1/pools", token=wrong, headers={"X-Request-Id": "two words level=error"}
         )
+        long = api.call("GET", "/v1/leases/" + "a" * 5000, token=ALICE)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
@@ -775,6 +776,8 @@ def test_every_request_is_one_log_line_with_its_id_and_caller_and_no_credential(
     assert any("authentication failed" in r["msg"] for r in records), "INFO lines are kept"
     assert ALICE not in text and wrong not in text, "no credential is ever logged"
     assert "two words" not in text
+    assert long.status == 404 and "a" * 600 not in text, "a client's long path is cut"
+    assert any(r.get("path", "").endswith("a...") for r in records)
 
 
 def test_every_change_leaves_an_audit_record_of_who_what_which_and_the_result(

@@ -34,6 +34,8 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 PROBES = frozenset({"/healthz", "/metrics"})
+# A path is the client's bytes, up to gunicorn's 8 KiB request line: logged, it is cut here.
+PATH_LOGGED = 512
 
 
 def request_id(req: falcon.Request) -> str:
@@ -79,17 +81,18 @@ class Observe:
         # Probes and scrapes come every few seconds from every kubelet and Prometheus: answered
         # well, they are not worth a line at INFO.
         quiet = route in PROBES and resp.status_code < 400
+        path = req.path if len(req.path) <= PATH_LOGGED else req.path[:PATH_LOGGED] + "..."
         log.log(
             logging.DEBUG if quiet else logging.INFO,
             "%s %s %d",
-            req.method,
-            req.path,
+            req.method[:16],
+            path,
             resp.status_code,
             extra={
                 "request_id": request_id(req),
-                "method": req.method,
+                "method": req.method[:16],
                 "route": route,
-                "path": req.path,
+                "path": path,
                 "status": resp.status_code,
                 "duration_ms": round(duration * 1000, 1) if duration is not None else None,
                 "identity": caller.owner if caller else None,
