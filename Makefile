@@ -21,7 +21,7 @@ lint unit integration e2e e2e-kind crds: tools
 	$(TOX) run -e $@
 
 crds-write:
-	$(PYTHON) -m lessor.resources write crds
+	$(PYTHON) -m lessor.resources write crds --chart charts/lessor
 
 tools:
 	@$(PYTHON) -c "import tox, tox_uv" >/dev/null 2>&1 || \

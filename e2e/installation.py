@@ -6,8 +6,10 @@
   local processes, authenticated with tokens of the ServiceAccounts the manifests create:
   the manifests' RBAC is what they get. Pools use the `local` backend.
 - `kind` (LESSOR_E2E_CLUSTER=kind): a kind cluster of the node image built here
-  (e2e/kind), lessor's image built from the Dockerfile and loaded, the same overlay applied and
-  rolled out: the operator and the API server run as pods, as a platform team runs them. The
+  (e2e/kind), lessor's image built from the Dockerfile and loaded, and the Helm chart installed
+  with the same overlay's values (e2e/kind/chart.py; a test holds the chart's rendering equal to
+  the overlay's) and rolled out: the operator and the API server run as pods, as a platform
+  team runs them. The
   API is reached through a NodePort Service on the node's address; pools use the `apiserver`
   backend (kube-apiserver and etcd as a pod, its kubeconfig reaching it through a NodePort).
 """
@@ -29,10 +31,11 @@ from typing import Any
 
 import yaml
 
+from e2e.kind import chart, gateway, lessor_image, sandboxes, vcluster
 from e2e.kind import cluster as kind_cluster
-from e2e.kind import gateway, lessor_image, sandboxes, vcluster
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
+from lessor.controlplane.helm import ensure_helm
 from lessor.controlplane.kubectl import Cluster, ExistingCluster, run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
 
@@ -102,6 +105,8 @@ class Installation:
     gateway: gateway.Gateway | None = None
     # The host cluster, as an administrator's kubectl reaches it (its admin kubeconfig).
     host: Cluster | None = None
+    # Where lessor is a Helm release (kind): helm against the host cluster.
+    helm: chart.Helm | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -200,9 +205,9 @@ def operator_process(installation: Installation, config: Path, kubeconfig: Path,
 
 def install_kind(work: Path) -> Installation:
     """A kind cluster of the node image built here, agent-sandbox's controller running in it,
-    lessor's image built and loaded, the dev overlay applied as shipped and rolled out with
-    sandboxes enabled, and the API reached the way a load balancer reaches it: a NodePort
-    Service over the API pods, on the node's address."""
+    lessor's image built and loaded, the Helm chart installed with the dev overlay's values and
+    rolled out with sandboxes enabled, and the API reached the way a load balancer reaches it:
+    a NodePort Service over the API pods, on the node's address."""
     forget_clusters_of_dead_runs()
     cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=say)
     cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, say)]
@@ -222,13 +227,14 @@ def install_kind(work: Path) -> Installation:
         vcluster_image = vcluster.build(base, say)
         cluster.load(vcluster_image)
         passthrough = gateway.install(kubectl, cluster, base, say)
-        kubectl("apply", "-k", str(OVERLAY))
-        enable_sandboxes(kubectl)
+        helm = chart.Helm(ensure_helm(say), cluster.kubeconfig, work / "helm")
+        helm.install()
+        enable_sandboxes(kubectl, helm)
         endpoint = _node_port_endpoint(kubectl)
         installation = Installation(
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
             sandbox_image=sandbox_image, vcluster_image=vcluster_image, gateway=passthrough,
-            host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl),
+            host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl), helm=helm,
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:
@@ -238,19 +244,16 @@ def install_kind(work: Path) -> Installation:
     return installation
 
 
-def enable_sandboxes(kubectl: Kubectl) -> None:
+def enable_sandboxes(kubectl: Kubectl, helm: chart.Helm) -> None:
     """What docs/operations.md has an administrator do once agent-sandbox runs: the one
-    configuration key, then a restart of both Deployments, which rolls them out anew."""
+    configuration key, with Helm its value (`helm upgrade --reuse-values --set`), which rolls
+    both Deployments out anew (the pods carry a checksum of config.yaml)."""
     configmap = json.loads(
         kubectl("get", "configmap", "lessor-config", "-n", NAMESPACE, "-o", "json").stdout
     )
-    config = configmap["data"]["config.yaml"]
-    if "mode: disabled" not in config:
-        raise AssertionError("manifests/base/config.yaml no longer says `mode: disabled`")
-    configmap["data"]["config.yaml"] = config.replace("mode: disabled", "mode: external")
-    kubectl("apply", "-f", "-", input=json.dumps(configmap))
-    for deployment in ("lessor-operator", "lessor-apiserver"):
-        kubectl("rollout", "restart", f"deployment/{deployment}", "-n", NAMESPACE)
+    if yaml.safe_load(configmap["data"]["config.yaml"])["agentSandbox"]["mode"] != "disabled":
+        raise AssertionError("the chart's values no longer say agentSandbox.mode: disabled")
+    helm.set_values("config.agentSandbox.mode=external")
     for deployment in ("lessor-operator", "lessor-apiserver"):
         kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s")
 

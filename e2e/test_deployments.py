@@ -10,8 +10,10 @@ import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.installation import NAMESPACE, Installation, healthy, wait_for
+from e2e.kind import chart
 
 pytestmark = pytest.mark.e2e
 API_PODS = "app.kubernetes.io/name=lessor,app.kubernetes.io/component=apiserver"
@@ -132,3 +134,27 @@ def test_draining_the_node_keeps_one_api_pod_serving(pods_installation: Installa
     finally:
         installation.kubectl("uncordon", node)
     two_ready(installation)
+
+
+def test_lessor_is_a_helm_release_with_every_object_installed(
+    pods_installation: Installation,
+) -> None:
+    """In kind lessor is installed with its chart (e2e/kind/chart.py): the release is deployed
+    at its second revision (the install, then agentSandbox.mode external set as a value), every
+    object it rendered exists, and so do the CRDs of the chart's crds/, which Helm applies
+    first. Every other scenario in kind runs on this release."""
+    helm = pods_installation.helm
+    assert helm is not None
+    status = json.loads(helm("status", chart.RELEASE, "--output", "json"))
+    assert (status["info"]["status"], status["version"]) == ("deployed", 2)
+    values = json.loads(helm("get", "values", chart.RELEASE, "--output", "json"))
+    assert values["config"]["agentSandbox"]["mode"] == "external"
+    manifest = helm("get", "manifest", chart.RELEASE)
+    rendered = [d for d in yaml.safe_load_all(manifest) if d]
+    found = pods_installation.kubectl("get", "-f", "-", "-o", "name", input=manifest)
+    assert len(found.stdout.split()) == len(rendered) > 30
+    crds = {f"{path.stem.split('_')[1]}.lessor.dev" for path in (chart.CHART / "crds").iterdir()}
+    listed = pods_installation.kubectl("get", "crd", "-o", "name").stdout.split()
+    assert crds <= {
+        name.removeprefix("customresourcedefinition.apiextensions.k8s.io/") for name in listed
+    }

@@ -12,7 +12,7 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
     log:
       level: info                   # debug | info | warning | error
       format: text                  # text (logfmt) | json: one object per line
-    apiserver: {bind, workers, workerConnections, timeout, gracefulTimeout,
+    apiserver: {bind, metricsBind, workers, workerConnections, timeout, gracefulTimeout,
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
                 sshSignedRate, sshSignedBurst, sessionKeyTtl,
@@ -51,6 +51,7 @@ class Log(_Section):
 
 class ApiServer(_Section):
     bind: str | None = None
+    metrics_bind: str | None = None
     workers: int | None = Field(default=None, ge=1, le=64)
     worker_connections: int | None = Field(default=None, ge=1)
     timeout: int | None = Field(default=None, ge=1)

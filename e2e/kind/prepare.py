@@ -1,8 +1,8 @@
 """Everything the kind scenarios build, built before they start: `python -m e2e.kind.prepare`.
 
 On a fresh machine these builds (the node image and kind, lessor's Python base and image,
-agent-sandbox's controller and the sandbox image, vcluster, Traefik) take most of an hour of Go
-and docker work. Run inside the first scenario's fixture, they ran under pytest-timeout's
+agent-sandbox's controller and the sandbox image, vcluster, Traefik, Helm) take most of an hour
+of Go and docker work. Run inside the first scenario's fixture, they ran under pytest-timeout's
 15-minute hang guard for one test and failed it there (the first `make test` on a fresh machine
 at 68fd1f0: every kind scenario errored in set-up while Traefik was still compiling). tox runs
 this step first, as it runs `python -m lessor.controlplane build` before the integration tests;
@@ -18,6 +18,7 @@ import time
 from e2e.kind import gateway, lessor_image, node_image, sandboxes, vcluster
 from e2e.kind.docker_setup import exit_code
 from e2e.kind.lessor_image import say
+from lessor.controlplane.helm import ensure_helm
 
 
 def prepare() -> None:
@@ -28,6 +29,7 @@ def prepare() -> None:
     sandboxes.build(base, say)
     vcluster.build(base, say)
     gateway.build(base, say)
+    ensure_helm(say)  # lessor is installed with its chart (e2e/kind/chart.py)
     say(f"kind scenarios' images ready in {time.monotonic() - started:.0f}s")
 
 

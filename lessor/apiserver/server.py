@@ -7,6 +7,7 @@ loaded in each worker after the fork, so nothing with sockets or threads crosses
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import tempfile
@@ -16,7 +17,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
 from lessor.apiserver.http import lifecycle
-from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.http.settings import Settings, parse_bind
 from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 from lessor.apiserver.state.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.config_file import apply_defaults
@@ -55,6 +56,12 @@ class Server(BaseApplication):  # type: ignore[misc]
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lessor.apiserver", description=__doc__)
     parser.add_argument("--bind", default="0.0.0.0:8000")
+    parser.add_argument(
+        "--metrics-bind",
+        metavar="HOST:PORT",
+        help="a second listener serving GET /metrics only (Prometheus, inside the cluster; the "
+        "--bind port serves no /metrics); default: none, /metrics is not served",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worker-connections", type=int, default=1000)
     parser.add_argument(
@@ -161,6 +168,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _metrics_port(bind: str, metrics_bind: str | None) -> int | None:
+    """The metrics listener's port: a TCP port other than the API's, since a request is told
+    to be a scrape by the port it arrived on (lessor.apiserver.http.listeners)."""
+    if not metrics_bind:
+        return None
+    try:
+        _, port = parse_bind(metrics_bind)
+    except ValueError as error:
+        raise SystemExit(f"--metrics-bind: {error}") from None
+    with contextlib.suppress(ValueError):
+        if parse_bind(bind)[1] == port:
+            raise SystemExit("--metrics-bind needs a port other than --bind's")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
@@ -194,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).warning(
             "no --ssh-audience (apiserver.sshAudiences): SSH request signatures are refused"
         )
+    metrics_port = _metrics_port(args.bind, args.metrics_bind)
     options = {
-        "bind": args.bind,
+        "bind": [args.bind, args.metrics_bind] if args.metrics_bind else [args.bind],
         "workers": args.workers,
         "worker_class": "gevent",
         "worker_connections": args.worker_connections,
@@ -228,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         lease_admission_rate=args.lease_admission_rate,
         lease_admission_burst=args.lease_admission_burst,
         max_in_flight=args.max_in_flight,
+        metrics_port=metrics_port,
     )
     Server(settings, options).run()
     return 0

@@ -39,7 +39,7 @@ from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
 from lessor.protocol.lease_ids import LEASE_ID
 from lessor.protocol.ssh_signature import audience_of
 
-TIMEOUT_SECONDS = 30
+TIMEOUT_SECONDS = 30.0
 T = TypeVar("T")
 USER_AGENT = f"lessor/{__version__} (Python {platform.python_version()}; {sys.platform})"
 _TITLE = re.compile(rb"<title[^>]*>([^<]{1,200})</title>", re.IGNORECASE)

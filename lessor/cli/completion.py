@@ -5,7 +5,8 @@ lease from, asked of the server.
 `lessor completion SHELL` prints the script to load (`source <(lessor completion bash)`). The
 shell then runs `lessor` with argcomplete's environment at every Tab; main() hands that run to
 argcomplete before anything else, and argcomplete is imported only then, so a normal run pays
-nothing for it. A completion that needs the server has COMPLETION_TIMEOUT seconds, and any
+nothing for it. A completion that needs the server has COMPLETION_TIMEOUT seconds (or
+LESSOR_COMPLETION_TIMEOUT: a slow link, a loaded machine), and any
 failure (no target, not logged in, unreachable) completes nothing rather than print an error
 into the user's command line.
 """
@@ -17,7 +18,16 @@ import os
 from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
-COMPLETION_TIMEOUT = 5
+COMPLETION_TIMEOUT = 5.0
+TIMEOUT_ENV = "LESSOR_COMPLETION_TIMEOUT"
+
+
+def timeout() -> float:
+    """Seconds a completion may wait for the server: a Tab that hangs is worse than none."""
+    try:
+        return max(0.1, float(os.environ.get(TIMEOUT_ENV, COMPLETION_TIMEOUT)))
+    except ValueError:
+        return COMPLETION_TIMEOUT
 
 
 def requested() -> bool:
@@ -35,7 +45,7 @@ def complete(parser: argparse.ArgumentParser) -> None:
 def _ask(parsed_args: argparse.Namespace, path: str) -> Any:
     from lessor.cli import client, context  # noqa: PLC0415 - only when the shell asks
 
-    client.TIMEOUT_SECONDS = COMPLETION_TIMEOUT  # this process only completes, then exits
+    client.TIMEOUT_SECONDS = timeout()  # this process only completes, then exits
     try:
         return context.client(parsed_args).call("GET", path)
     except Exception:

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from lessor.cli.errors import NOT_FOUND, USAGE, CliError
 from lessor.cli.files import write_private
+from lessor.protocol.validation_errors import describe
 
 AuthMode = Literal["ssh", "token", "oidc", "none"]
 TARGET_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -81,19 +82,13 @@ def config_path() -> Path:
     return config_dir() / "config.json"
 
 
-def describe(error: ValidationError) -> str:
-    """One line per problem, naming the field: `targets.ci.endpoint: ...`."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in problem['loc']) or 'config'}: {problem['msg']}"
-        for problem in error.errors()
-    )
-
-
 def parse(text: str, source: str) -> Config:
     try:
         config = Config.model_validate_json(text)
     except ValidationError as error:
-        raise CliError(f"{source} is not a valid lessor config: {describe(error)}", USAGE) from None
+        raise CliError(
+            f"{source} is not a valid lessor config: {describe(error, root='config')}", USAGE
+        ) from None
     if config.current is not None and config.current not in config.targets:
         raise CliError(f"{source}: current target {config.current!r} is not defined", USAGE)
     return config

@@ -16,6 +16,7 @@ from lessor.cli import config
 from lessor.cli.client import Client
 from lessor.cli.errors import USAGE, CliError
 from lessor.protocol.ssh_signature import audience_of
+from lessor.protocol.validation_errors import describe
 
 
 def target(args: argparse.Namespace) -> tuple[str | None, config.Target]:
@@ -34,7 +35,7 @@ def target(args: argparse.Namespace) -> tuple[str | None, config.Target]:
                     moved["token"] = None
                 chosen = config.Target.model_validate({**chosen.model_dump(), **moved})
         except ValidationError as error:
-            raise CliError(f"--endpoint: {config.describe(error)}", USAGE) from None
+            raise CliError(f"--endpoint: {describe(error, root='config')}", USAGE) from None
         except ValueError as error:
             raise CliError(f"--endpoint: {error}", USAGE) from None
     if chosen is None:

@@ -37,6 +37,9 @@ all a CI job needs
 .B LESSOR_DEBUG
 1 traces every HTTP exchange on stderr, as \\fB-v\\fR does (credentials left out)
 .TP
+.B LESSOR_COMPLETION_TIMEOUT
+seconds shell completion waits for the server for lease ids and pools (default 5)
+.TP
 .B SSH_AUTH_SOCK
 the ssh-agent whose Ed25519 key signs requests of an ssh target
 .TP

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from lessor.operator.writes import now_seconds
+from lessor.protocol.timestamps import now_seconds
 from lessor.resources.base import Condition
 
 MESSAGE_LIMIT = 1000

@@ -35,13 +35,12 @@ from lessor.operator.runtime.store import key_of
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
-    now_seconds,
     owner_reference,
     remove_finalizer,
     write_status,
 )
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import utcnow
+from lessor.protocol.timestamps import now_seconds, utcnow
 from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Teardown
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from typing import Any
 
 from lessor.operator.runtime.client import ResourceType
 from lessor.protocol.json_object import Json
+from lessor.resources.access_policy import AccessPolicy
 from lessor.resources.base import GROUP, VERSION, Resource
 from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxExecution, SandboxLease, SandboxPool
@@ -23,6 +24,7 @@ LEASES = resource_type(ClusterLease)
 SANDBOX_POOLS = resource_type(SandboxPool)
 SANDBOX_LEASES = resource_type(SandboxLease)
 EXECUTIONS = resource_type(SandboxExecution)
+ACCESS_POLICIES = resource_type(AccessPolicy)
 
 SECRETS = ResourceType("", "v1", "secrets", "Secret")
 PODS = ResourceType("", "v1", "pods", "Pod")

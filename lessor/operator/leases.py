@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
+from lessor.operator import lease_metrics
 from lessor.operator.claims_in_flight import ClaimsInFlight
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
@@ -45,7 +46,6 @@ from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
     delete_present,
-    now_seconds,
     owner_reference,
     patch_fenced,
     remove_finalizer,
@@ -54,7 +54,7 @@ from lessor.operator.writes import (
 from lessor.operator.writes_in_flight import WritesInFlight
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources.base import ObjectRef
 from lessor.resources.cluster import (
     CLUSTER_HEALTHY,
@@ -348,6 +348,8 @@ class LeaseReconciler:
     async def _write_status(self, obj: Json, status: ClusterLeaseStatus) -> Json:
         written = await write_status(self.client, LEASES, obj, status)
         self.writes.wrote(key_of(obj), obj, written)
+        exists = self.pools.store.get(pool_key(obj)) is not None
+        lease_metrics.transition("cluster", ClusterLease.phases, obj, written, pool_exists=exists)
         return written
 
     def _enqueue(self, obj: Json) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from lessor.config_file import apply_defaults
 from lessor.logs import configure as configure_logging
 from lessor.operator import (
+    access_policies,
     executions,
     instances,
     leases,
@@ -39,6 +40,7 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     leases.setup,
     local_orphans.setup,
     namespace_orphans.setup,
+    access_policies.setup,
 )
 # SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
 # SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.

@@ -38,6 +38,7 @@ import datetime
 import logging
 from typing import Literal
 
+from lessor.operator import lease_metrics
 from lessor.operator.compatibility import CompatibilityCache
 from lessor.operator.context import Context
 from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOX_POOLS, SANDBOXES, SERVICES
@@ -51,13 +52,12 @@ from lessor.operator.sandbox_pools import BY_SANDBOX_POOL, child_name, index_by_
 from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
-    now_seconds,
     remove_finalizer,
     without,
     write_status,
 )
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources.base import ObjectRef
 from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import (
@@ -303,11 +303,20 @@ class SandboxLeaseReconciler:
                 "message": "",
             }
         )
-        obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+        obj = await self._transition(obj, status)
         await self.events.record(
             obj, "Normal", "Ready", f"sandbox {sandbox_name} until {timestamp(expiry)}"
         )
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    async def _transition(self, obj: Json, status: SandboxLeaseStatus) -> Json:
+        """The status write that moves the lease to another phase, counted once it succeeded
+        (lessor.operator.lease_metrics)."""
+        written = await write_status(self.client, SANDBOX_LEASES, obj, status)
+        pool = f"{obj['metadata']['namespace']}/{obj.get('spec', {}).get('pool')}"
+        exists = self.pools.store.get(pool) is not None
+        lease_metrics.transition("sandbox", SandboxLease.phases, obj, written, pool_exists=exists)
+        return written
 
     async def _why_not_placeable(self, namespace: str, pool_name: str) -> str | None:
         verdict = await self.compatibility.verdict()
@@ -419,7 +428,7 @@ class SandboxLeaseReconciler:
             status.phase, status.message = final, "sandbox removed; cleanup verified"
             if status.ended_at is None:
                 status.ended_at = now_seconds()
-            obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+            obj = await self._transition(obj, status)
             await self.events.record(obj, "Normal", f"Lease{final}", status.message)
             if obj["metadata"].get("deletionTimestamp"):
                 await remove_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
@@ -431,7 +440,7 @@ class SandboxLeaseReconciler:
             ]
             status.phase, status.evidence = "Quarantined", evidence
             status.message = "cleanup could not be verified: " + "; ".join(evidence)
-            obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
+            obj = await self._transition(obj, status)
             await self.events.record(obj, "Warning", "TeardownQuarantined", status.message)
             return Result()
         return Result(requeue_after=POLL_SECONDS)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from lessor.operator import pool_gauges
 from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
 from lessor.operator.conditions import with_condition
 from lessor.operator.context import Context
 from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
 from lessor.operator.ownership import owned_by, owned_metadata
+from lessor.operator.pool_gauges import PoolRow, waiting_leases
 from lessor.operator.runtime.client import KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
@@ -33,7 +35,7 @@ from lessor.operator.writes import (
 )
 from lessor.protocol.json_object import Json
 from lessor.resources.base import Condition, ObjectRef
-from lessor.resources.sandbox import SandboxPool, SandboxPoolStatus
+from lessor.resources.sandbox import SandboxLease, SandboxPool, SandboxPoolStatus
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,29 @@ def index_by_sandbox_pool(obj: Json) -> list[str]:
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
 
 
+def gauge_row(pool: Json, key: str, leases: Informer) -> PoolRow:
+    """The pool's gauges (lessor.operator.pool_gauges): sandboxes held by leases and withheld
+    after an unverified cleanup, from the lease cache; ready, as the pool's status last said
+    (agent-sandbox's warm pool count, refreshed every REFRESH_SECONDS: it is not cached here)."""
+    held = [
+        lease
+        for lease in leases.store.by_index(BY_SANDBOX_POOL, key)
+        if not lease.get("spec", {}).get("cancelled")
+    ]
+    phases = [lease.get("status", {}).get("phase") for lease in held]
+    return PoolRow(
+        namespace=pool["metadata"].get("namespace", ""),
+        pool=pool["metadata"]["name"],
+        warm_target=int(pool.get("spec", {}).get("warm", 0)),
+        instances={
+            "ready": int(pool.get("status", {}).get("ready", 0)),
+            "leased": sum(phase in HOLDING for phase in phases),
+            "quarantined": sum(phase == "Quarantined" for phase in phases),
+        },
+        waiting=waiting_leases(held, SandboxLease.phases),
+    )
+
+
 def setup(context: Context) -> Controller:
     """A pool is reconciled when it changes and when any of its leases does (its counts)."""
     pools = context.informer(SANDBOX_POOLS)
@@ -76,6 +101,11 @@ def setup(context: Context) -> Controller:
         leases=leases,
         compatibility=context.compatibility,
         sandboxes=context.settings.sandbox_namespace,
+    )
+    pool_gauges.GAUGES.watch(
+        "sandbox",
+        pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, leases)),
+        lambda: context.manager.leading,
     )
     return (
         context.controller("sandboxpool", reconciler.reconcile)

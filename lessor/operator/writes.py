@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime
 from typing import Any, TypeVar
 
+from lessor.operator.readiness import stamped
 from lessor.operator.runtime.client import (
     ApiError,
     ConflictError,
@@ -21,7 +21,6 @@ from lessor.operator.runtime.client import (
     ResourceType,
 )
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import utcnow
 from lessor.resources.base import StatusModel
 
 S = TypeVar("S", bound=StatusModel)
@@ -56,18 +55,12 @@ def without(status: S, *fields: str) -> S:
     return type(status).model_validate(status.model_dump(exclude_unset=True, exclude=set(fields)))
 
 
-def now_seconds() -> datetime.datetime:
-    """This moment at seconds precision, as Kubernetes writes metav1.Time (and as
-    lessor.protocol.timestamps.timestamp spells it): a status instant compares equal to
-    itself after a round trip through the API server."""
-    return utcnow().replace(microsecond=0)
-
-
 async def write_status(
     client: KubeClient, resource: ResourceType, obj: Json, status: StatusModel
 ) -> Json:
-    """Replace the status if it differs; returns the object as stored."""
-    written = status_json(status)
+    """Replace the status if it differs; returns the object as stored. Every status is stamped
+    on its way out with its observedGeneration and Ready condition (lessor.operator.readiness)."""
+    written = status_json(stamped(obj, status))
     if obj.get("status") == written:
         return obj
     body = copy.deepcopy(obj)

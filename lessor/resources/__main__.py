@@ -1,4 +1,5 @@
-"""`python -m lessor.resources write|check [DIR]`: generate the CRDs, or check them for drift."""
+"""`python -m lessor.resources write|check [DIR] [--chart CHART]`: generate the CRDs, or check
+them for drift; with `--chart`, also the copy in a Helm chart's `crds/` (charts/lessor)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=["write", "check"])
     parser.add_argument("directory", nargs="?", type=Path, default=Path("crds"))
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="also a Helm chart's crds/ (the CRDs without the Kustomization), e.g. charts/lessor",
+    )
     args = parser.parse_args(argv)
+    # A chart's crds/ is what Helm installs before the templates; it has no Kustomization.
+    targets = [(args.directory, True)]
+    if args.chart is not None:
+        targets.append((args.chart / "crds", False))
     if args.command == "write":
-        for name in write(args.directory):
-            print(args.directory / name)
+        for directory, kustomization in targets:
+            for name in write(directory, kustomization=kustomization):
+                print(directory / name)
         return 0
-    problems = drift(args.directory)
-    for problem in problems:
-        print(f"{args.directory}/{problem}", file=sys.stderr)
-    if problems:
-        print("regenerate with: python -m lessor.resources write crds", file=sys.stderr)
+    failed = False
+    for directory, kustomization in targets:
+        problems = drift(directory, kustomization=kustomization)
+        for problem in problems:
+            print(f"{directory}/{problem}", file=sys.stderr)
+        if problems:
+            failed = True
+        else:
+            print(f"{directory}: up to date")
+    if failed:
+        chart = f" --chart {args.chart}" if args.chart is not None else ""
+        print(f"regenerate with: python -m lessor.resources write crds{chart}", file=sys.stderr)
         return 1
-    print(f"{args.directory}: up to date")
     return 0
 
 

@@ -221,6 +221,12 @@ class AccessPolicy(Resource[AccessPolicySpec, AccessPolicyStatus]):
         columns=(
             PrinterColumn("Issuer", ".spec.auth.oidc.issuer"),
             PrinterColumn("Identity", ".spec.identity"),
+            PrinterColumn(
+                "Ready",
+                '.status.conditions[?(@.type=="Ready")].status',
+                description="Whether the API server applies it (the operator checks)",
+            ),
+            PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
             AGE,
         ),
     )

@@ -64,6 +64,23 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+# Conditions the operator derives from an object's phase and its other conditions
+# (lessor.operator.readiness) for tools that know no lessor kind: `kubectl wait`, GitOps health.
+READY = "Ready"
+WARM = "Warm"
+FINISHED = "Finished"
+UP_TO_DATE = "UpToDate"
+# False without a fault: a summary (it repeats a problem said elsewhere) or progress (a pool
+# warming, a pool replacing its warm clusters of an older template).
+NO_FAULT = frozenset({READY, WARM, FINISHED, UP_TO_DATE})
+
+
+def problems(conditions: list[Condition]) -> list[str]:
+    """What the False conditions say is wrong."""
+    failing = (c for c in conditions if c.status == "False" and c.type not in NO_FAULT)
+    return [c.message for c in failing if c.message]
+
+
 class ObjectRef(StatusModel):
     """A reference that survives name reuse: the uid tells a recreated object from the original."""
 

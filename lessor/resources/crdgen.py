@@ -177,8 +177,13 @@ def file_name(resource: type[Resource[Any, Any]]) -> str:
     return f"{GROUP}_{resource.crd.plural}.yaml"
 
 
-def render_all() -> dict[str, str]:
-    """File name to YAML text of every CRD, deterministic byte for byte."""
+def render_all(*, kustomization: bool = True) -> dict[str, str]:
+    """File name to YAML text of every CRD, deterministic byte for byte.
+
+    Without `kustomization`, the CRDs alone: what a Helm chart's `crds/` holds (charts/lessor),
+    byte for byte the files of crds/, so that a kustomize install and a Helm install create the
+    same definitions.
+    """
     header = (
         "# Generated from lessor/resources by `python -m lessor.resources write`; do not edit.\n"
     )
@@ -186,20 +191,22 @@ def render_all() -> dict[str, str]:
         file_name(resource): header + yaml.safe_dump(crd_of(resource), sort_keys=False, width=100)
         for resource in RESOURCES
     }
+    if not kustomization:
+        return files
     # Named `Kustomization` (no extension) so that `kubectl apply -f crds/` skips it while
     # `manifests/base` can include the directory as a kustomize resource.
-    kustomization = {
+    index = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": sorted(files),
     }
-    files["Kustomization"] = header + yaml.safe_dump(kustomization, sort_keys=False)
+    files["Kustomization"] = header + yaml.safe_dump(index, sort_keys=False)
     return files
 
 
-def write(directory: Path) -> list[str]:
+def write(directory: Path, *, kustomization: bool = True) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
-    rendered = render_all()
+    rendered = render_all(kustomization=kustomization)
     for stale in directory.glob(f"{GROUP}_*.yaml"):
         if stale.name not in rendered:
             stale.unlink()
@@ -208,9 +215,9 @@ def write(directory: Path) -> list[str]:
     return sorted(rendered)
 
 
-def drift(directory: Path) -> list[str]:
+def drift(directory: Path, *, kustomization: bool = True) -> list[str]:
     """Files that are missing, different or extra compared with what the models generate."""
-    rendered = render_all()
+    rendered = render_all(kustomization=kustomization)
     problems = []
     for name, text in sorted(rendered.items()):
         path = directory / name

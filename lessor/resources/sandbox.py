@@ -281,6 +281,7 @@ class SandboxExecutionStatus(StatusModel):
     finished_at: datetime.datetime | None = None
     truncated: bool = False
     message: str = ""
+    observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 from dataclasses import dataclass, field
 from typing import Literal
+
+from tests.integration.tcp_relay import serve
 
 
 @dataclass
@@ -28,8 +29,7 @@ class AnswerCuttingProxy:
     _listener: socket.socket = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._listener = serve(self._relay)
 
     @property
     def base(self) -> str:
@@ -37,14 +37,6 @@ class AnswerCuttingProxy:
 
     def close(self) -> None:
         self._listener.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
 
     def _relay(self, client: socket.socket) -> None:
         with client, socket.create_connection(self.upstream, timeout=60) as server:

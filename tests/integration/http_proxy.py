@@ -10,26 +10,17 @@ import socket
 import threading
 from urllib.parse import urlsplit
 
-from tests.integration.tcp_relay import _pump
+from tests.integration.tcp_relay import _pump, serve
 
 
 class HttpProxy:
     def __init__(self) -> None:
         self.seen: list[str] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = serve(self._handle)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
 
     def close(self) -> None:
         self._listener.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client: socket.socket) -> None:
         head = b""

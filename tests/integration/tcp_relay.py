@@ -9,7 +9,25 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+def serve(handle: Callable[[socket.socket], None]) -> socket.socket:
+    """A loopback listener whose every connection `handle` takes in a thread of its own, until
+    the listener is closed: what each stand-in server of these tests is built on."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
 
 
 @dataclass
@@ -20,8 +38,7 @@ class TcpRelay:
     _cut: bool = False
 
     def __post_init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._listener = serve(self._relay)
 
     @property
     def port(self) -> int:
@@ -38,19 +55,14 @@ class TcpRelay:
                 connection.shutdown(socket.SHUT_RDWR)
             connection.close()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            if self._cut:
-                client.close()
-                return
-            server = socket.create_connection(self.upstream, timeout=60)
-            self._open += [client, server]
-            for source, target in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+    def _relay(self, client: socket.socket) -> None:
+        if self._cut:
+            client.close()
+            return
+        server = socket.create_connection(self.upstream, timeout=60)
+        self._open += [client, server]
+        for source, target in ((client, server), (server, client)):
+            threading.Thread(target=_pump, args=(source, target), daemon=True).start()
 
 
 def _pump(source: socket.socket, target: socket.socket) -> None:

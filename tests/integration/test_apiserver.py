@@ -55,6 +55,14 @@ class Response:
 @dataclass
 class Api:
     base: str
+    metrics_base: str | None = None  # the metrics listener (--metrics-bind), if it has one
+
+    def metrics(self) -> str:
+        """The Prometheus text of the metrics listener (the API's own port serves none)."""
+        assert self.metrics_base is not None, "started without --metrics-bind"
+        with urllib.request.urlopen(self.metrics_base + "/metrics", timeout=30) as response:
+            text: str = response.read().decode()
+        return text
 
     def call(
         self,
@@ -113,6 +121,7 @@ def start_api(
     """An API server of its own on a reserved port; SSH signatures naming its own URL, or one of
     `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted."""
     port, reservation = reserved_port()
+    metrics_port, metrics_reservation = reserved_port()
     audiences = (f"http://127.0.0.1:{port}", *ssh_audiences)
     with log.open("ab") as output:
         process = subprocess.Popen(
@@ -121,6 +130,7 @@ def start_api(
                 "-m",
                 "lessor.apiserver",
                 f"--bind=127.0.0.1:{port}",
+                f"--metrics-bind=127.0.0.1:{metrics_port}",
                 "--workers=2",
                 f"--namespace={namespace}",
                 f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
@@ -130,7 +140,7 @@ def start_api(
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-    api = Api(f"http://127.0.0.1:{port}")
+    api = Api(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}")
 
     def healthy() -> bool:
         if process.poll() is not None:
@@ -145,7 +155,8 @@ def start_api(
     try:
         wait_for("the API server", healthy, timeout=180)
     finally:
-        reservation.release()  # gunicorn's own listener holds the port now
+        reservation.release()  # gunicorn's own listeners hold the ports now
+        metrics_reservation.release()
     return process, api
 
 
@@ -276,9 +287,10 @@ def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack, tmp_path: P
         process.wait(timeout=60)
 
 
-# What the spec lets anyone call (5.1: /v1/status, /healthz, /metrics; /v1/status takes an
-# optional token), and the API's own document, which describes the API and nothing in it.
-PUBLIC = {"/healthz": "none", "/metrics": "none", "/openapi.json": "none", "/v1/status": "optional"}
+# What the spec lets anyone call (5.1: /v1/status, /healthz; /v1/status takes an optional
+# token), the readiness probe, and the API's own document, which describes the API and nothing
+# in it. /metrics is on the metrics listener, not a route of the API (test_monitoring.py).
+PUBLIC = {"/healthz": "none", "/readyz": "none", "/openapi.json": "none", "/v1/status": "optional"}
 
 
 def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
@@ -426,7 +438,7 @@ def test_a_get_that_waits_answers_when_the_lease_changes_and_is_never_shed(
             return answer
 
         def waits() -> int:
-            text = api.call("GET", "/metrics").body
+            text = api.metrics()
             found = re.search(r"^lessor_lease_waits (\S+)$", text, re.MULTILINE)
             return int(float(found.group(1))) if found else 0
 
@@ -827,7 +839,7 @@ def test_every_change_leaves_an_audit_record_of_who_what_which_and_the_result(
 def test_metrics_count_requests_across_workers(stack: Stack) -> None:
     for _ in range(4):
         stack.api.call("GET", "/v1/status")
-    text = stack.api.call("GET", "/metrics").body
+    text = stack.api.metrics()
     assert "svc_sandbox_admission_rate_limited_total" in text
     counted = sum(
         float(line.rsplit(" ", 1)[1])

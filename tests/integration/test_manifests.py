@@ -131,6 +131,10 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert can(installed_rbac, OPERATOR, "patch", "clusterleases.lessor.dev", "status")
     assert can(installed_rbac, OPERATOR, "update", "leases.coordination.k8s.io")
     assert not can(installed_rbac, OPERATOR, "create", "clusterroles.rbac.authorization.k8s.io")
+    # It reports whether each AccessPolicy is valid, and never edits one.
+    assert can(installed_rbac, OPERATOR, "update", "accesspolicies.lessor.dev", "status")
+    assert can(installed_rbac, OPERATOR, "watch", "accesspolicies.lessor.dev")
+    assert not can(installed_rbac, OPERATOR, "update", "accesspolicies.lessor.dev")
 
 
 def test_only_an_operator_of_local_pools_may_read_the_kube_system_namespace(

@@ -33,7 +33,6 @@ import sys
 import termios
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -389,8 +388,7 @@ def test_sessions_end_at_the_idle_and_duration_limits(
     assert time.monotonic() - asked >= 8, "not before its longest duration"
 
     def counted() -> bool:  # the server counts a session's end once it has closed it
-        with urllib.request.urlopen(f"{strict_api.base}/metrics", timeout=30) as response:
-            metrics = response.read().decode()
+        metrics = strict_api.metrics()
         return all(
             re.search(
                 rf'lessor_sandbox_streams_ended_total{{kind="attach",reason="{reason}"}} [1-9]',

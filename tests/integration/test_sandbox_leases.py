@@ -33,6 +33,7 @@ from lessor.runner import runner as runner_module
 from tests.integration.operator_harness import Objects, Operator, wait_for
 from tests.integration.service_accounts import install_rbac
 from tests.integration.test_apiserver import CRDS, Api, Response, start_api
+from tests.integration.test_monitoring import operator_metrics, samples
 
 pytestmark = pytest.mark.integration
 
@@ -367,6 +368,17 @@ def test_a_cleanup_that_cannot_be_verified_quarantines_and_withholds_capacity(en
                 "the pool to count it",
                 lambda: env.objects.status("sandboxpool", "sb-warm").get("quarantined") == 1,
             )
+            # And the operator's metrics, which an alert watches (manifests/monitoring).
+            pool = {"kind": "sandbox", "namespace": env.namespace, "pool": "sb-warm"}
+
+            def counted(name: str, **labels: str) -> float:
+                return samples(operator_metrics(operator), name, **pool, **labels)
+
+            wait_for(
+                "the quarantine in the pool gauge",
+                lambda: counted("lessor_pool_instances", state="quarantined") == 1,
+            )
+            assert counted("lessor_lease_outcomes_total", outcome="quarantined") == 1
             reconciled_again(env, operator, "sandboxlease", lease)
             assert env.get(ALICE, lease).body["phase"] == "Quarantined", "never leaves on its own"
     finally:
@@ -593,10 +605,9 @@ def test_malformed_extensions_are_400(env: Env) -> None:
 
 
 def metric(api: Api, name: str) -> float:
-    with urllib.request.urlopen(api.base + "/metrics", timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
+    for line in api.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
     return 0.0
 
 

@@ -145,8 +145,10 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
             return (objects.get("sandboxpool", "agents") or {}).get("status", {})
 
         wait_for("Unavailable", lambda: status().get("phase") == "Unavailable", timeout=120)
-        [condition] = status()["conditions"]
+        conditions = {c["type"]: c for c in status()["conditions"]}
+        condition = conditions["AgentSandboxCompatible"]
         assert condition["status"] == "False" and "is not installed" in condition["message"]
+        assert conditions["Ready"]["message"] == condition["message"], "Ready says why not"
 
         install_agent_sandbox(cluster, quiet)
         wait_for("a warm pool", lambda: status().get("warmPoolRef"), timeout=120)
@@ -161,7 +163,9 @@ def test_a_sandbox_pool_becomes_a_template_and_a_warm_pool(
         assert warm["metadata"]["ownerReferences"][0]["uid"] == pool["metadata"]["uid"]
         assert status()["warmPoolRef"]["uid"] == warm["metadata"]["uid"]
         assert status()["templateRef"]["uid"] == template["metadata"]["uid"]
-        assert status()["conditions"][0]["status"] == "True"
+        assert {c["type"]: c["status"] for c in status()["conditions"]}[
+            "AgentSandboxCompatible"
+        ] == "True"
 
         objects.patch("sandboxpool", "agents", {"spec": {"warm": 3}})
         wait_for(

@@ -624,7 +624,7 @@ def test_made_up_methods_make_no_metric_series(stack: Stack) -> None:  # noqa: F
         with socket.create_connection((host, int(port)), timeout=30) as connection:
             connection.sendall(f"M{n}X /v1/status HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             connection.recv(4096)
-    metrics = stack.api.call("GET", "/metrics").body
+    metrics = stack.api.metrics()
     assert "M0X" not in metrics and "M29X" not in metrics
     assert 'method="other"' in metrics
 
@@ -839,7 +839,7 @@ def test_an_overloaded_worker_answers_429_at_once_and_keeps_its_probes(
         assert refused.body["code"] == "overloaded", refused.body
         assert refused.headers["Retry-After"] == "1" and "reason" not in refused.body
         assert api.call("GET", "/healthz").status == 200
-        assert "lessor_http_shed_total" in api.call("GET", "/metrics").body
+        assert "lessor_http_shed_total" in api.metrics()
         done.set()
         for holder in holders:
             holder.join(timeout=60)
@@ -876,7 +876,7 @@ def test_cluster_lease_creation_is_rate_limited_per_principal(
         other = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
         assert other.status == 202, other.body
         made.append((BOB, other.body["id"]))
-        assert "lessor_lease_admission_rate_limited_total" in api.call("GET", "/metrics").body
+        assert "lessor_lease_admission_rate_limited_total" in api.metrics()
     finally:
         for token, lease in made:
             api.call("DELETE", f"/v1/leases/{lease}", token=token)

@@ -12,10 +12,37 @@ from lessor.resources.__main__ import main
 from lessor.resources.crdgen import drift, render_all
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
+CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "lessor" / "crds"
 
 
 def test_checked_in_crds_match_the_models() -> None:
-    assert drift(CRDS) == [], "run: python -m lessor.resources write crds"
+    assert drift(CRDS) == [], "run: python -m lessor.resources write crds --chart charts/lessor"
+
+
+def test_the_helm_charts_crds_are_the_same_files() -> None:
+    """Helm installs a chart's crds/ as they are: a Helm install and a kustomize install must
+    define the same kinds, byte for byte."""
+    assert drift(CHART_CRDS, kustomization=False) == [], (
+        "run: python -m lessor.resources write crds --chart charts/lessor"
+    )
+    assert sorted(p.name for p in CHART_CRDS.iterdir()) == sorted(
+        p.name for p in CRDS.glob("*.yaml")
+    )
+    for path in CRDS.glob("*.yaml"):
+        assert (CHART_CRDS / path.name).read_bytes() == path.read_bytes()
+
+
+def test_check_command_reports_a_stale_chart_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "chart"
+    assert main(["write", str(tmp_path / "crds"), "--chart", str(chart)]) == 0
+    assert not (chart / "crds" / "Kustomization").exists()
+    (chart / "crds" / "lessor.dev_sandboxpools.yaml").unlink()
+    assert main(["check", str(tmp_path / "crds"), "--chart", str(chart)]) == 1
+    errors = capsys.readouterr().err
+    assert "chart/crds/lessor.dev_sandboxpools.yaml: missing" in errors
+    assert f"write crds --chart {chart}" in errors
 
 
 def test_check_command_reports_a_hand_edit(

@@ -49,6 +49,7 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "clusterlease": ["clusterleases", "clusterpools", "clusterinstances"],
         "local-orphans": ["clusterinstances"],
         "instance-namespace-orphans": ["clusterinstances"],
+        "accesspolicy": ["accesspolicies"],
     }
     assert _watched("disabled", tmp_path / "kubeconfig") == cluster
     assert _watched("external", tmp_path / "kubeconfig") == {

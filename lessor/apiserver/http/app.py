@@ -24,7 +24,7 @@ import falcon
 from lessor import __version__
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.auth.sessions import DEFAULT_TTL
-from lessor.apiserver.http import metrics, openapi
+from lessor.apiserver.http import openapi
 from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateLease,
@@ -39,6 +39,7 @@ from lessor.apiserver.http.errors import (
     HttpNotFoundError,
     UpgradeRequiredError,
 )
+from lessor.apiserver.http.listeners import Listeners, Wsgi
 from lessor.apiserver.http.observe import Observe, add_error_handlers
 from lessor.apiserver.http.responses import (
     DiagnosticsBundle,
@@ -86,6 +87,9 @@ from lessor.protocol.timestamps import timestamp
 from lessor.resources.cluster import ClusterLease, ClusterPool
 
 log = logging.getLogger(__name__)
+# How long /readyz waits for a worker's first list of the AccessPolicies (the manifests give
+# the readiness probe a timeout of 3 s).
+READY_WAIT = 2.0
 
 
 class Services:
@@ -189,7 +193,7 @@ Authentication = Literal["required", "optional", "none"]
 class Base:
     """A resource. Its responders need an authenticated caller unless the class says otherwise:
     `"optional"` authenticates a request that sends credentials and lets others through with no
-    principal; `"none"` never looks at credentials (liveness, metrics, the API's document)."""
+    principal; `"none"` never looks at credentials (liveness, readiness, the API's document)."""
 
     authentication: ClassVar[Authentication] = "required"
 
@@ -486,13 +490,22 @@ class OpenApiResource(Base):
         resp.media = self.document
 
 
-class MetricsResource(Base):
+class ReadyResource(Base):
+    """Readiness, apart from liveness (/healthz): this worker can serve once it has read the
+    AccessPolicies, which every authenticated request needs, and keeps reading them (its watch
+    lists again after any failure, and is not synced meanwhile): so kube-apiserver is reachable
+    with this server's credentials. A worker that is not ready answers 503, and the kubelet
+    takes the pod out of its Service until it is, without restarting it."""
+
     authentication = "none"
 
     def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
-        body, content_type = metrics.exposition()
-        resp.data = body
-        resp.content_type = content_type
+        resp.content_type = falcon.MEDIA_TEXT
+        if self.services.policies.ready(timeout=READY_WAIT):
+            resp.text = "ok\n"
+        else:
+            resp.status = falcon.HTTP_503
+            resp.text = "not ready: the access policies could not be read from kube-apiserver\n"
 
 
 RESPONDERS = ("get", "post", "put", "patch", "delete")
@@ -543,7 +556,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/v1/login", LoginResource, openapi.login),
     Route("/v1/status", StatusResource, openapi.status),
     Route("/healthz", HealthResource, openapi.healthz),
-    Route("/metrics", MetricsResource, None),
+    Route("/readyz", ReadyResource, None),
     Route("/openapi.json", OpenApiResource, None),
 )
 
@@ -553,8 +566,9 @@ def api_document() -> Json:
     return openapi.document(ROUTES)
 
 
-def create_app(settings: Settings) -> StreamRoutes:
-    """The WSGI application: the WebSocket routes in front of the Falcon app."""
+def create_app(settings: Settings) -> Wsgi:
+    """The WSGI application: the WebSocket routes in front of the Falcon app, and /metrics on
+    the metrics listener only (lessor.apiserver.http.listeners)."""
     services = Services(settings)
     middleware: list[Shed | Observe | Authenticate] = [
         Shed(settings.max_in_flight),  # first: an overloaded worker does no other work
@@ -571,4 +585,4 @@ def create_app(settings: Settings) -> StreamRoutes:
     add_error_handlers(app)
     limits = Limits(settings.sandbox_stream_idle_timeout, settings.sandbox_stream_max_duration)
     slots = SessionSlots(settings.sandbox_stream_max_per_identity)
-    return StreamRoutes(app, services, limits, slots)
+    return Listeners(StreamRoutes(app, services, limits, slots), settings.metrics_port)

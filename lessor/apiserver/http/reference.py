@@ -15,7 +15,13 @@ from lessor.apiserver.http.app import api_document as document
 from lessor.protocol.json_object import Json
 
 _METHODS = ("get", "post", "patch", "delete")
-_BOUNDS = (("minimum", "min"), ("maximum", "max"), ("default", "default"))
+_CONSTRAINTS = (
+    ("pattern", "pattern"),
+    ("maxLength", "max length"),
+    ("minimum", "min"),
+    ("maximum", "max"),
+    ("default", "default"),
+)
 
 
 def _type(schema: Json) -> str:
@@ -35,6 +41,21 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _notes(descriptions: list[str], constraints: Json) -> str:
+    """A field's or a parameter's notes cell: what it means, then (in brackets) the rules it
+    obeys."""
+    text = " ".join(d for d in descriptions if d)
+    rules = []
+    for key, label in _CONSTRAINTS:
+        value = constraints.get(key)
+        if value is not None:
+            spelled = str(value).lower() if isinstance(value, bool) else value  # JSON's spelling
+            rules.append(f"{label} `{spelled}`")
+    if rules:
+        text = f"{text} ({', '.join(rules)})" if text else ", ".join(rules)
+    return _cell(text)
+
+
 def _schema(name: str, schema: Json) -> list[str]:
     lines = [f"### {name}", ""]
     if schema.get("description"):
@@ -48,17 +69,9 @@ def _schema(name: str, schema: Json) -> list[str]:
         # An optional field is anyOf [its schema, null]: its constraints sit on the first.
         options = [o for o in spec.get("anyOf", []) if o.get("type") != "null"]
         constraints = {**(options[0] if options else {}), **spec}
-        notes = [spec.get("description", "")]
-        for key, label in (
-            ("pattern", "pattern"),
-            ("maxLength", "max length"),
-            ("default", "default"),
-        ):
-            if constraints.get(key) is not None:
-                notes.append(f"{label} `{constraints[key]}`")
+        notes = _notes([spec.get("description", "")], constraints)
         lines.append(
-            f"| `{field}` | {_type(spec)} | {'yes' if field in required else 'no'} | "
-            f"{_cell('; '.join(n for n in notes if n))} |"
+            f"| `{field}` | {_type(spec)} | {'yes' if field in required else 'no'} | {notes} |"
         )
     return [*lines, ""]
 
@@ -77,18 +90,12 @@ def _query_parameters(spec: Json) -> list[str]:
                 if parameter["in"] != "query":
                     continue
                 schema = parameter["schema"]
-                described = [parameter.get("description", ""), schema.get("description", "")]
-                bounds = [
-                    f"{label} `{str(schema[key]).lower()}`"  # JSON's spelling of a boolean
-                    for key, label in _BOUNDS
-                    if key in schema
-                ]
-                notes = " ".join(d for d in described if d)
-                if bounds:
-                    notes = f"{notes} ({', '.join(bounds)})" if notes else ", ".join(bounds)
+                notes = _notes(
+                    [parameter.get("description", ""), schema.get("description", "")], schema
+                )
                 lines.append(
                     f"| {method.upper()} | `{path}` | `{parameter['name']}` | {_type(schema)} | "
-                    f"{'yes' if parameter.get('required') else 'no'} | {_cell(notes)} |"
+                    f"{'yes' if parameter.get('required') else 'no'} | {notes} |"
                 )
     return lines
 

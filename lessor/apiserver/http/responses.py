@@ -78,9 +78,11 @@ class Expiry(BaseModel):
 
 
 class PoolPolicy(BaseModel):
-    mode: str
+    mode: str = Field(description="fixed, or autoscale (the warm target follows demand).")
     ttl: str
-    warm_target: int = Field(alias="warmTarget")
+    warm_target: int = Field(
+        alias="warmTarget", description="Warm clusters kept now (an autoscaled pool's current)."
+    )
 
 
 class PoolRecord(BaseModel):

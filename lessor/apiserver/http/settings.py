@@ -43,3 +43,14 @@ class Settings:
     default_max_concurrent_leases: int = 20
     # Whether GET /v1/status lists pools (names and counts) to a caller without credentials.
     public_pool_status: bool = False
+    # The port of the second listener, which serves /metrics and nothing else (None: no
+    # metrics listener); lessor.apiserver.http.listeners.
+    metrics_port: int | None = None
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """`host:port` (an IPv6 host in brackets) of a TCP listener; ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return host, int(port)

@@ -5,10 +5,11 @@ request; past what the Kubernetes client and the CPU keep up with, every request
 others and each gets slower, until clients time out on answers that were going to come. Spec
 7.1's "server overloaded" 429 is the way out: beyond the bound, a request is answered at once,
 before its body is read or its caller authenticated, with Retry-After, and costs nothing more.
-The probes and /metrics are never refused (a refused probe would take the replica out of
-service, or restart it, for being busy), execution creates are not counted (see LONG_HELD), and
-a request that waits for a change (a lease's `waitSeconds`) stops counting once admitted
-(`set_aside`): it holds a greenlet, not the CPU the bound is there to protect.
+The probes are never refused (a refused probe would take the replica out of service, or
+restart it, for being busy; /metrics has a listener of its own, outside Falcon), execution
+creates are not counted (see LONG_HELD), and a request that waits for a change (a lease's
+`waitSeconds`) stops counting once admitted (`set_aside`): it holds a greenlet, not the CPU
+the bound is there to protect.
 The default (32 a worker) comes from bench/shedding.py: at 200 clients on one worker it served
 386 requests a second at p50 67 ms, against 310 at p50 891 ms without a bound. Counted per
 worker: one process, greenlets in one thread, so a plain counter is exact.
@@ -21,7 +22,7 @@ import falcon
 from lessor.apiserver.http import metrics
 from lessor.apiserver.http.errors import TooManyRequestsError
 
-EXEMPT = frozenset({"/healthz", "/metrics"})
+EXEMPT = frozenset({"/healthz", "/readyz"})
 # A wait-mode execution holds its request for as long as its command runs (up to an hour): a few
 # would take every slot of a worker that serves in milliseconds otherwise. Executions have their
 # own bounds (per lease; the runner's), and attach and port-forward sessions theirs.

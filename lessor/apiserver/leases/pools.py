@@ -21,7 +21,7 @@ from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
-from lessor.resources.base import Condition
+from lessor.resources.base import Condition, problems
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 
@@ -48,7 +48,7 @@ def pool_record(pool: ClusterPool) -> Json:
     record["policy"] = {
         "mode": pool.spec.policy.mode,
         "ttl": pool.spec.ttl,
-        "warmTarget": pool.spec.warm_target,
+        "warmTarget": pool.warm_now(),
     }
     return record
 
@@ -81,7 +81,7 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
 
 def _explain(record: Json, conditions: list[Condition]) -> None:
     """The record's `message`: what the pool's False conditions say is wrong, if any."""
-    failing = [c.message for c in conditions if c.status == "False" and c.message]
+    failing = problems(conditions)
     if failing:
         record["message"] = "; ".join(failing)
 

@@ -17,6 +17,7 @@ from lessor.apiserver.http.errors import UnavailableError
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
+from lessor.protocol.validation_errors import describe
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ class PolicyStore:
             raise UnavailableError("the access policies could not be read yet; retry")
         return self._snapshot
 
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Whether the policies are read and kept current now (the watch listed, and has not
+        failed since), waiting up to `timeout` for the first list: /readyz."""
+        return self._watched.synced(timeout=timeout)
+
     def named(self, name: str) -> NamedPolicy | None:
         """The AccessPolicy of that name as it is now (a session outlives its authentication)."""
         return next((policy for policy in self.snapshot if policy.name == name), None)
@@ -52,7 +58,8 @@ class PolicyStore:
             try:
                 policy = AccessPolicy.model_validate(objects[name])
             except ValidationError as error:
-                log.warning("access policy %s is invalid and ignored: %s", name, error)
+                # Its own status says so too (lessor.operator.access_policies).
+                log.warning("access policy %s is invalid and ignored: %s", name, describe(error))
                 continue
             parsed.append(NamedPolicy(name=name, spec=policy.spec))
         self._snapshot = tuple(parsed)

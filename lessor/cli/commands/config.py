@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from lessor.cli import config, output
 from lessor.cli.errors import USAGE, CliError
+from lessor.protocol.validation_errors import describe
 
 REDACTED = "<redacted>"
 
@@ -112,7 +113,7 @@ def set_target(args: argparse.Namespace) -> int:
             {"current": settings.current or args.name, "targets": targets}
         )
     except ValidationError as error:
-        raise CliError(config.describe(error), USAGE) from None
+        raise CliError(describe(error, root="config"), USAGE) from None
     path = config.save(updated)
     print(
         f"target {args.name} saved in {path}"

@@ -33,10 +33,10 @@ from lessor.operator.kinds import LEASES, SECRETS
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.events import EventRecorder
-from lessor.operator.writes import now_seconds, write_status
+from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources.cluster import (
     DIAGNOSTICS_CAPTURED,
     ClusterLease,

@@ -52,6 +52,11 @@ class Controller:
         self.informers = list(informers)
         self.workers = workers
         self.queue = WorkQueue(name)
+        # Each controller's series exist from the start, at zero: rate() of a counter that
+        # appears with its first error misses that error, and alerts need the series to exist.
+        metrics.RECONCILE_ERRORS.labels(name)
+        for result in ("success", "requeue", "conflict", "error"):
+            metrics.RECONCILE_TOTAL.labels(name, result)
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)

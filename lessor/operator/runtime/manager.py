@@ -16,6 +16,7 @@ import signal
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lessor.operator.runtime import metrics
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller
 from lessor.operator.runtime.informer import Informer
@@ -100,9 +101,15 @@ class Manager:
             return asyncio.create_task(run_all(), name="controllers")
 
         if self.elector is None:
+            metrics.LEADER.set(1)  # the only replica leads: `lessor_leader` says so for alerts
             await start_controllers()
             return
         await self.elector.run(start_controllers)
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica's controllers run now (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader
 
     @property
     def ready(self) -> bool:

@@ -1,0 +1,69 @@
+"""What happened to leases: how long they took to become usable, and how they ended.
+
+Observed where a lease's phase changes, and only once the status write that changed it has
+succeeded: `transition(before, after)` compares the phase of the object the reconciler read
+with the one kube-apiserver answered the write with. Status writes replace the object at the
+resourceVersion that was read (lessor.operator.writes.write_status), so of two reconciles of one
+lease (a retried one, a replayed one after a crash, one on a stale cache) at most one write
+makes a given transition; a replay that finds the phase already written has nothing to change
+and counts nothing. A crash between the write and the observation loses that one sample: the
+counts are at-most-once, never double.
+
+Labels are bounded: `kind` (cluster, sandbox), the lease's namespace, and its pool only if that
+pool exists (an administrator's object); a lease naming a pool that does not exist is counted
+under `pool=""`, so nobody who can create leases can make series at will.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Literal
+
+from prometheus_client import Counter, Histogram
+
+from lessor.protocol.json_object import Json
+from lessor.protocol.phases import LeasePhases
+from lessor.protocol.timestamps import utcnow
+
+Kind = Literal["cluster", "sandbox"]
+
+BIND_DURATION = Histogram(
+    "lessor_lease_bind_duration_seconds",
+    "Time from a lease's creation to its cluster Bound or its sandbox Ready (the status write), "
+    "queueing included; creationTimestamp has one-second resolution.",
+    ["kind", "namespace", "pool"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+OUTCOMES = Counter(
+    "lessor_lease_outcomes_total",
+    "Leases that ended, by outcome: released (by request), expired (TTL or provisioning "
+    "deadline) or quarantined (teardown not verified).",
+    ["kind", "namespace", "pool", "outcome"],
+)
+OUTCOME_OF_PHASE = {"Released": "released", "Expired": "expired", "Quarantined": "quarantined"}
+
+
+def _phase(obj: Json) -> str | None:
+    phase: str | None = obj.get("status", {}).get("phase")
+    return phase
+
+
+def transition(
+    kind: Kind, phases: LeasePhases, before: Json, after: Json, *, pool_exists: bool
+) -> None:
+    """Count what the status write from `before` to `after` did, if it changed the phase.
+
+    `after` is the object as kube-apiserver answered the write (write_status returns `before`
+    itself when nothing needed writing, which changes nothing here)."""
+    entered = _phase(after)
+    if entered is None or entered == _phase(before):
+        return
+    metadata = after["metadata"]
+    namespace = str(metadata.get("namespace", ""))
+    pool = str(after.get("spec", {}).get("pool", "")) if pool_exists else ""
+    if entered == phases.usable:
+        created = datetime.datetime.fromisoformat(metadata["creationTimestamp"])
+        seconds = max(0.0, (utcnow() - created).total_seconds())
+        BIND_DURATION.labels(kind, namespace, pool).observe(seconds)
+    elif entered in OUTCOME_OF_PHASE:
+        OUTCOMES.labels(kind, namespace, pool, OUTCOME_OF_PHASE[entered]).inc()
