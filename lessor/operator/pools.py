@@ -13,10 +13,12 @@ failure, up to `MAX_START_BACKOFF`; the next cluster that starts resets both.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import time
 
+from lessor.operator import autoscale, pool_gauges, rollout
 from lessor.operator.backends.registry import unavailable
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
@@ -30,14 +32,15 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import KubeClient
+from lessor.operator.pool_gauges import PoolRow, waiting_leases
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import delete_fenced, now_seconds, owner_reference, write_status
+from lessor.operator.writes import delete_fenced, owner_reference, write_status
 from lessor.protocol.json_object import Json
-from lessor.protocol.timestamps import utcnow
-from lessor.resources.base import Condition
+from lessor.protocol.timestamps import now_seconds, utcnow
+from lessor.resources.base import UP_TO_DATE, Condition
 from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,18 @@ def count_instances(instances: list[Json]) -> dict[str, int]:
     return counts
 
 
+def gauge_row(pool: Json, key: str, instances: Informer, leases: Informer) -> PoolRow:
+    """The pool's gauges (lessor.operator.pool_gauges): its instances by state and its queue,
+    as the caches have them."""
+    return PoolRow(
+        namespace=pool["metadata"].get("namespace", ""),
+        pool=pool["metadata"]["name"],
+        warm_target=ClusterPool.model_validate(pool).warm_now(),
+        instances=count_instances(instances.store.by_index(BY_POOL, key)),
+        waiting=waiting_leases(leases.store.by_index(BY_POOL, key), ClusterLease.phases),
+    )
+
+
 def setup(context: Context) -> Controller:
     """A pool is reconciled when it changes and when any of its instances or leases does (its
     counts and queue depth are theirs)."""
@@ -95,6 +110,11 @@ def setup(context: Context) -> Controller:
         store_checks=StoreChecks(context.client, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
     controller = context.controller("clusterpool", reconciler.reconcile)
+    pool_gauges.GAUGES.watch(
+        "cluster",
+        pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, instances, leases)),
+        lambda: context.manager.leading,
+    )
     return (
         controller.watch(pools)
         .watch(instances, lambda instance: [pool_key(instance)], settle=SETTLE)
@@ -140,10 +160,9 @@ class PoolReconciler:
             return Result()
         pool = ClusterPool.model_validate(obj)
         instances = self.instances.store.by_index(BY_POOL, key)
+        expected = self._pending_expectations(key, {i["metadata"]["name"] for i in instances})
         counts = count_instances(instances)
-        counts["creating"] += self._pending_expectations(
-            key, {i["metadata"]["name"] for i in instances}
-        )
+        counts["creating"] += expected
         status = (pool.status or ClusterPoolStatus()).model_copy()
         before = find(status.conditions, BACKEND_HEALTHY)
         failed = await self._replace_unhealthy(instances)
@@ -157,16 +176,34 @@ class PoolReconciler:
             for lease in self.leases.store.by_index(BY_POOL, key)
             if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
         ]
-        deficit = pool.spec.warm_target - counts["ready"] - counts["creating"]
-        if pool.spec.max_instances is not None:
-            deficit = min(deficit, pool.spec.max_instances - sum(counts.values()))
         pause = (status.retry_at - utcnow()).total_seconds() if status.retry_at else 0.0
-        if problem or pause > 0:
-            deficit = 0
-        for _ in range(max(0, min(deficit, MAX_CREATES_PER_PASS))):
+        scaled = None
+        if pool.spec.policy.mode == "autoscale":
+            scaled = autoscale.decide(
+                pool.spec.policy, status.autoscale, self.leases.store.by_index(BY_POOL, key),
+                len(pending), now_seconds(),
+            )  # fmt: skip
+        target_before = status.target
+        warm = scaled.status.target if scaled else pool.spec.warm_target
+        decided = rollout.plan(
+            pool.spec, instances, expected=expected, occupied=sum(counts.values()),
+            waiting=len(pending), warm=warm, can_create=not problem and pause <= 0,
+        )  # fmt: skip
+        deficit = decided.create
+        for _ in range(min(deficit, MAX_CREATES_PER_PASS)):
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
+        for instance in decided.retire:
+            await self._retire(instance)
+        up_to_date = find(status.conditions, UP_TO_DATE)  # before this pass, for its Event
+        status.conditions = with_condition(
+            status.conditions, UP_TO_DATE, not decided.outdated,
+            "UpToDate" if not decided.outdated else "Rolling",
+            f"{decided.outdated} warm instance(s) of an older template being replaced"
+            if decided.outdated else "every warm instance is of the current template",
+            generation=pool.metadata.generation,
+        )  # fmt: skip
         failing = backend_health is not None and backend_health.status == "False"
         degraded = counts["unhealthy"] or counts["quarantined"] or failing
         serving = counts["ready"] + counts["leased"] + counts["creating"]
@@ -174,10 +211,14 @@ class PoolReconciler:
             update={
                 **counts,
                 "queue_depth": len(pending),
+                "outdated": decided.outdated,
+                "target": warm,
+                "autoscale": scaled.status if scaled else None,
+                "template_hash": rollout.template_hash(pool.spec.backend),
                 "observed_generation": pool.metadata.generation,
                 "phase": (
                     "Unavailable"
-                    if not serving and pool.spec.warm_target
+                    if not serving and warm
                     else ("Degraded" if degraded else "Healthy")
                 ),
             }
@@ -186,14 +227,40 @@ class PoolReconciler:
         await self._report(obj, before, backend_health, failed)
         store_after = find(status.conditions, DIAGNOSTICS_READY)
         await self._report_turn(obj, store_before, store_after, "Diagnostics")
+        if up_to_date is not None or decided.outdated:  # not at a pool's creation
+            await self._report_turn(
+                obj, up_to_date, find(status.conditions, UP_TO_DATE), "Template"
+            )
+        if scaled and target_before is not None and scaled.status.target != target_before:
+            rose = scaled.status.target > target_before
+            await self.events.record(
+                obj, "Normal", "ScaledUp" if rose else "ScaledDown",
+                f"{target_before} to {scaled.status.target} warm: {scaled.status.reason}",
+            )  # fmt: skip
+        return Result(requeue_after=self._recheck(pool, status, pause, deficit, scaled))
+
+    @staticmethod
+    def _recheck(
+        pool: ClusterPool,
+        status: ClusterPoolStatus,
+        pause: float,
+        deficit: int,
+        scaled: autoscale.Decision | None,
+    ) -> float | None:
+        """When to look again without an event: after a start-failure pause, at once while more
+        clusters are due than one pass makes, when the bucket check is due, and when time alone
+        changes the autoscaler's target."""
+        due = []
         if pause > 0:
-            return Result(requeue_after=pause)
+            due.append(pause)
         if deficit > MAX_CREATES_PER_PASS:
-            return Result(requeue_after=1.0)
-        if pool.spec.diagnostics is None:
-            return Result()
-        store = find(status.conditions, DIAGNOSTICS_READY)  # looked at again when due
-        return Result(requeue_after=RECHECK if store and store.status == "True" else RETRY)
+            due.append(1.0)
+        if pool.spec.diagnostics is not None:
+            store = find(status.conditions, DIAGNOSTICS_READY)
+            due.append(RECHECK if store and store.status == "True" else RETRY)
+        if scaled is not None:
+            due.append(scaled.recheck_after)
+        return min(due) if due else None
 
     def _assess_store(self, key: str, pool: ClusterPool, status: ClusterPoolStatus) -> None:
         """Set `DiagnosticsReady` from the last check of the pool's bucket (none without
@@ -293,6 +360,19 @@ class PoolReconciler:
             await self.events.record(obj, "Warning", "ClusterFailedToStart", after.message)
         else:
             await self._report_turn(obj, before, after)
+
+    async def _retire(self, instance: Json) -> None:
+        """Delete a warm instance of an older template, unless it changed since it was read:
+        a lease may have claimed it (the claim is a write of the instance), and a claimed
+        instance is never taken away."""
+        metadata = instance["metadata"]
+        path = INSTANCES.path(metadata["namespace"], metadata["name"])
+        fence = {"uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"]}
+        with contextlib.suppress(NotFoundError, ConflictError):
+            await self.client.delete(path, preconditions=fence)
+            await self.events.record(
+                instance, "Normal", "Retired", "replaced by an instance of the current template"
+            )
 
     async def _create_instance(self, pool_obj: Json, pool: ClusterPool) -> str:
         name = pool.metadata.name or ""

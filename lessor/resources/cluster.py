@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from lessor.protocol.durations import PositiveDuration
+from lessor.protocol.durations import PositiveDuration, parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
 from lessor.resources.base import (
     AGE,
@@ -207,9 +207,65 @@ class Backend(SpecModel):
 
 
 class PoolPolicy(SpecModel):
-    mode: Literal["fixed"] = Field(
-        default="fixed", description="fixed: keep exactly warmTarget instances ready."
+    """How many warm instances a pool keeps: `warmTarget` (fixed), or a number that follows
+    demand between `minWarm` and `maxWarm` (autoscale; lessor.operator.autoscale)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.mode != 'autoscale' || (has(self.maxWarm) &&"
+                    " self.maxWarm >= self.minWarm)",
+                    "message": "autoscale needs maxWarm, at least minWarm",
+                },
+                {
+                    "rule": "duration(self.period).getSeconds() <="
+                    " duration(self.window).getSeconds() * 1000",
+                    "message": "period is more than 1000 windows",
+                },
+            ]
+        }
     )
+
+    mode: Literal["fixed", "autoscale"] = Field(
+        default="fixed",
+        description="fixed: keep exactly warmTarget instances ready. autoscale: keep what demand"
+        " asks for, between minWarm and maxWarm (the status says how many and why).",
+    )
+    max_surge: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="While warm instances of an older template (backend) are replaced: how many"
+        " new ones may be made beyond the target. An old one goes only once a new one is ready.",
+    )
+    min_warm: int = Field(default=0, ge=0, le=1000, description="autoscale: the fewest warm.")
+    max_warm: int | None = Field(
+        default=None, ge=0, le=1000, description="autoscale: the most warm (required)."
+    )
+    window: PositiveDuration = Field(
+        default="10m",
+        description="autoscale: arrivals are counted per window; the target covers the busiest"
+        " of the last window, this one, and this and the next window one period ago.",
+    )
+    period: PositiveDuration = Field(
+        default="24h",
+        description="autoscale: the rhythm of demand (a day): what arrived one period ago is"
+        " expected again. At most 1000 windows.",
+    )
+    scale_down_delay: PositiveDuration = Field(
+        default="10m",
+        description="autoscale: a lower target applies only this long after the last rise.",
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PoolPolicy:
+        if self.mode == "autoscale" and (self.max_warm is None or self.max_warm < self.min_warm):
+            raise ValueError("autoscale needs maxWarm, at least minWarm")
+        windows = parse_duration(self.period) / parse_duration(self.window)
+        if windows > 1000:
+            raise ValueError("period is more than 1000 windows")
+        return self
 
 
 class Diagnostics(SpecModel):
@@ -296,8 +352,32 @@ class ClusterPoolSpec(SpecModel):
 PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
 
 
+class Arrivals(StatusModel):
+    start: datetime.datetime
+    leases: int = Field(ge=0)
+
+
+class AutoscaleStatus(StatusModel):
+    target: int = Field(ge=0, description="Warm instances kept now.")
+    reason: str = Field(default="", max_length=1024, description="Why this target.")
+    changed_at: datetime.datetime | None = Field(
+        default=None, description="When the target last changed."
+    )
+    raised_at: datetime.datetime | None = Field(
+        default=None, description="When it last rose (scale-down waits scaleDownDelay from it)."
+    )
+    arrivals: list[Arrivals] = Field(
+        default_factory=list,
+        max_length=1002,
+        description="Leases created per window over the last period, oldest first.",
+    )
+
+
 class ClusterPoolStatus(StatusModel):
     phase: PoolPhase | None = None
+    target: int | None = Field(
+        default=None, description="Warm instances kept now: warmTarget, or the autoscaler's."
+    )
     ready: int = 0
     leased: int = 0
     creating: int = 0
@@ -307,6 +387,14 @@ class ClusterPoolStatus(StatusModel):
         default=0, description="Instances whose teardown could not be verified; capacity withheld."
     )
     queue_depth: int = 0
+    outdated: int = Field(
+        default=0,
+        description="Unleased instances of an older template, being replaced (condition UpToDate).",
+    )
+    template_hash: str | None = Field(
+        default=None, description="Digest of the current template (spec.backend)."
+    )
+    autoscale: AutoscaleStatus | None = None
     start_failures: int = Field(
         default=0,
         description="New clusters in a row that failed to start (condition BackendHealthy says"
@@ -330,14 +418,23 @@ class ClusterPool(Resource[ClusterPoolSpec, ClusterPoolStatus]):
         columns=(
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Backend", ".spec.backend.type"),
-            PrinterColumn("Warm", ".spec.warmTarget", "integer"),
+            PrinterColumn("Warm", ".status.target", "integer"),
             PrinterColumn("Ready", ".status.ready", "integer"),
             PrinterColumn("Leased", ".status.leased", "integer"),
             PrinterColumn("Queue", ".status.queueDepth", "integer"),
             PrinterColumn("Quarantined", ".status.quarantined", "integer", priority=1),
+            PrinterColumn("Outdated", ".status.outdated", "integer", priority=1),
             AGE,
         ),
     )
+
+    def warm_now(self) -> int:
+        """The warm instances the pool keeps now, as the operator last decided (warmTarget, or
+        the autoscaler's target); before its first decision, what it will start from."""
+        if self.status is not None and self.status.target is not None:
+            return self.status.target
+        fixed = self.spec.policy.mode == "fixed"
+        return self.spec.warm_target if fixed else self.spec.policy.min_warm
 
 
 class ClaimRef(SpecModel):

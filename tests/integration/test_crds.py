@@ -163,6 +163,24 @@ def test_diagnostics_settings_that_cannot_work_are_refused(
     assert message in refusal_of_pool(cluster, diagnostics=diagnostics)
 
 
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"mode": "autoscale"}, "autoscale needs maxWarm, at least minWarm"),
+        ({"mode": "autoscale", "minWarm": 3, "maxWarm": 2}, "autoscale needs maxWarm"),
+        ({"mode": "autoscale", "maxWarm": 3, "window": "1s"}, "more than 1000 windows"),
+        ({"maxSurge": 0}, "spec.policy.maxSurge"),
+    ],
+    ids=["no-max", "max-below-min", "too-many-windows", "no-surge"],
+)
+def test_pool_policies_the_operator_could_not_follow_are_refused(
+    cluster: Cluster, policy: dict[str, object], message: str
+) -> None:
+    """Every rule of the operator's model is in the CRD: a pool the model refused would make
+    its reconcile fail at every pass instead of being refused at the door."""
+    assert message in refusal_of_pool(cluster, policy=policy)
+
+
 def test_a_pool_exposed_through_a_gateway_is_accepted(cluster: Cluster) -> None:
     document = yaml.safe_load(VALID_POOL)
     document["metadata"]["name"] = "routed"

@@ -1,0 +1,122 @@
+"""A pool's roll to a new template (lessor.operator.rollout.plan), pass after pass, against a
+small simulation of its clusters: a new cluster starts at one pass and is ready at the next;
+a lease takes a ready cluster. What a user would notice is asserted: warm clusters never fewer
+than before the change (with room to surge), every warm cluster new at the end, a leased one
+never touched, no cluster retired while leases wait."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from lessor.operator.rollout import plan, template_hash
+from lessor.resources.cluster import Backend, ClusterPoolSpec
+
+OLD: dict[str, Any] = {"type": "k3s", "k3s": {"image": "rancher/k3s:v1.34.1-k3s1"}}
+NEW: dict[str, Any] = {"type": "k3s", "k3s": {"image": "rancher/k3s:v1.35.4-k3s1"}}
+_names = itertools.count()
+
+
+def _instance(backend: dict[str, Any], phase: str | None, lease: str | None = None) -> Any:
+    n = next(_names)
+    spec: dict[str, Any] = {"pool": "p", "backend": backend}
+    if lease:
+        spec["claimRef"] = {"name": lease, "uid": lease}
+    return {
+        "metadata": {"name": f"p-{n}", "namespace": "ns", "uid": f"u{n}", "resourceVersion": "1"},
+        "spec": spec,
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+def _ready(instances: list[Any]) -> list[Any]:
+    return [
+        i for i in instances if i["status"].get("phase") == "Ready" and "claimRef" not in i["spec"]
+    ]
+
+
+def _roll(
+    spec: ClusterPoolSpec, instances: list[Any], waiting: int = 0, passes: int = 30
+) -> list[int]:
+    """Passes until nothing changes; the warm (ready, unleased) count after each."""
+    warm_counts = []
+    for _ in range(passes):
+        for i in instances:  # what started at the last pass is ready now
+            if i["status"].get("phase") == "Creating":
+                i["status"]["phase"] = "Ready"
+        decided = _plan(spec, instances, waiting=waiting)
+        retired = {id(i) for i in decided.retire}
+        instances[:] = [i for i in instances if id(i) not in retired]
+        instances += [_instance(NEW, "Creating") for _ in range(decided.create)]
+        warm_counts.append(len(_ready(instances)))
+        if not decided.create and not decided.retire:
+            break
+    return warm_counts
+
+
+def _plan(spec: ClusterPoolSpec, instances: list[Any], **given: Any) -> Any:
+    """A pass with nothing created unseen, every cluster counted against maxInstances."""
+    arguments = {"expected": 0, "occupied": len(instances), "waiting": 0,
+                 "warm": spec.warm_target, **given}  # fmt: skip
+    return plan(spec, instances, **arguments)
+
+
+def _spec(**fields: Any) -> ClusterPoolSpec:
+    return ClusterPoolSpec.model_validate({"backend": NEW, **fields})
+
+
+def test_a_roll_replaces_every_warm_cluster_and_never_has_fewer_ready() -> None:
+    leased = _instance(OLD, "Leased", lease="l1")
+    instances = [_instance(OLD, "Ready") for _ in range(3)] + [leased]
+    counts = _roll(_spec(warmTarget=3), instances)
+    assert min(counts) >= 3, counts
+    warm = _ready(instances)
+    assert len(warm) == 3 and all(i["spec"]["backend"] == NEW for i in warm)
+    assert leased in instances and leased["spec"]["backend"] == OLD, "a tenant's cluster stays"
+    assert len(instances) == 4
+
+
+def test_the_surge_bounds_how_many_new_clusters_start_at_once() -> None:
+    instances = [_instance(OLD, "Ready") for _ in range(4)]
+    first = _plan(_spec(warmTarget=4, policy={"maxSurge": 2}), instances)
+    assert (first.create, first.retire, first.outdated) == (2, [], 4)
+
+
+def test_a_full_pool_retires_one_old_cluster_at_a_time_to_make_room() -> None:
+    instances = [_instance(OLD, "Ready") for _ in range(2)]
+    counts = _roll(_spec(warmTarget=2, maxInstances=2), instances)
+    assert min(counts) >= 1, counts  # one cluster less for a moment, never more
+    assert [i["spec"]["backend"] for i in _ready(instances)] == [NEW, NEW]
+
+
+def test_nothing_is_retired_while_leases_wait_for_a_cluster() -> None:
+    instances = [_instance(OLD, "Ready"), _instance(NEW, "Ready"), _instance(NEW, "Ready")]
+    assert _plan(_spec(warmTarget=2), instances, waiting=1).retire == []
+    assert _plan(_spec(warmTarget=2), instances).retire == [instances[0]]
+
+
+def test_a_pool_that_cannot_create_retires_nothing() -> None:
+    instances = [_instance(OLD, "Ready") for _ in range(2)]
+    decided = _plan(_spec(warmTarget=2, maxInstances=2), instances, can_create=False)
+    assert (decided.create, decided.retire) == (0, [])
+
+
+def test_defaults_count_as_part_of_the_template() -> None:
+    """A pool that spells out a default has the template of one that leaves it out; a new
+    default in a new lessor is a new template (its clusters would differ)."""
+    spelled = {"type": "k3s", "k3s": {"image": Backend.model_validate(NEW).k3s.image}}  # type: ignore[union-attr]
+    assert template_hash(Backend.model_validate(spelled)) == template_hash(
+        Backend.model_validate({"type": "k3s", "k3s": {}})
+    )
+    instances = [_instance({"type": "k3s"}, "Ready")]
+    assert _plan(_spec(warmTarget=1, backend={"type": "k3s"}), instances).outdated == 0
+
+
+def test_a_lowered_target_retires_the_newest_idle_clusters_and_no_leased_one() -> None:
+    leased = _instance(NEW, "Leased", lease="l1")
+    warm = [_instance(NEW, "Ready") for _ in range(4)]
+    for n, instance in enumerate(warm):
+        instance["metadata"]["creationTimestamp"] = f"2026-11-26T09:0{n}:00Z"
+    decided = _plan(_spec(warmTarget=4), [*warm, leased], warm=1)
+    assert decided.retire == [warm[3], warm[2], warm[1]]
+    assert (decided.create, _plan(_spec(), [*warm, leased], warm=1, waiting=2).retire) == (0, [])
