@@ -222,3 +222,46 @@ def destroy_local_clusters(backend_dir: Path) -> None:
     for directory in every_cluster(backend_dir):
         subprocess.run(["chattr", "-R", "-i", str(directory)], check=False, capture_output=True)
         LocalControlPlane(directory).destroy()
+
+
+def start_operator(
+    cluster: Cluster,
+    objects: Objects,
+    started: list[Operator],
+    tmp_path: Path,
+    *,
+    leader_election: bool = True,
+    extra: tuple[str, ...] = (),
+    crash: CrashPoint | None = None,
+    teardown_grace: float = Operator.teardown_grace,
+) -> Operator:
+    operator = Operator(
+        kubeconfig=cluster.kubeconfig,
+        namespace=objects.namespace,
+        backend_dir=tmp_path / "instances",
+        log_path=tmp_path / f"operator-{len(started)}.log",
+        leader_election=leader_election,
+        extra=list(extra),
+        teardown_grace=teardown_grace,
+    ).start(crash)
+    started.append(operator)
+    return operator
+
+
+def kubectl_wait(objects: Objects, target: str, condition: str, timeout: int = 120) -> None:
+    """`kubectl wait` as a user or a CI script runs it: it returns when the condition holds,
+    for the object's current generation (kubectl compares the condition's observedGeneration)."""
+    objects.cluster.kubectl(
+        "wait", target, f"--for=condition={condition}", "-n", objects.namespace,
+        f"--timeout={timeout}s", timeout=timeout + 30,
+    )  # fmt: skip
+
+
+def warm_instances(objects: Objects, pool: str) -> list[Json]:
+    """The pool's clusters a lease could take now: Ready, unleased, not being deleted."""
+    return [
+        i for i in objects.list("clusterinstances")
+        if i["spec"]["pool"] == pool and not i["spec"].get("claimRef")
+        and i.get("status", {}).get("phase") == "Ready"
+        and not i["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip

@@ -11,14 +11,12 @@ import random
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lessor.controlplane.binaries import ensure_binaries
-from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.local_clusters import every_cluster
 from lessor.operator.pools import count_instances
 from lessor.protocol.json_object import Json
@@ -27,58 +25,13 @@ from tests.integration.operator_harness import (
     Objects,
     Operator,
     alive,
-    destroy_local_clusters,
     pids_of,
+    start_operator,
     wait_for,
 )
 from tests.unit.test_logs import parse_logfmt
 
 pytestmark = pytest.mark.integration
-CRDS = Path(__file__).resolve().parents[2] / "crds"
-
-
-@pytest.fixture(scope="module")
-def cluster(control_plane: Cluster) -> Cluster:
-    control_plane.kubectl("apply", "-f", str(CRDS))
-    wait_established(control_plane)
-    return control_plane
-
-
-@pytest.fixture
-def env(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Objects, list[Operator]]]:
-    namespace = f"op-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", namespace)
-    started: list[Operator] = []
-    yield Objects(cluster, namespace), started
-    for operator in started:
-        if operator.process and operator.process.poll() is None:
-            operator.kill(signal.SIGKILL)
-    destroy_local_clusters(tmp_path / "instances")
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-
-
-def start_operator(
-    cluster: Cluster,
-    objects: Objects,
-    started: list[Operator],
-    tmp_path: Path,
-    *,
-    leader_election: bool = True,
-    extra: tuple[str, ...] = (),
-    crash: CrashPoint | None = None,
-    teardown_grace: float = Operator.teardown_grace,
-) -> Operator:
-    operator = Operator(
-        kubeconfig=cluster.kubeconfig,
-        namespace=objects.namespace,
-        backend_dir=tmp_path / "instances",
-        log_path=tmp_path / f"operator-{len(started)}.log",
-        leader_election=leader_election,
-        extra=list(extra),
-        teardown_grace=teardown_grace,
-    ).start(crash)
-    started.append(operator)
-    return operator
 
 
 def kubeconfig_of(objects: Objects, lease: str, tmp_path: Path) -> Path:
@@ -128,246 +81,6 @@ def test_warm_pool_lease_kubeconfig_and_release(
     after = {i["metadata"]["name"] for i in objects.list("clusterinstances")}
     assert status["clusterName"] not in after and len(after) == 2
     assert {"Bound", "Released", "LeaseReleased"} <= set(objects.events("l1"))
-
-
-def kubectl_wait(objects: Objects, target: str, condition: str, timeout: int = 120) -> None:
-    """`kubectl wait` as a user or a CI script runs it: it returns when the condition holds,
-    for the object's current generation (kubectl compares the condition's observedGeneration)."""
-    objects.cluster.kubectl(
-        "wait", target, f"--for=condition={condition}", "-n", objects.namespace,
-        f"--timeout={timeout}s", timeout=timeout + 30,
-    )  # fmt: skip
-
-
-def test_kubectl_waits_for_a_warm_pool_a_ready_lease_and_its_release(
-    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
-) -> None:
-    """Issue 20, item 3: every status carries Ready (and a pool Warm) with observedGeneration,
-    so `kubectl wait` and GitOps health checks work without knowing lessor's phases."""
-    objects, started = env
-    start_operator(cluster, objects, started, tmp_path)
-    objects.pool("waitable", warmTarget=1, ttl="10m")
-    kubectl_wait(objects, "clusterpool/waitable", "Warm")
-    assert objects.pool_status("waitable")["ready"] == 1
-    kubectl_wait(objects, "clusterpool/waitable", "Ready")
-
-    objects.lease("w1", "waitable")
-    kubectl_wait(objects, "clusterlease/w1", "Ready")
-    lease = objects.get("clusterlease", "w1")
-    assert lease is not None and lease["status"]["phase"] == "Bound"
-    ready = next(c for c in lease["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "Bound" and lease["status"]["clusterName"] in ready["message"]
-    assert ready["observedGeneration"] == lease["metadata"]["generation"]
-    assert lease["status"]["observedGeneration"] == lease["metadata"]["generation"]
-    instance = f"clusterinstance/{lease['status']['clusterName']}"
-    kubectl_wait(objects, instance, "Ready")
-
-    # The release is a spec change: Ready turns False for the new generation.
-    objects.patch("clusterlease", "w1", {"spec": {"releaseRequested": True}})
-    kubectl_wait(objects, "clusterlease/w1", "Ready=False")
-    ended = objects.get("clusterlease", "w1")
-    assert ended is not None
-    ready = next(c for c in ended["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["observedGeneration"] == ended["metadata"]["generation"] > 1
-    assert ready["reason"] in ("Recycling", "Released")
-
-
-def test_an_access_policy_says_in_its_status_whether_its_token_secret_exists(
-    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
-) -> None:
-    """Issue 20, item 3: a policy naming a Secret that is not there is reported where the
-    administrator looks (status, `kubectl get ap`, an Event), not only in an API server log."""
-    objects, started = env
-    start_operator(cluster, objects, started, tmp_path)
-    objects.apply(
-        {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "AccessPolicy",
-            "metadata": {"name": "tokens"},
-            "spec": {
-                "auth": {
-                    "staticTokens": [
-                        {"secretRef": {"name": "ci-tokens", "key": "ci"}, "claims": {"sub": "ci"}}
-                    ]
-                },
-                "identity": "{sub}",
-                "rules": [{"pools": ["*"]}],
-            },
-        }
-    )
-    kubectl_wait(objects, "accesspolicy/tokens", "Ready=False")
-    ready = next(c for c in objects.status("accesspolicy", "tokens")["conditions"])
-    assert ready["reason"] == "SecretMissing"
-    assert "Secret ci-tokens does not exist" in ready["message"]
-    wait_for("a Warning Event", lambda: "SecretMissing" in objects.events("tokens"))
-    listed = cluster.kubectl("get", "ap", "tokens", "-n", objects.namespace).stdout
-    assert listed.split("\n")[1].split()[1:3] == ["{sub}", "False"], listed
-
-    cluster.kubectl(
-        "create", "secret", "generic", "ci-tokens", "-n", objects.namespace,
-        "--from-literal=ci=sha256:" + "0" * 64,
-    )  # fmt: skip
-    # Secrets are read, not watched: any change of the policy (or a minute) looks again.
-    cluster.kubectl("annotate", "ap", "tokens", "-n", objects.namespace, "touched=1")
-    kubectl_wait(objects, "accesspolicy/tokens", "Ready")
-    ready = objects.status("accesspolicy", "tokens")["conditions"][0]
-    assert ready["reason"] == "Valid"
-
-
-def _warm(objects: Objects, pool: str) -> list[Json]:
-    return [
-        i for i in objects.list("clusterinstances")
-        if i["spec"]["pool"] == pool and not i["spec"].get("claimRef")
-        and i.get("status", {}).get("phase") == "Ready"
-        and not i["metadata"].get("deletionTimestamp")
-    ]  # fmt: skip
-
-
-def test_a_template_change_replaces_every_warm_cluster_never_leaving_fewer_ready(
-    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
-) -> None:
-    """Issue 23, rolling replacement: a pool's new backend reaches every warm cluster, one new
-    cluster ready before each old one goes, while a leased cluster keeps its template; a
-    SIGKILL of the operator mid-roll leaves no extra or missing cluster."""
-    objects, started = env
-    operator = start_operator(cluster, objects, started, tmp_path, extra=("--test-backends",))
-    objects.pool("roll", warmTarget=2, ttl="10m")
-    wait_for("2 warm", lambda: len(_warm(objects, "roll")) == 2, timeout=300)
-    objects.lease("kept", "roll")
-    held = objects.wait_phase("kept", "Bound")["status"]["clusterName"]
-    wait_for("2 warm again", lambda: len(_warm(objects, "roll")) == 2, timeout=300)
-
-    fewest: list[int] = []
-    objects.patch("clusterpool", "roll", {"spec": {"backend": {"type": "namespace"}}})
-    wait_for("the roll started", lambda: objects.pool_status("roll").get("outdated", 0) > 0)
-
-    def rolled() -> bool:
-        fewest.append(len(_warm(objects, "roll")))
-        up_to_date = next(
-            (c for c in objects.pool_status("roll").get("conditions", [])
-             if c["type"] == "UpToDate"), None,
-        )  # fmt: skip
-        return up_to_date is not None and up_to_date["status"] == "True"
-
-    wait_for("every warm cluster new", rolled, timeout=300)
-    assert min(fewest) >= 2, fewest
-    warm = _warm(objects, "roll")
-    assert [i["spec"]["backend"]["type"] for i in warm] == ["namespace", "namespace"]
-    kept = objects.get("clusterinstance", held)
-    assert kept is not None and kept["spec"]["backend"]["type"] == "local", "the tenant's stays"
-    assert objects.pool_status("roll")["templateHash"]
-    assert {"TemplateRolling", "TemplateUpToDate"} <= set(objects.events("roll"))
-
-    # Back to local, and the operator killed once the roll has begun.
-    objects.patch("clusterpool", "roll", {"spec": {"backend": {"type": "local"}}})
-    wait_for("the roll started", lambda: objects.pool_status("roll").get("outdated", 0) > 0)
-    operator.kill(signal.SIGKILL)
-    start_operator(cluster, objects, started, tmp_path, extra=("--test-backends",))
-    kubectl_wait(objects, "clusterpool/roll", "UpToDate", timeout=300)
-    wait_for("2 warm", lambda: len(_warm(objects, "roll")) == 2, timeout=120)
-    alive_instances = [
-        i for i in objects.list("clusterinstances") if not i["metadata"].get("deletionTimestamp")
-    ]
-    assert sorted(i["spec"]["backend"]["type"] for i in alive_instances) == [
-        "local", "local", "local"
-    ], "two new warm clusters and the leased one, no extra"  # fmt: skip
-
-
-def test_an_autoscaled_pool_is_warm_for_the_burst_that_queued_a_period_ago(
-    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
-) -> None:
-    """Issue 23: a day compressed into 80 s (windows of 10 s). Yesterday's burst queued on an
-    empty pool; the pool then scales back to minWarm, and is warm before the same time of
-    today, so today's burst binds without a lease queued; the target never leaves its bounds."""
-    objects, started = env
-    start_operator(cluster, objects, started, tmp_path)
-    period = 80
-    policy = {"mode": "autoscale", "minWarm": 0, "maxWarm": 3, "window": "10s",
-              "period": f"{period}s", "scaleDownDelay": "10s"}  # fmt: skip
-    objects.pool("daily", warmTarget=0, ttl="10m", policy=policy)
-    wait_for("a decision", lambda: objects.pool_status("daily").get("target") == 0)
-    targets: list[int] = []
-
-    def burst(prefix: str) -> list[str]:
-        names = [f"{prefix}-{n}" for n in range(3)]
-        for name in names:
-            objects.lease(name, "daily")
-        for name in names:
-            objects.wait_phase(name, "Bound")
-            objects.patch("clusterlease", name, {"spec": {"releaseRequested": True}})
-        return names
-
-    started_at = time.monotonic()
-    yesterday = burst("y")
-    assert all("Queued" in objects.events(name) for name in yesterday), "an empty pool queues"
-
-    def scaled_back() -> bool:
-        targets.append(objects.pool_status("daily")["target"])
-        return targets[-1] == 0 and not _warm(objects, "daily")
-
-    wait_for("back to minWarm", scaled_back, timeout=120)
-    assert max(targets) <= 3
-    # Warm before the same time a period later, from the counts in the pool's status.
-    wait_for("3 warm", lambda: len(_warm(objects, "daily")) == 3, timeout=period + 30)
-    assert time.monotonic() - started_at < period, "warm before the burst comes again"
-    status = objects.pool_status("daily")
-    assert "3 one 1m20s ago" in status["autoscale"]["reason"], status["autoscale"]
-    wait_for("a period later", lambda: time.monotonic() - started_at >= period, timeout=60)
-    today = burst("t")
-    assert not any("Queued" in objects.events(name) for name in today)
-    assert {"ScaledUp", "ScaledDown"} <= set(objects.events("daily"))
-
-
-def test_max_instances_holds_under_a_burst_of_leases_and_an_operator_kill(
-    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
-) -> None:
-    """Issue 23, item 3: five leases at once on a pool capped at three clusters, the operator
-    SIGKILLed and replaced mid-way: never a fourth cluster (every one counts, leased and being
-    torn down included), and every lease served in the end. Counted from a watch, so no
-    instance can come and go between two looks."""
-    objects, started = env
-    operator = start_operator(cluster, objects, started, tmp_path)
-    watch = subprocess.Popen(
-        [str(ensure_binaries() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "get",
-         "clusterinstances", "-n", objects.namespace, "--watch", "--output-watch-events",
-         "-o", "jsonpath={.type} {.object.metadata.name}{\"\\n\"}"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        objects.pool("capped", warmTarget=2, maxInstances=3, ttl="10m")
-        wait_for("2 warm", lambda: len(_warm(objects, "capped")) == 2, timeout=300)
-        names = [f"c{n}" for n in range(5)]
-        for name in names:
-            objects.lease(name, "capped")
-        wait_for("3 bound", lambda: sum(objects.phase("clusterlease", n) == "Bound"
-                                         for n in names) == 3, timeout=300)  # fmt: skip
-        operator.kill(signal.SIGKILL)
-        start_operator(cluster, objects, started, tmp_path)
-        served: set[str] = set()
-
-        def release_the_bound() -> bool:
-            for name in set(names) - served:
-                if objects.phase("clusterlease", name) == "Bound":
-                    served.add(name)
-                    objects.patch("clusterlease", name, {"spec": {"releaseRequested": True}})
-            return served == set(names)
-
-        wait_for("every lease served", release_the_bound, timeout=300)
-        wait_for("all ended", lambda: all(objects.phase("clusterlease", n) == "Released"
-                                          for n in names), timeout=300)  # fmt: skip
-    finally:
-        watch.terminate()
-        events, _ = watch.communicate(timeout=30)
-    alive: set[str] = set()
-    most = 0
-    for line in events.splitlines():
-        kind, _, name = line.partition(" ")
-        if kind == "ADDED":
-            alive.add(name)
-        elif kind == "DELETED":
-            alive.discard(name)
-        most = max(most, len(alive))
-    assert most == 3, events
 
 
 def test_binding_never_loses_a_write_to_the_operators_own_stale_cache(
