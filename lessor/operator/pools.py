@@ -194,8 +194,11 @@ class PoolReconciler:
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
+        current = rollout.template(pool.spec.backend)
         for instance in decided.retire:
-            await self._retire(instance)
+            outdated = rollout.outdated(instance, current)
+            why = "replaced by one of the current template" if outdated else f"beyond {warm} warm"
+            await self._retire(instance, why)
         up_to_date = find(status.conditions, UP_TO_DATE)  # before this pass, for its Event
         status.conditions = with_condition(
             status.conditions, UP_TO_DATE, not decided.outdated,
@@ -361,18 +364,16 @@ class PoolReconciler:
         else:
             await self._report_turn(obj, before, after)
 
-    async def _retire(self, instance: Json) -> None:
-        """Delete a warm instance of an older template, unless it changed since it was read:
-        a lease may have claimed it (the claim is a write of the instance), and a claimed
-        instance is never taken away."""
+    async def _retire(self, instance: Json, why: str) -> None:
+        """Delete a warm instance the pool no longer needs (of an older template, or beyond its
+        target), unless it changed since it was read: a lease may have claimed it (the claim is
+        a write of the instance), and a claimed instance is never taken away."""
         metadata = instance["metadata"]
         path = INSTANCES.path(metadata["namespace"], metadata["name"])
         fence = {"uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"]}
         with contextlib.suppress(NotFoundError, ConflictError):
             await self.client.delete(path, preconditions=fence)
-            await self.events.record(
-                instance, "Normal", "Retired", "replaced by an instance of the current template"
-            )
+            await self.events.record(instance, "Normal", "Retired", why)
 
     async def _create_instance(self, pool_obj: Json, pool: ClusterPool) -> str:
         name = pool.metadata.name or ""

@@ -10,9 +10,9 @@ status written for any reason carries the generation it was computed from.
 What Ready means per kind (docs/operations.md, "Conditions"):
 - ClusterLease: Bound. SandboxLease: Ready. The reason is the phase.
 - ClusterInstance: Ready or Leased (a cluster that answers).
-- ClusterPool and SandboxPool: Healthy; a ClusterPool also says `Warm` (warmTarget ready
-  clusters), which `kubectl wait` can wait on after a pool is created. A summary condition
-  never counts among a pool's problems (lessor.resources.base.problems).
+- ClusterPool and SandboxPool: Healthy; a ClusterPool also says `Warm` (its target of ready
+  clusters: warmTarget, or the autoscaler's), which `kubectl wait` can wait on after a pool is
+  created. Neither counts among a pool's problems (lessor.resources.base.problems).
 - SandboxExecution: Running or Succeeded, plus `Finished` once it has an outcome (Job-like:
   `kubectl wait --for=condition=Finished` waits for the end, whatever it is).
 - AccessPolicy: valid (lessor.operator.access_policies decides and writes it itself).

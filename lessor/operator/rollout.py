@@ -60,9 +60,8 @@ class Plan:
 
 
 def _unleased(instance: Json) -> bool:
-    return not instance["metadata"].get("deletionTimestamp") and not instance.get("spec", {}).get(
-        "claimRef"
-    )
+    claimed = instance.get("spec", {}).get("claimRef")
+    return not claimed and not instance["metadata"].get("deletionTimestamp")
 
 
 def plan(

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from lessor.controlplane.kubectl import Cluster
+from tests.integration.kustomize import dry_run_apply, kustomize
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,9 +23,8 @@ APISERVER = f"system:serviceaccount:{NAMESPACE}:lessor-apiserver"
 OPERATOR = f"system:serviceaccount:{NAMESPACE}:lessor-operator"
 
 
-def render(cluster: Cluster, overlay: str) -> list[dict[str, object]]:
-    text = cluster.kubectl("kustomize", str(MANIFESTS / "overlays" / overlay)).stdout
-    return [document for document in yaml.safe_load_all(text) if document]
+def render(cluster: Cluster, overlay: str) -> list[dict[str, Any]]:
+    return kustomize(cluster, MANIFESTS / "overlays" / overlay)
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +51,7 @@ def test_every_object_of_an_overlay_passes_a_server_side_dry_run(
     kinds = {document["kind"] for document in objects}
     assert {"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "Role"} <= kinds
     assert sum(document["kind"] == "CustomResourceDefinition" for document in objects) == 7
-    result = installed_rbac.kubectl(
-        "apply", "--dry-run=server", "-f", "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-        check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.count("(server dry run)") == len(objects)
+    dry_run_apply(installed_rbac, objects)
     for document in objects:
         if document["kind"] == "Deployment":
             pod = document["spec"]["template"]["spec"]  # type: ignore[index]

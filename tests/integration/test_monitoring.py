@@ -22,6 +22,7 @@ import yaml
 
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
+from tests.integration.kustomize import dry_run_apply, kustomize
 from tests.integration.monitoring_tools import operator_crds, promtool
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
 from tests.integration.test_apiserver import Api, start_api
@@ -36,11 +37,6 @@ NAMESPACE = "lessor-system"
 # and keywords never start so.
 METRIC = re.compile(r"\b(?:lessor|svc)_[a-z0-9_]+\b")
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]")
-
-
-def render(cluster: Cluster, directory: Path) -> list[dict[str, Any]]:
-    text = cluster.kubectl("kustomize", str(directory)).stdout
-    return [document for document in yaml.safe_load_all(text) if document]
 
 
 def rule_groups() -> list[dict[str, Any]]:
@@ -89,21 +85,15 @@ def test_the_monitoring_objects_pass_a_server_side_dry_run(control_plane: Cluste
     )
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(namespace))
-    objects = render(control_plane, MONITORING)
+    objects = kustomize(control_plane, MONITORING)
     kinds = sorted(document["kind"] for document in objects)
     assert kinds == ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
     [dashboard] = [d for d in objects if d["kind"] == "ConfigMap"]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["lessor.json"])["uid"] == "lessor-overview"
-    result = control_plane.kubectl(
-        "apply", "--dry-run=server", "-f", "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-        check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.count("(server dry run)") == len(objects)
+    dry_run_apply(control_plane, objects)
 
-    base = render(control_plane, ROOT / "manifests" / "overlays" / "production-like")
+    base = kustomize(control_plane, ROOT / "manifests" / "overlays" / "production-like")
     pods = {d["metadata"]["name"]: d["spec"]["template"] for d in base if d["kind"] == "Deployment"}
     for monitor in (d for d in objects if d["kind"] == "PodMonitor"):
         wanted = monitor["spec"]["selector"]["matchLabels"]
@@ -118,7 +108,7 @@ def test_the_api_servers_metrics_listener_is_its_metrics_port(
 ) -> None:
     """The port the configuration binds /metrics to is the container's `metrics` port, and no
     Service (so no Ingress) names it; readiness is /readyz, liveness /healthz."""
-    objects = render(control_plane, ROOT / "manifests" / "overlays" / overlay)
+    objects = kustomize(control_plane, ROOT / "manifests" / "overlays" / overlay)
     named = {(d["kind"], d["metadata"]["name"]): d for d in objects}
     config = named["ConfigMap", "lessor-config"]
     bind = yaml.safe_load(config["data"]["config.yaml"])["apiserver"]["metricsBind"]
