@@ -115,7 +115,10 @@ class LocalBackend:
             return  # adopted: started by this or an earlier operator process
         # A record without running processes is a start interrupted by a crash, or a cluster
         # whose processes died: start again from nothing rather than trust half-written state.
-        cluster.destroy()
+        # Hunted by command line too: a process started by an operator killed before it
+        # recorded it is in no record, and would outlive the cluster started in its place (a
+        # kube-apiserver found so at teardown quarantined a chaos test's lease).
+        stop_cluster(cluster.directory)
         try:
             binaries = ensure_binaries(lambda _: None)
             cluster.start(binaries, with_node=False, detached=True, timeout=self.start_timeout)
