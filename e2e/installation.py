@@ -31,8 +31,9 @@ from typing import Any
 
 import yaml
 
-from e2e.kind import chart, gateway, lessor_image, sandboxes, vcluster
+from e2e.kind import chart, gateway, lessor_image, network_policies, sandboxes, vcluster
 from e2e.kind import cluster as kind_cluster
+from e2e.kind.components import KindVersions
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.helm import ensure_helm
@@ -115,6 +116,29 @@ class Installation:
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         result = self.kubectl("get", kind, name, "-n", NAMESPACE, "-o", "json", check=False)
         return json.loads(result.stdout) if result.returncode == 0 else None
+
+    def vcluster_backend(self) -> dict[str, Any]:
+        """A pool's `backend` of vcluster clusters as they run in kind: vcluster's image built
+        here, the node's CoreDNS, each cluster reached through the Gateway by its own name."""
+        passthrough = self.gateway
+        if self.vcluster_image is None or passthrough is None:
+            raise AssertionError("vcluster pools run in kind, with its Gateway")
+        image = self.vcluster_image
+        return {
+            "type": "vcluster",
+            "vcluster": {
+                "image": image, "kubernetesImage": image,
+                "corednsImage": f"registry.k8s.io/coredns/coredns:{KindVersions.pinned().coredns}",
+                "cpu": "50m", "memory": "128Mi",
+                "exposure": {
+                    "type": "TLSRoute",
+                    "gateway": {"name": passthrough.name, "namespace": passthrough.namespace,
+                                "sectionName": passthrough.section},
+                    "domain": gateway.DOMAIN, "port": passthrough.port,
+                    "host": passthrough.address,
+                },
+            },
+        }  # fmt: skip
 
     def leader(self) -> str:
         lease = self.get("leases.coordination.k8s.io", "lessor-operator") or {}
@@ -212,7 +236,6 @@ def install_kind(work: Path) -> Installation:
     cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=say)
     cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, say)]
     try:
-        cluster.load(lessor_image.build(say))
 
         def kubectl(
             *args: str, input: str | None = None, check: bool = True, timeout: float = 300
@@ -222,6 +245,9 @@ def install_kind(work: Path) -> Installation:
                 input=input, check=check, timeout=timeout,
             )  # fmt: skip
 
+        # Enforcing from the start: lessor runs under its own policies, as on a real cluster.
+        network_policies.install(kubectl, cluster, say)
+        cluster.load(lessor_image.build(say))
         base = lessor_image.python_base(say)
         sandbox_image = sandboxes.install(kubectl, cluster, base, say)
         vcluster_image = vcluster.build(base, say)

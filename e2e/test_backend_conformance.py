@@ -109,23 +109,7 @@ class Harness:
     def spec(self) -> dict[str, Any]:
         if self.backend != "vcluster":
             return {"type": self.backend}
-        image, passthrough = self.installation.vcluster_image, self.installation.gateway
-        assert passthrough is not None
-        return {
-            "type": "vcluster",
-            "vcluster": {
-                "image": image, "kubernetesImage": image,
-                "corednsImage": f"registry.k8s.io/coredns/coredns:{KindVersions.pinned().coredns}",
-                "cpu": "50m", "memory": "128Mi",
-                "exposure": {
-                    "type": "TLSRoute",
-                    "gateway": {"name": passthrough.name, "namespace": passthrough.namespace,
-                                "sectionName": passthrough.section},
-                    "domain": gateway.DOMAIN, "port": passthrough.port,
-                    "host": passthrough.address,
-                },
-            },
-        }  # fmt: skip
+        return self.installation.vcluster_backend()
 
     def instances(self) -> list[dict[str, Any]]:
         return self.objects.list("clusterinstances")

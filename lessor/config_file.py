@@ -16,9 +16,10 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
                 sandboxAdmissionRate, sandboxAdmissionBurst, sandboxStreamIdleTimeout,
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
                 sshSignedRate, sshSignedBurst, sessionKeyTtl,
-                defaultMaxConcurrentLeases}
+                defaultMaxConcurrentLeases, executionAdmissionRate, executionAdmissionBurst,
+                maxCommandBytesPerLease, loginRate, loginBurst, maxSessionsPerOwner}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
-                leaseRetention, localBackendDir}
+                leaseRetention, localBackendDir, allowPrivilegedBackends}
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ class ApiServer(_Section):
     public_pool_status: bool | None = None
     lease_admission_rate: float | None = Field(default=None, gt=0)
     lease_admission_burst: int | None = Field(default=None, ge=1)
+    execution_admission_rate: float | None = Field(default=None, gt=0)
+    execution_admission_burst: int | None = Field(default=None, ge=1)
+    max_command_bytes_per_lease: int | None = Field(default=None, ge=1)
+    login_rate: float | None = Field(default=None, gt=0)
+    login_burst: int | None = Field(default=None, ge=1)
+    max_sessions_per_owner: int | None = Field(default=None, ge=1)
     max_in_flight: int | None = Field(default=None, ge=1)
 
 
@@ -82,6 +89,7 @@ class Operator(_Section):
     lease_retention: float | None = Field(default=None, ge=0)
     local_backend_dir: Path | None = None
     local_orphan_grace: float | None = Field(default=None, ge=0)
+    allow_privileged_backends: bool | None = None
 
 
 class ConfigFile(_Section):

@@ -124,6 +124,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cluster lease creates one principal may send at once",
     )
     parser.add_argument(
+        "--execution-admission-rate",
+        type=float,
+        default=Settings.execution_admission_rate,
+        help="execution creates a second per principal and server (token bucket refill)",
+    )
+    parser.add_argument(
+        "--execution-admission-burst",
+        type=int,
+        default=Settings.execution_admission_burst,
+        help="execution creates one principal may send at once",
+    )
+    parser.add_argument(
+        "--max-command-bytes-per-lease",
+        type=int,
+        default=Settings.max_command_bytes_per_lease,
+        help="bytes of command and cwd one Sandbox lease may store, summed over its executions; "
+        "beyond, new executions are refused (409 execution_limit_exhausted)",
+    )
+    parser.add_argument(
+        "--login-rate",
+        type=float,
+        default=Settings.login_rate,
+        help="logins (POST /v1/login) a second per principal and server (token bucket refill)",
+    )
+    parser.add_argument(
+        "--login-burst",
+        type=int,
+        default=Settings.login_burst,
+        help="logins one principal may send at once",
+    )
+    parser.add_argument(
+        "--max-sessions-per-owner",
+        type=int,
+        default=Settings.max_sessions_per_owner,
+        help="sessions one identity may hold; a login beyond ends the one that expires first",
+    )
+    parser.add_argument(
         "--max-in-flight",
         type=int,
         default=Settings.max_in_flight,
@@ -183,6 +220,44 @@ def _metrics_port(bind: str, metrics_bind: str | None) -> int | None:
     return port
 
 
+# (rate, burst) flag pairs of the token buckets: a rate must be positive, a burst at least 1.
+BUCKETS = (
+    ("sandbox_admission_rate", "sandbox_admission_burst"),
+    ("ssh_signed_rate", "ssh_signed_burst"),
+    ("lease_admission_rate", "lease_admission_burst"),
+    ("execution_admission_rate", "execution_admission_burst"),
+    ("login_rate", "login_burst"),
+)
+# Flags that count something, each at least 1.
+COUNTS = (
+    "sandbox_stream_max_per_identity",
+    "max_command_bytes_per_lease",
+    "max_sessions_per_owner",
+    "max_in_flight",
+    "default_max_concurrent_leases",
+)
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _check_bounds(args: argparse.Namespace) -> None:
+    """Stop at start, naming the flag, on a value no server could run with."""
+    for rate, burst in BUCKETS:
+        if getattr(args, rate) <= 0 or getattr(args, burst) < 1:
+            raise SystemExit(f"{_flag(rate)} must be positive and the burst at least 1")
+    if args.sandbox_stream_idle_timeout <= 0 or args.sandbox_stream_max_duration <= 0:
+        raise SystemExit(
+            "--sandbox-stream-idle-timeout and --sandbox-stream-max-duration must be positive"
+        )
+    if args.session_key_ttl <= 0:
+        raise SystemExit("--session-key-ttl must be positive")
+    for count in COUNTS:
+        if getattr(args, count) < 1:
+            raise SystemExit(f"{_flag(count)} must be at least 1")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
@@ -190,24 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="lessor-metrics-"))
     # The workers of this server share the replica's counts: admission buckets, open sessions.
     os.environ.setdefault(DIRECTORY_ENV, replica_directory())
-    if args.sandbox_admission_rate <= 0 or args.sandbox_admission_burst < 1:
-        raise SystemExit("--sandbox-admission-rate must be positive and the burst at least 1")
-    if args.sandbox_stream_idle_timeout <= 0 or args.sandbox_stream_max_duration <= 0:
-        raise SystemExit(
-            "--sandbox-stream-idle-timeout and --sandbox-stream-max-duration must be positive"
-        )
-    if args.sandbox_stream_max_per_identity < 1:
-        raise SystemExit("--sandbox-stream-max-per-identity must be at least 1")
-    if args.session_key_ttl <= 0:
-        raise SystemExit("--session-key-ttl must be positive")
-    if args.ssh_signed_rate <= 0 or args.ssh_signed_burst < 1:
-        raise SystemExit("--ssh-signed-rate must be positive and the burst at least 1")
-    if args.lease_admission_rate <= 0 or args.lease_admission_burst < 1:
-        raise SystemExit("--lease-admission-rate must be positive and the burst at least 1")
-    if args.max_in_flight < 1:
-        raise SystemExit("--max-in-flight must be at least 1")
-    if args.default_max_concurrent_leases < 1:
-        raise SystemExit("--default-max-concurrent-leases must be at least 1")
+    _check_bounds(args)
     try:
         ssh_audiences = frozenset(audience_of(url) for url in args.ssh_audiences)
     except ValueError as error:
@@ -250,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         public_pool_status=args.public_pool_status,
         lease_admission_rate=args.lease_admission_rate,
         lease_admission_burst=args.lease_admission_burst,
+        execution_admission_rate=args.execution_admission_rate,
+        execution_admission_burst=args.execution_admission_burst,
+        max_command_bytes_per_lease=args.max_command_bytes_per_lease,
+        login_rate=args.login_rate,
+        login_burst=args.login_burst,
+        max_sessions_per_owner=args.max_sessions_per_owner,
         max_in_flight=args.max_in_flight,
         metrics_port=metrics_port,
     )

@@ -34,6 +34,7 @@ from lessor.controlplane.processes import ProcessRecord, spawn, terminate
 from lessor.protocol.kubeconfig import kubeconfig
 
 NODE_NAME = "kwok-node-0"
+NODE_CAPACITY = {"cpu": "1k", "memory": "1Ti", "pods": "1M", "ephemeral-storage": "1Ti"}
 SERVICE_CIDR = "10.96.0.0/16"
 STATE_FILE = "state.json"
 # Pod ports that `kubectl port-forward` reaches on the kwok node; each leads to a host port of
@@ -42,6 +43,25 @@ STATE_FILE = "state.json"
 FORWARDED_PORTS = tuple(range(18000, 18020))
 # Anonymous callers may read the OIDC discovery document and JWKS, as on managed clusters, so
 # that a client outside the cluster can verify ServiceAccount tokens with this API server as issuer.
+# Every real cluster publishes its API server's addresses as the EndpointSlice `kubernetes`
+# (lessor's NetworkPolicies let a cluster's own pod reach the host API there). This one's is
+# 127.0.0.1, which an EndpointSlice may not hold, and its endpoint reconciler is off (see
+# _start_apiserver): the slice stands for it with a documentation address (RFC 5737, never
+# routed). No pod here connects through it: kwok runs none, and nothing enforces policies.
+_API_ENDPOINTS = """
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes}
+addressType: IPv4
+endpoints:
+- addresses: [192.0.2.1]
+  conditions: {ready: true}
+ports:
+- {name: https, port: 6443, protocol: TCP}
+"""
 _DISCOVERY_BINDING = """
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -162,6 +182,7 @@ class LocalControlPlane:
             self._wait(deadline, "kube-apiserver", self.is_ready)
             progress(f"kube-apiserver serves on {self.server}")
             self.kubectl("apply", "-f", "-", input=_DISCOVERY_BINDING)
+            self.kubectl("apply", "-f", "-", input=_API_ENDPOINTS)
             if with_node:
                 self._start_node_components(state, detached)
                 self._wait(deadline, "the kwok node", self._node_ready)
@@ -497,5 +518,8 @@ def _node_manifest() -> str:
                 "type": "kwok",
             },
         },
+        # What kwok would give it, and local disk as every real node declares (a pod that
+        # requests ephemeral storage, as a LimitRange makes each do, schedules only there).
+        "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
     }
     return json.dumps(node)

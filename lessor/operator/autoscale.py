@@ -46,16 +46,24 @@ def _created(lease: Json) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(text) if text else None
 
 
+def _demand(lease: Json) -> bool:
+    """Whether a lease asked for a cluster: it bound one, or it may still. One released before it
+    ever bound took nothing, and counting it would let a tenant's create-and-release churn,
+    within its admission bucket, hold the pool at maxWarm now and again a period later."""
+    status = lease.get("status") or {}
+    return bool(status.get("boundAt")) or not status.get("endedAt")
+
+
 def arrivals(
     policy: PoolPolicy, recorded: list[Arrivals], leases: list[Json], now: datetime.datetime
 ) -> dict[datetime.datetime, int]:
-    """Leases created per window start, from one period ago to now: the recorded counts and the
-    cache's, merged with max()."""
+    """Leases created per window start that asked for a cluster (`_demand`), from one period ago
+    to now: the recorded counts and the cache's, merged with max()."""
     window, period = parse_duration(policy.window), parse_duration(policy.period)
     oldest = _window_start(now, window) - period
     counts = {a.start: a.leases for a in recorded if a.start >= oldest}
     seen: dict[datetime.datetime, int] = {}
-    for lease in leases:
+    for lease in filter(_demand, leases):
         created = _created(lease)
         if created is not None and oldest <= created <= now:
             start = _window_start(created, window)

@@ -7,6 +7,11 @@ against its `spec.commandDigest`, `cancel` once `spec.cancelRequested` is set, a
 while it runs; the runner's answer becomes the status. When the runner can no longer be reached
 because the lease has left Ready (its sandbox is being removed), an execution that was not
 recorded as finished becomes Unknown: it may have run, and must not be rerun blindly.
+
+An ended execution's command Secret is deleted, just before the status that says it ended is
+written: nothing reads it any more (the runner has the command, and the API compares keyed
+retries with the execution's digest), and a tenant's argv does not stay in etcd for the
+lease's lifetime and retention.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
 from lessor.operator.runtime.client import KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import write_status
+from lessor.operator.writes import delete_present, write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
@@ -119,7 +124,7 @@ class ExecutionReconciler:
         status = status.model_copy(
             update={name: getattr(answered, name) for name in answered.model_fields_set}
         )
-        await write_status(self.client, EXECUTIONS, obj, status)
+        await self._record(obj, status)
         if status.state in EXECUTION_FINISHED:
             return Result()
         return Result(requeue_after=_poll_interval(status.started_at))
@@ -143,6 +148,17 @@ class ExecutionReconciler:
             )
         start = {"op": "start", "argv": command.command, "cwd": command.cwd}
         return {**start, "timeout": parse_duration(spec.timeout).total_seconds()}, None
+
+    async def _record(self, obj: Json, status: SandboxExecutionStatus) -> None:
+        """Write the status; for an ended execution, delete its command Secret first (read
+        first, then deleted with its uid as precondition; gone already is fine). In that order a
+        crash between the two leaves an execution that is not recorded as ended and has no
+        Secret: the next pass asks the runner (`_start` then asks for the status only), which
+        knows the outcome, and records it. Once recorded as ended, no pass reads the Secret."""
+        if status.state in EXECUTION_FINISHED:
+            name = command_secret_name(obj["metadata"]["name"])
+            await delete_present(self.client, SECRETS.path(obj["metadata"]["namespace"], name))
+        await write_status(self.client, EXECUTIONS, obj, status)
 
     async def _call(self, obj: Json, request: Json) -> RunnerAnswer:
         request = {"id": obj["metadata"]["name"], **request}
@@ -179,5 +195,5 @@ class ExecutionReconciler:
         else:
             message = f"the sandbox is gone; the outcome is unknown ({why})"
         status.state, status.message = "Unknown", message[:1000]
-        await write_status(self.client, EXECUTIONS, obj, status)
+        await self._record(obj, status)
         return Result()

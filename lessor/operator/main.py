@@ -108,6 +108,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also serve the `namespace` backend (tests and benchmarks; no isolation)",
     )
+    parser.add_argument(
+        "--allow-privileged-backends",
+        action="store_true",
+        help="serve the `k3s` backend, whose tenants are root on their node (its pools must "
+        "name nodes of their own)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="--log-level debug")
     apply_defaults(parser, argv, "operator")
     return parser.parse_args(argv)

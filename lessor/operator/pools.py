@@ -107,6 +107,7 @@ def setup(context: Context) -> Controller:
         leases=leases,
         events=context.events,
         test_backends=context.settings.test_backends,
+        privileged=context.settings.allow_privileged_backends,
         store_checks=StoreChecks(context.client, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
     controller = context.controller("clusterpool", reconciler.reconcile)
@@ -132,9 +133,11 @@ class PoolReconciler:
         leases: Informer,
         events: EventRecorder,
         test_backends: bool = False,
+        privileged: bool = False,
         store_checks: StoreChecks,
     ) -> None:
         self.test_backends = test_backends
+        self.privileged = privileged
         self.store_checks = store_checks
         self.client = client
         self.pools = pools
@@ -166,7 +169,7 @@ class PoolReconciler:
         status = (pool.status or ClusterPoolStatus()).model_copy()
         before = find(status.conditions, BACKEND_HEALTHY)
         failed = await self._replace_unhealthy(instances)
-        problem = unavailable(pool.spec.backend, self.test_backends)
+        problem = unavailable(pool.spec.backend, self.test_backends, self.privileged)
         self._assess(pool, status, instances, failed, problem)
         store_before = find(status.conditions, DIAGNOSTICS_READY)
         self._assess_store(key, pool, status)

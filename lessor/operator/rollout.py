@@ -100,8 +100,7 @@ def plan(
     old_count = len(ready_old) + len(starting_old)
     result = Plan(outdated=old_count)
     create = min(warm - new, warm + spec.policy.max_surge - new - old_count)
-    if spec.max_instances is not None:
-        create = min(create, spec.max_instances - occupied)
+    create = min(create, spec.max_instances - occupied)
     result.create = max(0, create) if can_create else 0
     if waiting:
         return result

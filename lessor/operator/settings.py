@@ -40,6 +40,8 @@ class Settings:
     # None: ended leases are kept forever (`--lease-retention 0`).
     lease_retention: datetime.timedelta | None = datetime.timedelta(days=1)
     test_backends: bool = False
+    # k3s makes its tenants root on their node: served only where an administrator said so.
+    allow_privileged_backends: bool = False
     agent_sandbox_mode: str = "disabled"  # or "external": the sandbox controllers run
     log_level: str = "info"  # lessor.logs.LEVELS
     log_format: Format = "text"
@@ -66,6 +68,7 @@ class Settings:
                 datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None
             ),
             test_backends=args.test_backends,
+            allow_privileged_backends=args.allow_privileged_backends,
             agent_sandbox_mode=args.agent_sandbox_mode,
             log_level="debug" if args.verbose else args.log_level,
             log_format=args.log_format,

@@ -81,6 +81,14 @@ def problems(conditions: list[Condition]) -> list[str]:
     return [c.message for c in failing if c.message]
 
 
+def problems_for_tenants(conditions: list[Condition]) -> list[str]:
+    """What a pool's tenants are told is wrong: each False condition's type and reason. The
+    messages stay in the status, for administrators: they can carry the operator's own errors
+    from kube-apiserver (its ServiceAccount, its rights), bucket names and store endpoints."""
+    failing = (c for c in conditions if c.status == "False" and c.type not in NO_FAULT)
+    return [f"{c.type}: {c.reason}" for c in failing]
+
+
 class ObjectRef(StatusModel):
     """A reference that survives name reuse: the uid tells a recreated object from the original."""
 

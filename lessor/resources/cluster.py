@@ -13,6 +13,7 @@ import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 from lessor.protocol.durations import PositiveDuration, parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
@@ -57,7 +58,12 @@ class Exposure(SpecModel):
                     "rule": "(self.type == 'TLSRoute') == (has(self.gateway) && has(self.domain))",
                     "message": "exposure.gateway and exposure.domain are set with, and only"
                     " with, type TLSRoute",
-                }
+                },
+                {
+                    "rule": "!has(self.sourceRanges) || size(self.sourceRanges) == 0"
+                    " || self.type == 'LoadBalancer'",
+                    "message": "exposure.sourceRanges is for type LoadBalancer",
+                },
             ]
         }
     )
@@ -92,6 +98,19 @@ class Exposure(SpecModel):
     port: int = Field(
         default=443, ge=1, le=65535, description="TLSRoute: the port of the Gateway's listener."
     )
+    source_ranges: list[Annotated[str, Field(pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="LoadBalancer: the only client address ranges the load balancer admits"
+        " (loadBalancerSourceRanges); empty: every address, which on most clouds is the"
+        " internet.",
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Annotations of the cluster's Service: a cloud's own settings, such as an"
+        " internal load balancer.",
+    )
 
     @model_validator(mode="after")
     def _route_settings_with_tls_route(self) -> Exposure:
@@ -99,20 +118,62 @@ class Exposure(SpecModel):
             raise ValueError(
                 "exposure.gateway and exposure.domain are set with, and only with, type TLSRoute"
             )
+        if self.source_ranges and self.type != "LoadBalancer":
+            raise ValueError("exposure.sourceRanges is for type LoadBalancer")
         return self
 
 
-class K3sBackendConfig(SpecModel):
+MEMORY_LIMIT = (
+    "The cluster container's memory limit (at least `memory`): past it the container is"
+    " restarted, never the node starved."
+)
+# The CRD refuses what the model refuses: a limit below the request, which no pod would pass.
+MEMORY_RULE: JsonDict = {
+    "rule": "quantity(self.memoryLimit).compareTo(quantity(self.memory)) >= 0",
+    "message": "memoryLimit is below memory",
+}
+LIMIT_AT_LEAST_REQUEST = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MEMORY_RULE]})
+UNITS = {
+    "": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+}  # fmt: skip
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A memory quantity of the forms the models accept (`1Gi`, `500M`, `1024`) in bytes."""
+    digits = quantity.rstrip("KMGTi")
+    return int(digits) * UNITS[quantity[len(digits) :]]
+
+
+class MemoryBounds(SpecModel):
+    memory: str
+    memory_limit: str
+
+    @model_validator(mode="after")
+    def _limit_at_least_request(self) -> MemoryBounds:
+        if quantity_bytes(self.memory_limit) < quantity_bytes(self.memory):
+            raise ValueError("memoryLimit is below memory")
+        return self
+
+
+class K3sBackendConfig(MemoryBounds):
+    model_config = LIMIT_AT_LEAST_REQUEST
+
     image: str = Field(default="rancher/k3s:v1.35.4-k3s1", min_length=1)
     persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
     storage_size: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")
     storage_class: str | None = None
     cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    memory_limit: str = Field(
+        default="2Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
+    )
     exposure: Exposure = Field(default_factory=Exposure)
 
 
-class VclusterBackendConfig(SpecModel):
+class VclusterBackendConfig(MemoryBounds):
+    model_config = LIMIT_AT_LEAST_REQUEST
+
     image: str = Field(
         default="ghcr.io/loft-sh/vcluster-pro:0.30.0",
         min_length=1,
@@ -127,6 +188,9 @@ class VclusterBackendConfig(SpecModel):
     coredns_image: str = Field(default="coredns/coredns:1.12.1", min_length=1)
     cpu: str = Field(default="200m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    memory_limit: str = Field(
+        default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
+    )
     pod_security: Literal["restricted", "baseline", "privileged"] = Field(
         default="baseline",
         description="The Pod Security level of the cluster's namespace, where the pods created in"
@@ -135,7 +199,7 @@ class VclusterBackendConfig(SpecModel):
     exposure: Exposure = Field(default_factory=Exposure)
 
 
-class ApiserverBackendConfig(SpecModel):
+class ApiserverBackendConfig(MemoryBounds):
     """A control plane in a pod of the pool's namespace, behind a Service of its own (a shared
     Gateway's TLSRoute is for the backends whose clusters have a namespace each)."""
 
@@ -145,7 +209,8 @@ class ApiserverBackendConfig(SpecModel):
                 {
                     "rule": "!has(self.exposure) || self.exposure.type != 'TLSRoute'",
                     "message": "the apiserver backend is exposed by NodePort or LoadBalancer",
-                }
+                },
+                MEMORY_RULE,
             ]
         }
     )
@@ -154,6 +219,15 @@ class ApiserverBackendConfig(SpecModel):
     etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
     cpu: str = Field(default="100m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    memory_limit: str = Field(
+        default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
+    )
+    etcd_quota: str = Field(
+        default="1Gi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi)$",
+        description="etcd's --quota-backend-bytes: past it the cluster refuses writes (the"
+        " tenant's own cluster turns read-only, never the host's disk).",
+    )
     exposure: Exposure = Field(default_factory=Exposure)
 
     @model_validator(mode="after")
@@ -161,6 +235,100 @@ class ApiserverBackendConfig(SpecModel):
         if self.exposure.type == "TLSRoute":
             raise ValueError("the apiserver backend is exposed by NodePort or LoadBalancer")
         return self
+
+
+CIDR = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"
+CPU = r"^[0-9]+(\.[0-9]+)?m?$"
+BYTES = r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$"
+# Where a tenant's pods must never reach unless a pool names it: every private, shared,
+# link-local (the cloud metadata address 169.254.169.254 among them) and loopback range, which
+# hold the host's nodes, pods and Services, other tenants' clusters and lessor itself.
+PRIVATE_V4 = (
+    "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.168.0.0/16",
+)  # fmt: skip
+PRIVATE_V6 = ("fc00::/7", "fe80::/10", "::1/128")
+
+
+class EgressRule(SpecModel):
+    cidr: str = Field(pattern=CIDR, max_length=43, description="An address range pods may reach.")
+    except_: list[Annotated[str, Field(pattern=CIDR, max_length=43)]] = Field(
+        default_factory=list,
+        alias="except",
+        max_length=32,
+        description="Ranges inside `cidr` that stay out of reach.",
+    )
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list, max_length=16, description="TCP and UDP ports; empty: every port."
+    )
+
+
+def _public_internet() -> list[EgressRule]:
+    return [
+        EgressRule(cidr="0.0.0.0/0", except_=list(PRIVATE_V4)),
+        EgressRule(cidr="::/0", except_=list(PRIVATE_V6)),
+    ]
+
+
+class Network(SpecModel):
+    """What a cluster's pods may reach besides their own namespace, DNS and (for the cluster's
+    own pod) the host's API server: lessor writes it as the NetworkPolicies of the cluster's
+    namespace (docs/security.md, "Tenant isolation"). Nothing else of the host, of lessor or
+    of other tenants is reachable, and nothing from outside reaches the cluster but its API
+    port."""
+
+    egress: list[EgressRule] = Field(
+        default_factory=_public_internet,
+        max_length=32,
+        description="Address ranges the cluster's pods may open connections to. Default: the"
+        " public internet (every address but the private, shared, link-local and loopback"
+        " ranges, so not the host's nodes, pods or Services, nor the cloud metadata address)."
+        " Empty: nothing outside the namespace.",
+    )
+
+
+class Toleration(SpecModel):
+    key: str | None = Field(default=None, max_length=316)
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class Placement(SpecModel):
+    """Which host nodes a cluster's pods run on. A backend whose tenants are root on their node
+    (k3s) must be pinned to nodes of its own (docs/security.md, "Privileged backends")."""
+
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, max_length=16
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=16)
+    shared_nodes: bool = Field(
+        default=False,
+        description="A k3s pool without a nodeSelector is refused unless this is true: an"
+        " administrator's statement that its tenants may be root beside lessor and other"
+        " tenants.",
+    )
+
+
+class Quota(SpecModel):
+    """The ResourceQuota and LimitRange of a cluster's namespace: what its tenant's workloads may
+    take of the host in all (vcluster's pods run there; k3s's and apiserver's own pod is
+    bounded by its limits)."""
+
+    pods: int = Field(default=50, ge=1, le=10000)
+    cpu: str = Field(default="8", pattern=CPU, description="Sum of the pods' CPU requests.")
+    memory: str = Field(
+        default="16Gi", pattern=BYTES, description="Sum of the memory requests, and of the limits."
+    )
+    ephemeral_storage: str = Field(
+        default="20Gi", pattern=BYTES, description="Sum of the pods' ephemeral-storage requests."
+    )
+    persistent_volume_claims: int = Field(default=10, ge=0, le=1000)
+    storage: str = Field(default="50Gi", pattern=BYTES, description="Sum of the claims' size.")
+    default_memory: str = Field(
+        default="512Mi", pattern=BYTES, description="A container's memory limit when it sets none."
+    )
+    default_ephemeral_storage: str = Field(default="1Gi", pattern=BYTES)
 
 
 _SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")
@@ -197,6 +365,18 @@ class Backend(SpecModel):
     # An explicit alias: the camelCase generator would spell it "k3S".
     k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")
     vcluster: VclusterBackendConfig | None = None
+    network: Network = Field(
+        default_factory=Network,
+        description="k3s and vcluster: what the cluster's pods may reach (its namespace's"
+        " NetworkPolicies).",
+    )
+    placement: Placement = Field(
+        default_factory=Placement, description="k3s, vcluster, apiserver: the nodes it runs on."
+    )
+    quota: Quota = Field(
+        default_factory=Quota,
+        description="k3s and vcluster: the ResourceQuota and LimitRange of its namespace.",
+    )
 
     @model_validator(mode="after")
     def _settings_of_its_type(self) -> Backend:
@@ -341,8 +521,12 @@ class Diagnostics(SpecModel):
 class ClusterPoolSpec(SpecModel):
     ttl: PositiveDuration = Field(default="1h", description="Default lease TTL.")
     warm_target: int = Field(default=1, ge=0, le=1000, description="Instances kept Ready.")
-    max_instances: int | None = Field(
-        default=None, ge=1, description="Ceiling on all instances of the pool, leased included."
+    max_instances: int = Field(
+        default=100,
+        ge=1,
+        le=10000,
+        description="Ceiling on all instances of the pool, leased included: every pool has one,"
+        " so the clusters tenants hold are bounded by more than their number.",
     )
     policy: PoolPolicy = Field(default_factory=PoolPolicy)
     backend: Backend = Field(default_factory=Backend)

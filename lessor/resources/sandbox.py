@@ -233,12 +233,21 @@ class ExecutionCommand(SpecModel):
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def _plain(self) -> dict[str, str]:
+        return {"argv": "\0".join(self.command)} | ({} if self.cwd is None else {"cwd": self.cwd})
+
     def secret_data(self) -> dict[str, str]:
         """The Secret's `data`: the argv joined by NUL, which no argument holds, and the cwd if
-        any. Not JSON, which spells a control character in six bytes: this way the value is no
-        larger than the argv (at most 256 KiB), well within a Secret's 1 MiB."""
-        plain = {"argv": "\0".join(self.command)} | ({} if self.cwd is None else {"cwd": self.cwd})
-        return {key: base64.b64encode(value.encode()).decode() for key, value in plain.items()}
+        any. Not JSON, which spells a control character in six bytes: this way the value is the
+        argv's bytes and one per separator (at most about 17 KiB as the API accepts commands),
+        well within a Secret's 1 MiB."""
+        return {
+            key: base64.b64encode(value.encode()).decode() for key, value in self._plain().items()
+        }
+
+    def stored_bytes(self) -> int:
+        """The bytes its Secret holds (decoded): what a lease's cap on command bytes counts."""
+        return sum(len(value.encode()) for value in self._plain().values())
 
     @classmethod
     def from_secret(cls, data: Mapping[str, str | bytes] | None, digest: str) -> ExecutionCommand:

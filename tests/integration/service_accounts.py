@@ -31,8 +31,10 @@ def install_rbac(
     """{"lessor-operator": kubeconfig, "lessor-apiserver": kubeconfig}; with `sandboxes` (an
     existing namespace standing for lessor-sandboxes), also the rights there; with
     `local_backend`, manifests/local-backend; with `instance_namespaces`,
-    manifests/instance-namespaces (its admission policy included)."""
-    directories = [MANIFESTS / "base", *([MANIFESTS / "sandboxes"] if sandboxes else [])]
+    manifests/instance-namespaces (its admission policy included). The API server's admission
+    policy (manifests/apiserver-admission), which both overlays install, is always there."""
+    directories = [MANIFESTS / "base", MANIFESTS / "apiserver-admission"]
+    directories += [MANIFESTS / "sandboxes"] if sandboxes else []
     directories += [MANIFESTS / "local-backend"] if local_backend else []
     directories += [MANIFESTS / "instance-namespaces"] if instance_namespaces else []
     for directory in directories:

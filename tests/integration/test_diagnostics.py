@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.object_store import MinioServer
+from tests.integration.hostile_cluster import HostileApiServer
 from tests.integration.operator_harness import (
     Objects,
     Operator,
@@ -39,9 +41,15 @@ from tests.integration.operator_harness import (
 from tests.integration.test_apiserver import Api, start_api
 
 pytestmark = pytest.mark.integration
-CRDS = Path(__file__).resolve().parents[2] / "crds"
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "crds"
 ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
 BUCKET = "lessor-diagnostics"
+MiB = 1024 * 1024
+# What the capture of a hostile cluster may add to the operator's peak memory: a few of its
+# pages (8 MiB each, lessor.operator.diagnostics.capture) and a decoding window, with room for a
+# loaded machine (measured: 19 MiB; the capture that parsed whole pages took 2.1 GiB).
+CAPTURE_MEMORY = 64 * MiB
 
 
 @dataclass
@@ -218,6 +226,12 @@ def _files(bundle: bytes) -> dict[str, bytes]:
         }
 
 
+def _listed(files: dict[str, bytes], name: str) -> bytes:
+    """Every page of one of the cluster's lists in the bundle, in order."""
+    pages = sorted(path for path in files if path.startswith(f"cluster/{name}/page-"))
+    return b"".join(files[path] for path in pages)
+
+
 def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
     stack: Stack,
 ) -> None:
@@ -245,11 +259,12 @@ def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
     assert len(bundle) == answer["size_bytes"]
     files = _files(bundle)
     assert {
-        "capture.json", "cluster/version.json", "cluster/namespaces.json", "cluster/nodes.json",
-        "cluster/pods.json", "cluster/events.json", "lessor/lease.json", "lessor/events.json",
+        "capture.json", "cluster/version.json", "cluster/namespaces/page-0001.json",
+        "cluster/nodes/page-0001.json", "cluster/pods/page-0001.json",
+        "cluster/events/page-0001.json", "lessor/lease.json", "lessor/events.json",
     } <= set(files)  # fmt: skip
-    assert marker in files["cluster/events.json"].decode()
-    assert '"app"' in files["cluster/namespaces.json"].decode()
+    assert marker in _listed(files, "events").decode()
+    assert '"app"' in _listed(files, "namespaces").decode()
     record_of_lease = json.loads(files["lessor/lease.json"])
     assert record_of_lease["name"] == lease_id
     assert record_of_lease["spec"]["requester"] == "tests/alice"
@@ -407,6 +422,99 @@ def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_
 
 def _time(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_cluster_answering_huge_pages_costs_the_operator_a_few_pages_of_memory(
+    stack: Stack,
+) -> None:
+    """The lease's tenant stops its kube-apiserver and answers on its port, with its certificate,
+    every GET with a 60 MiB page of `{"items":[{},{},...]}` (tests/integration/hostile_cluster.py).
+    With the largest budget a pool may set (maxBytes 1 GiB), the capture keeps each page only up
+    to the page bound, raw; the bundle is stored and says it is partial and why; the operator's
+    peak resident memory (VmHWM, reset before the release) grows by less than CAPTURE_MEMORY and
+    stays under the limit its Deployment ships with."""
+    stack.pool("dx-hostile", 1, maxBytes=1024 * MiB, captureTimeout="120s")
+    lease_id, _ = _lease(stack, "dx-hostile")
+    name = stack.objects.status("clusterlease", lease_id)["clusterName"]
+    instance = stack.objects.get("clusterinstance", name)
+    assert instance is not None
+    details = instance["status"]["backendDetails"]
+    pids = dict(part.split("=") for part in details["pids"].split(","))
+    port = int(instance["status"]["endpoint"].rsplit(":", 1)[1])
+    pki = Path(details["directory"]) / "pki"
+    os.kill(int(pids["kube-apiserver"]), signal.SIGKILL)
+    server = wait_for(
+        "the cluster's port taken over",
+        lambda: _listening_on(port, pki),
+        timeout=60,
+    )
+    leader = _leader(stack)
+    assert leader.process is not None
+    baseline = _reset_peak_memory(leader.process.pid)
+    try:
+        lease = _released(stack, lease_id)
+    finally:
+        server.close()
+    grown = _memory(leader.process.pid, "VmHWM") - baseline
+    assert grown < CAPTURE_MEMORY, f"the capture took {grown / MiB:.0f} MiB"
+    assert baseline + grown < _operator_memory_limit()
+    assert any(r.startswith("GET /api/v1/namespaces?limit=") for r in server.requests)
+
+    record = lease["status"]["diagnostics"]
+    assert record["state"] == "Captured" and record["truncated"] is True, record
+    assert "page bound" in record["message"], record
+    files = _files(_fetched(stack, lease_id)[1])
+    manifest = json.loads(files["capture.json"])
+    assert manifest["truncated"] is True and manifest["timedOut"] is False
+    entries = {entry["name"]: entry for entry in manifest["files"]}
+    for listed in ("namespaces", "nodes", "pods", "events"):
+        page = f"cluster/{listed}/page-0001.json"
+        assert entries[page]["truncated"] is True and "page bound" in entries[page]["cut"]
+        assert len(files[page]) == entries[page]["bytes"] < 60 * MiB
+        assert files[page].startswith(b'{"items":[{},{},'), "kept raw, as answered"
+    assert not [name for name in files if name.startswith("logs/")]
+    assert "more than 1000 pods" in entries["logs/"]["cut"], "the pods decoded are counted"
+
+
+def _listening_on(port: int, pki: Path) -> HostileApiServer | None:
+    try:
+        return HostileApiServer(port, pki / "apiserver.crt", pki / "apiserver.key", 60 * MiB)
+    except OSError:  # the killed kube-apiserver's socket is not closed yet
+        return None
+
+
+def _leader(stack: Stack) -> Operator:
+    def leading() -> Operator | None:
+        running = [o for o in stack.operators if o.process and o.process.poll() is None]
+        return next((o for o in running if o.serving() and o.metric("lessor_leader") == 1), None)
+
+    return wait_for("the leading operator", leading, timeout=60)
+
+
+def _memory(pid: int, field: str) -> int:
+    """A size from /proc/<pid>/status (VmRSS, VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _reset_peak_memory(pid: int) -> int:
+    """Reset the process's VmHWM to its current resident size (proc(5), clear_refs 5); that
+    size."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return _memory(pid, "VmHWM")
+
+
+def _operator_memory_limit() -> int:
+    """The operator container's memory limit as manifests/base ships it, in bytes."""
+    documents = yaml.safe_load_all((ROOT / "manifests/base/operator.yaml").read_text())
+    deployment = next(d for d in documents if d and d["kind"] == "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    limit = next(c for c in containers if c["name"] == "operator")["resources"]["limits"]
+    amount = str(limit["memory"])
+    assert amount.endswith("Mi"), amount
+    return int(amount[:-2]) * MiB
 
 
 def test_the_credentials_never_reach_a_status_or_a_log(stack: Stack) -> None:

@@ -2,11 +2,12 @@
 
 `helm template` of the chart is compared with `kubectl kustomize` of the manifests it mirrors,
 object by object (kind, namespace, name) and field by field: its defaults with manifests/base
-and the components both overlays add (sandboxes, instance-namespaces), its toggles with the
-components they stand for, and the values files in charts/lessor/ci with the overlays they
-reproduce. So a change to manifests/ that the chart does not follow (or the reverse) fails here.
-Helm is built from its Go module into the cache (lessor/controlplane/helm.py); kubectl is the
-local control plane's. No cluster is needed: the kind e2e installs the chart for real.
+and the components both overlays add (sandboxes, instance-namespaces, apiserver-admission), its
+toggles with the components they stand for, and the values files in charts/lessor/ci with the
+overlays they reproduce. So a change to manifests/ that the chart does not follow (or the
+reverse) fails here. Helm is built from its Go module into the cache
+(lessor/controlplane/helm.py); kubectl is the local control plane's. No cluster is needed: the
+kind e2e installs the chart for real.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ CHART = ROOT / "charts" / "lessor"
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "lessor-system"
 # What both overlays install besides the base; the chart installs them by default.
-COMPONENTS = ("base", "sandboxes", "instance-namespaces")
+COMPONENTS = ("base", "sandboxes", "instance-namespaces", "apiserver-admission")
 # Labels Helm charts put on every object by convention (which release and chart made it);
 # kustomize has no release, so the kustomize install carries none of them. Not compared.
 HELM_LABELS = (
@@ -165,7 +166,14 @@ def test_default_values_render_what_both_overlays_take_from_manifests(
 @pytest.mark.parametrize(
     ("values", "components"),
     [
-        (["sandboxes.enabled=false", "instanceNamespaces.enabled=false"], ["base"]),
+        (
+            [
+                "sandboxes.enabled=false",
+                "instanceNamespaces.enabled=false",
+                "apiserverAdmission.enabled=false",
+            ],
+            ["base"],
+        ),
         (["localBackend.enabled=true"], [*COMPONENTS, "local-backend"]),
         (
             [
@@ -239,7 +247,13 @@ def test_access_policies_from_values_are_the_examples_objects(
 
 def test_the_namespace_value_moves_every_object_and_every_reference(helm: Path) -> None:
     chart = template(helm, "--set=namespace=platform-leases")
-    namespaced = [d for d in chart if "namespace" in d["metadata"]]
+    # The one thing lessor reads in `default`: the host API server's EndpointSlice.
+    host_api = [d for d in chart if d["metadata"]["name"] == "lessor-operator-host-api"]
+    assert {(d["kind"], d["metadata"]["namespace"]) for d in host_api} == {
+        ("Role", "default"),
+        ("RoleBinding", "default"),
+    }
+    namespaced = [d for d in chart if "namespace" in d["metadata"] and d not in host_api]
     assert {d["metadata"]["namespace"] for d in namespaced} == {
         "platform-leases",
         "lessor-sandboxes",

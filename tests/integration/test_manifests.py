@@ -5,6 +5,8 @@ server's ServiceAccount, bound as the manifests bind it, cannot write any status
 from __future__ import annotations
 
 import json
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import yaml
 
 from lessor.controlplane.kubectl import Cluster
 from tests.integration.kustomize import dry_run_apply, kustomize
+from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +132,54 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert can(installed_rbac, OPERATOR, "update", "accesspolicies.lessor.dev", "status")
     assert can(installed_rbac, OPERATOR, "watch", "accesspolicies.lessor.dev")
     assert not can(installed_rbac, OPERATOR, "update", "accesspolicies.lessor.dev")
+
+
+def test_the_api_servers_account_cannot_mint_a_token_or_rewrite_the_configuration(
+    control_plane: Cluster, tmp_path: Path
+) -> None:
+    """Review N8: RBAC lets the API server create Secrets and write ConfigMaps in its namespace.
+    A Secret of type service-account-token naming lessor-operator would have Kubernetes mint the
+    operator's token for it; lessor-config is read by both components at start. The shipped
+    admission policy refuses both, as the API server's own ServiceAccount, and lets through
+    what the API server makes: an execution's command, its session key, its records."""
+    namespace = f"n8-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    api = str(install_rbac(control_plane, namespace, tmp_path)["lessor-apiserver"])
+
+    def as_api(document: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        document["metadata"] = {"namespace": namespace, **document["metadata"]}  # type: ignore[dict-item]
+        return control_plane.kubectl(
+            "create", "-f", "-", "--kubeconfig", api, input=json.dumps(document), check=False
+        )
+
+    token = {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "x-command",
+                     "annotations": {"kubernetes.io/service-account.name": "lessor-operator"}},
+    }  # fmt: skip
+    refused = as_api(token)
+    assert refused.returncode != 0 and "lessor-apiserver-writes" in refused.stderr, refused
+    gone = control_plane.kubectl("get", "secret", "x-command", "-n", namespace, check=False)
+    assert gone.returncode != 0, "no token was minted"
+    other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen"}}
+    assert as_api(other).returncode != 0
+    for own in ("e1-command", "lessor-session-key"):
+        made = as_api({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": own}})
+        assert made.returncode == 0, made.stderr
+
+    control_plane.kubectl(
+        "create", "configmap", "lessor-config", "-n", namespace, "--from-literal=config.yaml={}"
+    )
+    rewrite = control_plane.kubectl(
+        "patch", "configmap", "lessor-config", "-n", namespace, "--kubeconfig", api,
+        "--type=merge", "-p", '{"data": {"config.yaml": "operator: {}"}}', check=False,
+    )  # fmt: skip
+    assert rewrite.returncode != 0 and "lessor-apiserver-writes" in rewrite.stderr
+    plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}
+    assert as_api(plain).returncode != 0
+    record = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "r", "labels": {"lessor.dev/session": "true"}}}  # fmt: skip
+    assert as_api(record).returncode == 0
 
 
 def test_only_an_operator_of_local_pools_may_read_the_kube_system_namespace(

@@ -352,6 +352,30 @@ def test_a_pool_of_a_backend_the_operator_does_not_serve_says_so_and_creates_not
     assert objects.pool_status("tests-only")["phase"] == "Healthy"
 
 
+def test_a_k3s_pool_is_served_only_with_the_opt_in_and_on_nodes_of_its_own(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    """k3s makes its tenants root on their node (review N3): without the operator's opt-in the
+    pool says why and nothing is made; with it, a pool that names no nodes of its own is still
+    refused."""
+    objects, started = env
+    operator = start_operator(cluster, objects, started, tmp_path)
+    objects.pool("rooted", warmTarget=1, backend={"type": "k3s"})
+
+    def refusal(flag: str) -> Json:
+        return wait_for(
+            f"the pool to name {flag}",
+            lambda: flag in (c := _backend_healthy(objects, "rooted")).get("message", "") and c,
+        )
+
+    assert refusal("--allow-privileged-backends")["reason"] == "BackendUnavailable"
+    operator.kill()
+    start_operator(cluster, objects, started, tmp_path, extra=("--allow-privileged-backends",))
+    assert refusal("nodeSelector")["status"] == "False"
+    assert objects.pool_status("rooted")["phase"] == "Unavailable"
+    assert objects.list("clusterinstances") == []
+
+
 def test_new_clusters_that_fail_to_start_are_reported_and_retried_after_a_growing_pause(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:

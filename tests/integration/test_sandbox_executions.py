@@ -8,6 +8,7 @@ Every response is scanned for secrets, as in test_sandbox_leases (same fixtures)
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import contextlib
 import datetime
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -31,14 +33,18 @@ from lessor.cli.stream_client import StreamClient
 from lessor.protocol.durations import parse_duration
 from lessor.runner.runner import CAP, WINDOW
 from tests.integration.answer_cutting_proxy import AnswerCuttingProxy
-from tests.integration.operator_harness import wait_for
+from tests.integration.operator_harness import CrashPoint, wait_for
+from tests.integration.test_apiserver import start_api
 from tests.integration.test_sandbox_leases import (  # noqa: F401
     ALICE,
     BOB,
     CAROL,
+    EXTERNAL,
     Env,
     Response,
+    ScannedApi,
     env,
+    metric,
     reconciled_again,
     sandbox_pool,
     scanned,
@@ -529,8 +535,9 @@ def test_the_command_and_cwd_appear_in_no_execution_object(
     shown whole: by `kubectl get -o yaml`, in audit logs at RequestResponse level, to anyone who
     may read SandboxExecutions. Executions run right, whether the API runs them (wait mode,
     detached) or the operator does (the API could not reach the runner), and neither their argv
-    nor their cwd is in any SandboxExecution: they are in a Secret per execution, owned by the
-    lease so that it goes with it."""
+    nor their cwd is in any SandboxExecution: they are in a Secret per execution, which is
+    deleted once the execution has ended (owned by the lease while it lives: see
+    test_a_leases_command_bytes_are_capped_and_what_it_stores_stays_under_the_cap)."""
     secret, folder = f"argv-{uuid.uuid4().hex}", f"cwd-{uuid.uuid4().hex}"
     cwd = tmp_path / folder
     cwd.mkdir()
@@ -549,12 +556,10 @@ def test_the_command_and_cwd_appear_in_no_execution_object(
         assert logs(env, lease, name)["stdout"]["data"] == expected
     seen = env.cluster.kubectl("get", "sandboxexecutions", "-n", env.namespace, "-o", "json")
     assert secret not in seen.stdout and folder not in seen.stdout
-    owner = env.objects.get("sandboxlease", lease)["metadata"]["uid"]  # type: ignore[index]
     for name in (attached.body["id"], detached.body["id"], queued.body["id"]):
-        kept = env.cluster.kubectl("get", "secrets", "-n", env.namespace, "-o", "json",
-                                   "-l", f"lessor.dev/sandbox-execution={name}")  # fmt: skip
-        owners = [s["metadata"]["ownerReferences"] for s in json.loads(kept.stdout)["items"]]
-        assert [[o["uid"] for o in each] for each in owners] == [[owner]], owners
+        wait_for(f"{name}-command to be deleted", lambda name=name: (
+            command_secret(env, name) is None
+        ))  # fmt: skip
 
 
 def test_an_execution_whose_secret_changed_fails_and_runs_nothing(
@@ -741,3 +746,191 @@ def test_a_target_whose_provenance_is_incomplete_is_refused(env: Env) -> None:  
         if env.operator.process is not None and env.operator.process.poll() is not None:
             env.operator.start()
         env.release(ALICE, lease)
+
+
+# -- issue 40 (review N2): what a tenant stores through executions is bounded ------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What one lease holds in the cluster because of its executions, as kube-apiserver has it."""
+
+    reserved: int  # spec.executionsReserved: the budget spent
+    executions: frozenset[str]
+    secrets: dict[str, int]  # each command Secret's name, and the bytes of command and cwd it holds
+
+
+def stored(env: Env, lease: str) -> Stored:  # noqa: F811
+    obj = env.objects.get("sandboxlease", lease)
+    assert obj is not None
+    executions = frozenset(
+        item["metadata"]["name"]
+        for item in env.objects.list("sandboxexecutions")
+        if item["spec"]["lease"]["name"] == lease
+    )
+    listed = env.cluster.kubectl("get", "secrets", "-n", env.namespace, "-o", "json",
+                                 "-l", f"lessor.dev/sandbox-lease={lease}")  # fmt: skip
+    secrets = {
+        item["metadata"]["name"]: sum(len(base64.b64decode(v)) for v in item["data"].values())
+        for item in json.loads(listed.stdout)["items"]
+    }
+    return Stored(obj["spec"].get("executionsReserved", 0), executions, secrets)
+
+
+def limited_api(env: Env, log: str, *flags: str) -> tuple[subprocess.Popen[bytes], ScannedApi]:  # noqa: F811
+    """An API server of its own with `flags`, as the API server's ServiceAccount; its answers
+    are scanned for secrets with the module's."""
+    process, api = start_api(
+        env.cluster, env.namespace, env.directory / log, (*EXTERNAL, *flags),
+        env.directory / "lessor-apiserver.kubeconfig",
+    )  # fmt: skip
+    return process, ScannedApi(api, env.api.seen)
+
+
+def test_a_command_over_16_kib_is_refused_and_nothing_is_stored(env: Env, lease: str) -> None:  # noqa: F811
+    """Each command is kept in a Secret while it runs, so what one request may store is small:
+    16 KiB of arguments in all, however they are split (large input belongs in a file in the
+    sandbox). A longer command is a 400 that says so, and reserves nothing: no budget spent, no
+    Secret, no execution."""
+    before = stored(env, lease)
+    for command in (["echo", "a" * 17 * 1024], ["echo", *["b" * 1024] * 17]):
+        refused = post(env, lease, command=command)
+        assert (refused.status, refused.body.get("code")) == (400, "invalid_request"), (
+            refused.status, str(refused.body)[:300],
+        )  # fmt: skip
+        assert "16 KiB" in refused.body["detail"] and "file" in refused.body["detail"]
+    after = stored(env, lease)
+    assert after.reserved == before.reserved, "a refusal spends nothing"
+    assert after.executions == before.executions
+    assert set(after.secrets) <= set(before.secrets), "and stores nothing"
+    fits = post(env, lease, command=["true", "c" * (16 * 1024 - len("true"))])
+    assert (fits.status, fits.body["state"]) == (200, "Succeeded"), fits.body
+
+
+def test_execution_creates_are_rate_limited_per_principal(env: Env, lease: str) -> None:  # noqa: F811
+    """A caller in a loop spends its bucket, then gets 429 `rate_limited` with Retry-After, and
+    that refusal reserves nothing; a keyed retry of an execution that exists is still answered
+    (it writes nothing). A token every 1,000 s: none comes back while the test runs."""
+    process, api = limited_api(
+        env, "executions-limited.log",
+        "--execution-admission-rate=0.001", "--execution-admission-burst=2",
+    )  # fmt: skip
+
+    def create(key: str) -> Response:
+        body = {"command": ["true"], "detach": True, "idempotencyKey": key}
+        return api.call("POST", f"/v1/sandbox-leases/{lease}/executions", token=ALICE, body=body)
+
+    try:
+        first = str(uuid.uuid4())
+        made = [create(first), create(str(uuid.uuid4()))]
+        assert [m.status for m in made] == [202, 202], [m.body for m in made]
+        before = stored(env, lease)
+        refused = create(str(uuid.uuid4()))
+        assert (refused.status, refused.body["code"]) == (429, "rate_limited"), refused.body
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert stored(env, lease).reserved == before.reserved, "a refusal reserves nothing"
+        again = create(first)
+        assert (again.status, again.body["id"]) == (202, made[0].body["id"]), again.body
+        assert metric(api.api, "lessor_execution_admission_rate_limited_total") == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_a_leases_command_bytes_are_capped_and_what_it_stores_stays_under_the_cap(
+    env: Env,  # noqa: F811
+) -> None:
+    """The etcd fill of review N2, scaled down: a tenant sends commands as long as allowed,
+    detached and still running (so that every Secret stays), until its lease has stored the
+    cap of command bytes (here 64 KiB): the next one is 409 `execution_limit_exhausted`, and the
+    Secrets the cluster holds for the lease, listed from kube-apiserver, stay under the cap.
+    The cap counts bytes, not executions: a short command still fits."""
+    cap = 64 * 1024
+    process, api = limited_api(env, "bytes-limited.log", f"--max-command-bytes-per-lease={cap}")
+    filler = env.create(ALICE, pool="sb-run", ttl="10m").body["id"]
+    command = ["sh", "-c", "sleep 300", "p" * 15000]
+    size = len("\0".join(command).encode())
+
+    def create(argv: list[str]) -> Response:
+        body = {"command": argv, "detach": True, "idempotencyKey": str(uuid.uuid4())}
+        return api.call("POST", f"/v1/sandbox-leases/{filler}/executions", token=ALICE, body=body)
+
+    running: list[str] = []
+    try:
+        env.until(ALICE, filler, "Ready")
+        while len(running) <= cap // size and (answer := create(command)).status == 202:
+            running.append(answer.body["id"])
+        assert len(running) == cap // size, answer.body
+        assert (answer.status, answer.body["reason"]) == (409, "execution_limit_exhausted")
+        assert str(cap) in answer.body["detail"] and "file" in answer.body["detail"]
+        held = stored(env, filler)
+        assert sum(held.secrets.values()) <= cap, held
+        assert sorted(held.secrets) == sorted(f"{name}-command" for name in running)
+        owner = env.objects.get("sandboxlease", filler)["metadata"]["uid"]  # type: ignore[index]
+        for name in held.secrets:
+            secret = env.objects.get("secret", name)
+            assert secret is not None
+            assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [owner]
+        assert create(["true"]).status == 202, "a command that still fits is accepted"
+    finally:
+        for name in running:
+            api.call("DELETE", f"/v1/sandbox-leases/{filler}/executions/{name}", token=ALICE)
+        env.release(ALICE, filler)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def command_secret(env: Env, execution: str) -> dict[str, Any] | None:  # noqa: F811
+    return env.objects.get("secret", f"{execution}-command")
+
+
+def test_a_finished_executions_command_secret_is_deleted(env: Env, lease: str) -> None:  # noqa: F811
+    """An execution's command is needed only until it has run: once it is terminal (here it
+    succeeded, and it was cancelled) the operator deletes its Secret, and a keyed retry is
+    still answered with the execution and its output."""
+    key = str(uuid.uuid4())
+    done = post(env, lease, command=["sh", "-c", "echo done"], idempotencyKey=key)
+    assert (done.status, done.body["state"]) == (200, "Succeeded"), done.body
+    cancelled = post(env, lease, command=["sleep", "300"], detach=True).body["id"]
+    until_state(env, lease, cancelled, "Running")
+    path = f"/v1/sandbox-leases/{lease}/executions/{cancelled}"
+    assert env.api.call("DELETE", path, token=ALICE).body["state"] == "Cancelled"
+    for name in (done.body["id"], cancelled):
+        wait_for(f"{name}-command to be deleted", lambda name=name: (
+            command_secret(env, name) is None
+        ), timeout=120)  # fmt: skip
+    retry = post(env, lease, command=["sh", "-c", "echo done"], idempotencyKey=key)
+    assert (retry.status, retry.body["id"], retry.body["stdout"]) == (
+        200, done.body["id"], "done\n",
+    ), retry.body  # fmt: skip
+
+
+def test_an_operator_killed_right_after_deleting_a_command_secret_finishes_the_execution(
+    env: Env,  # noqa: F811
+    lease: str,
+    tmp_path: Path,
+) -> None:
+    """The operator deletes the Secret before it records the terminal state. SIGKILLed right
+    after the delete, the next operator finds the execution not yet recorded as ended and
+    without its Secret: it asks the runner, records the real outcome (not "its command Secret
+    does not exist"), and the command never runs again."""
+    marker, record = tmp_path / "ran", tmp_path / "crash.jsonl"
+    env.operator.kill(signal.SIGTERM)
+    env.operator.start(CrashPoint("after", 1, "secrets", record))
+    try:
+        name = post(env, lease, command=["sh", "-c", f"echo once >> {marker}"],
+                    detach=True).body["id"]  # fmt: skip
+        crashed = env.operator.process
+        assert crashed is not None
+        wait_for("the operator to die after deleting a command Secret",
+                 lambda: crashed.poll() is not None, timeout=120)  # fmt: skip
+        assert json.loads(record.read_text().splitlines()[0])["write"] == "DELETE secrets"
+    finally:
+        if env.operator.process is not None and env.operator.process.poll() is None:
+            env.operator.kill(signal.SIGKILL)
+        env.operator.start()
+    ended = until_state(env, lease, name, "Succeeded", "Failed", "Unknown")
+    assert ended["state"] == "Succeeded", ended
+    assert command_secret(env, name) is None
+    reconciled_again(env, env.operator, "sandboxexecution", name)
+    assert marker.read_text() == "once\n", "never run a second time"

@@ -185,7 +185,8 @@ def env(
     )  # fmt: skip
     operator.start()
     # Rate limiting has its own server and test; here it would only slow the tests down.
-    unlimited = (*EXTERNAL, "--sandbox-admission-rate=100", "--sandbox-admission-burst=100")
+    unlimited = (*EXTERNAL, "--sandbox-admission-rate=100", "--sandbox-admission-burst=100",
+                 "--execution-admission-rate=100", "--execution-admission-burst=100")  # fmt: skip
     process, api = start_api(
         control_plane, namespace, directory / "api.log", unlimited, accounts["lessor-apiserver"]
     )

@@ -535,7 +535,7 @@ def test_an_administrator_lists_and_revokes_sessions(stack: Stack) -> None:  # n
     }
     payload = first.split(".")[1]
     sid = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["sid"]
-    victim = next(s for s in mine if s["metadata"]["name"] == f"lessor-session-{sid}")
+    victim = next(s for s in mine if s["metadata"]["annotations"]["lessor.dev/session-id"] == sid)
     stack.cluster.kubectl("delete", "configmap", victim["metadata"]["name"], "-n", stack.namespace)
     wait_for("the revocation on every replica", lambda: _refused_everywhere(stack, first))
     assert stack.api.call("GET", "/v1/pools", token=second).status == 200
@@ -880,5 +880,82 @@ def test_cluster_lease_creation_is_rate_limited_per_principal(
     finally:
         for token, lease in made:
             api.call("DELETE", f"/v1/leases/{lease}", token=token)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+# -- review N4: logins write session records, so they are rate-limited and capped per owner ---
+
+
+def _token_user(stack: Stack, name: str) -> str:  # noqa: F811
+    """A static token of its own policy, for an identity no other test logs in as."""
+    token = f"{name}-{secrets.token_hex(8)}"
+    _secret(stack, name, {"t": token})
+    _policy(stack, name, {
+        "auth": {"staticTokens": [{"secretRef": {"name": name, "key": "t"},
+                                   "claims": {"sub": name}}]},
+        "identity": "{sub}",
+        "rules": [{"pools": ["api-*"]}],
+    })  # fmt: skip
+    wait_for("the policy", lambda: stack.api.call("GET", "/v1/pools", token=token).status == 200)
+    return token
+
+
+def _sessions_of(stack: Stack, identity: str) -> list[dict[str, Any]]:  # noqa: F811
+    return [
+        s
+        for s in _sessions(stack)
+        if s["metadata"]["annotations"]["lessor.dev/identity"] == identity
+    ]
+
+
+def test_logins_are_rate_limited_per_principal(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
+    """Each login writes a session record: a caller in a loop spends its bucket, then gets 429
+    `rate_limited` with Retry-After, and a refused login records nothing; another caller is
+    not affected. A token every 1,000 s: none comes back while the test runs."""
+    token = _token_user(stack, "looping")
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--login-rate=0.001", "--login-burst=2"),
+    )  # fmt: skip
+    try:
+        assert [api.call("POST", "/v1/login", token=token).status for _ in range(2)] == [200, 200]
+        refused = api.call("POST", "/v1/login", token=token)
+        assert (refused.status, refused.body["code"]) == (429, "rate_limited"), refused.body
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert len(_sessions_of(stack, "looping")) == 2, "a refused login records nothing"
+        assert api.call("POST", "/v1/login", token=BOB).status == 200, "another caller's bucket"
+        assert "lessor_login_rate_limited_total 1.0" in api.metrics()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_an_owners_sessions_are_capped_and_a_new_login_ends_the_one_that_expires_first(
+    stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """However often a credential logs in, its owner holds at most `maxSessionsPerOwner`
+    session records (here 3): a login beyond them ends the owner's session that expires first,
+    on every replica, and the others go on working."""
+    token = _token_user(stack, "many-logins")
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log", ("--max-sessions-per-owner=3",)
+    )  # fmt: skip
+    try:
+        made = []
+        for hours in (1, 2, 3, 4, 5):
+            login = api.call("POST", "/v1/login", token=token, body={"ttl": f"{hours}h"})
+            assert login.status == 200, login.body
+            made.append(login.body["session_token"])
+            assert len(_sessions_of(stack, "many-logins")) <= 3
+        ended, kept = made[:2], made[2:]
+        for session in ended:
+            wait_for("the oldest sessions to end", lambda s=session: _refused_everywhere(stack, s))
+        for session in kept:
+            assert all(a.call("GET", "/v1/pools", token=session).status == 200 for a in stack.apis)
+        assert api.call("DELETE", "/v1/login", token=kept[0]).status == 204
+        assert len(_sessions_of(stack, "many-logins")) == 2, "logout frees its place"
+    finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

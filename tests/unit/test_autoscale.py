@@ -69,3 +69,20 @@ def test_counts_older_than_a_period_are_forgotten() -> None:
         {"target": 1, "arrivals": [{"start": "2026-11-20T09:00:00Z", "leases": 9}]}
     )
     assert decide(_policy(), old, [], 0, T0).status.arrivals == []
+
+
+def test_leases_released_before_they_bound_are_no_demand() -> None:
+    """Review N16: a tenant creating and releasing leases (none ever binding) does not hold the
+    pool at maxWarm; leases that bound, and those still waiting, count."""
+    ended = {"endedAt": T0.isoformat(), "endReason": "Released"}
+    churn = [
+        {"metadata": {"creationTimestamp": (T0 + datetime.timedelta(seconds=s)).isoformat()},
+         "status": ended}
+        for s in range(50)
+    ]  # fmt: skip
+    quiet = decide(_policy(), None, churn, waiting=0, now=T0 + datetime.timedelta(minutes=1))
+    assert quiet.status.target == 1
+    bound = {**ended, "boundAt": T0.isoformat()}
+    used = [{**churn[0], "status": bound}, {**churn[1], "status": bound}, *_leases(T0)]
+    busy = decide(_policy(), None, used, waiting=0, now=T0 + datetime.timedelta(minutes=1))
+    assert busy.status.target == 3

@@ -129,6 +129,20 @@ def test_a_command_comes_back_from_its_secret_exactly(command: list[str], cwd: s
     assert ExecutionCommand.from_secret(sent.secret_data(), sent.digest()) == sent
 
 
+@pytest.mark.parametrize(
+    ("command", "cwd"),
+    [(["true"], None), (["echo", "é"], "/tmp"), ([""], None), (["a", "", ""], "/")],
+)
+def test_a_commands_stored_bytes_are_what_its_secret_holds(
+    command: list[str], cwd: str | None
+) -> None:
+    """What a lease's cap on command bytes counts is exactly what the Secret stores: a test
+    that sums the decoded data of a lease's Secrets compares like with like."""
+    sent = ExecutionCommand(command=command, cwd=cwd)
+    held = sum(len(base64.b64decode(value)) for value in sent.secret_data().values())
+    assert sent.stored_bytes() == held
+
+
 def test_a_secret_without_the_reserved_command_is_refused() -> None:
     """A Secret changed (or replaced) after the reservation never yields a command to run."""
     reserved = ExecutionCommand(command=["echo", "hi"], cwd="/tmp")

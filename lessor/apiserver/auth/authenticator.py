@@ -23,7 +23,7 @@ from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableE
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.nonces import ClusterNonces
 from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
-from lessor.apiserver.auth.sessions import KEY_TTL, LoginSession, Sessions
+from lessor.apiserver.auth.sessions import DEFAULT_MAX_PER_OWNER, KEY_TTL, LoginSession, Sessions
 from lessor.apiserver.auth.sessions import PREFIX as SESSION_PREFIX
 from lessor.apiserver.auth.ssh import (
     key_blob_from_openssh,
@@ -75,6 +75,8 @@ class Authenticator:
         ssh_audiences: frozenset[str] = frozenset(),
         ssh_limiter: AdmissionLimiter | None = None,
         session_key_ttl: float = KEY_TTL,
+        *,
+        max_sessions_per_owner: int = DEFAULT_MAX_PER_OWNER,
     ) -> None:
         self.policies = policies
         self.kube = kube
@@ -82,7 +84,7 @@ class Authenticator:
         self._ca_by_jwks: dict[str, str] = {}
         self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
         self.nonces = ClusterNonces(kube, ssh_limiter)
-        self.sessions = Sessions(kube, session_key_ttl)
+        self.sessions = Sessions(kube, session_key_ttl, max_sessions_per_owner)
         self._token_digests: cachetools.TTLCache[tuple[str, str], bytes | None] = (
             cachetools.TTLCache(maxsize=1024, ttl=10)
         )

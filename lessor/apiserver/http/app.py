@@ -24,7 +24,7 @@ import falcon
 from lessor import __version__
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.auth.sessions import DEFAULT_TTL
-from lessor.apiserver.http import openapi
+from lessor.apiserver.http import metrics, openapi
 from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateLease,
@@ -37,6 +37,7 @@ from lessor.apiserver.http.bodies import (
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpNotFoundError,
+    TooManyRequestsError,
     UpgradeRequiredError,
 )
 from lessor.apiserver.http.listeners import Listeners, Wsgi
@@ -117,7 +118,13 @@ class Services:
             self.settings.ssh_audiences,
             signed,
             session_key_ttl=self.settings.session_key_ttl,
+            max_sessions_per_owner=self.settings.max_sessions_per_owner,
         )
+
+    @cached_property
+    def logins(self) -> AdmissionLimiter:
+        """Each login writes a session record: a bucket per owner, as for creates."""
+        return AdmissionLimiter(self.settings.login_rate, self.settings.login_burst, scope="login")
 
     @cached_property
     def leases(self) -> LeaseService:
@@ -171,7 +178,14 @@ class Services:
 
     @cached_property
     def executions(self) -> ExecutionService:
-        return ExecutionService(self.kube, self.sandbox_leases)
+        limiter = AdmissionLimiter(
+            self.settings.execution_admission_rate,
+            self.settings.execution_admission_burst,
+            scope="execution",
+        )
+        return ExecutionService(
+            self.kube, self.sandbox_leases, limiter, self.settings.max_command_bytes_per_lease
+        )
 
     @cached_property
     def streams(self) -> SandboxStreamService:
@@ -304,10 +318,15 @@ class LoginResource(Base):
         ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
         if caller.method == "oidc":  # never longer than the token it was exchanged for
             ttl = min(ttl, int(caller.claims["exp"]) - int(time.time()))
+        decision = self.services.logins.take(caller.owner)
+        if not decision.allowed:
+            metrics.LOGIN_RATE_LIMITED.inc()
+            raise TooManyRequestsError.rate_limited("logins", decision.retry_after)
         token, expires = self.services.auth.sessions.issue(
             caller.identity,
             caller.policy.name,
             dict(caller.claims),
+            owner=caller.owner,
             method=caller.method,
             credential=caller.credential,
             ttl=ttl,

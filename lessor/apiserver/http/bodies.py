@@ -191,11 +191,23 @@ class ExtendSandboxLease(BaseModel):
         return self.extendTtl or self.extend_ttl or ""
 
 
+# The arguments of one execution, in bytes, however they are split: each command is kept in a
+# Secret while it runs (lessor.resources.sandbox.ExecutionCommand), so what one request stores
+# in etcd is small. Input larger than that is a file's job, not argv's.
+MAX_COMMAND_BYTES = 16 * 1024
+MAX_ARGUMENTS = 1024
+
+
 def _argv_limits(argv: list[str]) -> list[str]:
     if any("\0" in arg for arg in argv):
         raise ValueError("arguments cannot contain NUL characters")
-    if sum(len(arg.encode()) for arg in argv) > 256 * 1024:
-        raise ValueError("the command is longer than 256 KiB")
+    size = sum(len(arg.encode()) for arg in argv)
+    if size > MAX_COMMAND_BYTES:
+        raise ValueError(
+            f"the command's arguments are {size} bytes; the limit is "
+            f"{MAX_COMMAND_BYTES // 1024} KiB in all: large input belongs in a file in the "
+            "sandbox, whose path the command names"
+        )
     return argv
 
 
@@ -205,9 +217,7 @@ class CreateExecution(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     command: Annotated[
-        list[Annotated[str, Field(max_length=32 * 1024)]],
-        Field(min_length=1, max_length=1024),
-        AfterValidator(_argv_limits),
+        list[str], Field(min_length=1, max_length=MAX_ARGUMENTS), AfterValidator(_argv_limits)
     ]
     cwd: str | None = Field(default=None, max_length=4096, pattern=r"^/[^\x00]*$")
     timeout: PositiveDuration | None = None

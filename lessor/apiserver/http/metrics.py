@@ -40,6 +40,14 @@ LEASE_ADMISSION_RATE_LIMITED = Counter(
     "lessor_lease_admission_rate_limited_total",
     "Cluster lease creations refused by the per-principal admission rate limit.",
 )
+EXECUTION_ADMISSION_RATE_LIMITED = Counter(
+    "lessor_execution_admission_rate_limited_total",
+    "Sandbox execution creations refused by the per-principal admission rate limit.",
+)
+LOGIN_RATE_LIMITED = Counter(
+    "lessor_login_rate_limited_total",
+    "Logins refused by the per-principal rate limit.",
+)
 SHED = Counter(
     "lessor_http_shed_total",
     "Requests refused at once with 429 because the worker already served --max-in-flight.",

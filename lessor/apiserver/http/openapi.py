@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from lessor import __version__
 from lessor.apiserver.http.bodies import (
+    MAX_COMMAND_BYTES,
     CreateExecution,
     CreateLease,
     CreateSandboxLease,
@@ -85,8 +86,8 @@ def _execution_notes(schema: Json) -> dict[str, str]:
     command = schema["properties"]["command"]
     return {
         "command": f"argv, never a shell line: {command['minItems']} to {command['maxItems']} "
-        f"arguments of at most {command['items']['maxLength'] // 1024} KiB each, 256 KiB in "
-        "all, no NUL",
+        f"arguments, at most {MAX_COMMAND_BYTES // 1024} KiB in all (UTF-8), no NUL; larger "
+        "input belongs in a file",
         "cwd": "Absolute working directory; default the container's",
         "timeout": f"Default {DEFAULT_TIMEOUT_TEXT}; capped at {MAX_TIMEOUT_TEXT} and at the "
         "lease's remaining lifetime",
@@ -195,7 +196,7 @@ def _execution_create() -> Json:
         "Run a command in the Sandbox (alpha): 200 once it ended, 202 when detached",
         200,
         _ref(ExecutionResult),
-        errors=(400, 401, 503, 404, 409, 501),
+        errors=(400, 401, 503, 404, 409, 429, 501),
         request=CreateExecution,
     )
     location = {"Location": _header(EXECUTION_LOCATION)}
@@ -203,9 +204,15 @@ def _execution_create() -> Json:
     responses["200"]["headers"] = location
     responses["409"]["description"] = (
         "reason `idempotency_conflict`, `execution_limit_exhausted` (the lease has run the "
-        "`maxExecutions` its pool allowed when it was granted), `not_ready`, `expired`, "
+        "`maxExecutions` its pool allowed when it was granted, or stored its "
+        "`apiserver.maxCommandBytesPerLease` of command bytes), `not_ready`, `expired`, "
         "`target_unresolved` or `conflict_retryable`"
     )
+    responses["429"]["description"] = (
+        "code `rate_limited`: the caller's execution creates passed the replica's rate "
+        "(`apiserver.executionAdmissionRate`); `Retry-After` in seconds"
+    )
+    responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
     responses["501"]["description"] = "the SandboxPool has no runner"
     responses["503"]["description"] = (
         "reason `backend_error`: the sandbox's runner (or the cluster API) cannot be reached; "
@@ -390,15 +397,30 @@ def execution_logs() -> Json:
     return {"get": _execution_logs()}
 
 
+def _login() -> Json:
+    operation = _operation(
+        "Exchange a credential for a session",
+        200,
+        _ref(SessionIssued),
+        errors=(*COMMON, 409, 429),
+        request=Login,
+    )
+    responses = operation["responses"]
+    responses["409"]["description"] = (
+        "reason `conflict_retryable`: other logins of this identity took its session slots "
+        "meanwhile; retry"
+    )
+    responses["429"]["description"] = (
+        "code `rate_limited`: the caller's logins passed the replica's rate "
+        "(`apiserver.loginRate`); `Retry-After` in seconds"
+    )
+    responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
+    return operation
+
+
 def login() -> Json:
     return {
-        "post": _operation(
-            "Exchange a credential for a session",
-            200,
-            _ref(SessionIssued),
-            errors=COMMON,
-            request=Login,
-        ),
+        "post": _login(),
         "delete": _operation("Log out the session", 204, None, errors=COMMON),
     }
 

@@ -20,6 +20,18 @@ class Settings:
     # The same for cluster lease creation.
     lease_admission_rate: float = 5.0
     lease_admission_burst: int = 30
+    # The same for execution creation: each one stores a Secret and a SandboxExecution.
+    execution_admission_rate: float = 1.0
+    execution_admission_burst: int = 20
+    # Logins a second per principal and replica, and burst: each one writes a session record.
+    login_rate: float = 0.2
+    login_burst: int = 10
+    # Session records one owner may hold: a login beyond ends the one that expires first
+    # (lessor.apiserver.auth.sessions, whose DEFAULT_MAX_PER_OWNER this is).
+    max_sessions_per_owner: int = 32
+    # Bytes of command and cwd one Sandbox lease may store over its lifetime, summed over its
+    # executions (lessor.apiserver.sandboxes.executions): 64 commands of the largest size.
+    max_command_bytes_per_lease: int = 1024 * 1024
     # Requests one worker serves at once (health and metrics aside): beyond, 429 at once with
     # Retry-After (lessor.apiserver.http.shedding).
     max_in_flight: int = 32

@@ -21,7 +21,7 @@ from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
-from lessor.resources.base import Condition, problems
+from lessor.resources.base import Condition, problems_for_tenants
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 
@@ -80,8 +80,9 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
 
 
 def _explain(record: Json, conditions: list[Condition]) -> None:
-    """The record's `message`: what the pool's False conditions say is wrong, if any."""
-    failing = problems(conditions)
+    """The record's `message`: which of the pool's conditions are False, and why in a word (the
+    details are in the pool's status, for administrators), if any."""
+    failing = problems_for_tenants(conditions)
     if failing:
         record["message"] = "; ".join(failing)
 

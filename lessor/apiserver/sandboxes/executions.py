@@ -1,14 +1,17 @@
 """/v1/sandbox-leases/:id/executions (spec 4.5, 3.3): reserve, start, wait, read, cancel.
 
-A POST first reserves: one more unit of the lease's per-lifetime budget (a fenced increment of
-`spec.executionsReserved`, so replicas cannot overspend it), then a Secret holding the argv and
-cwd (never the SandboxExecution: see ExecutionCommand), then a SandboxExecution whose name is a
-digest of the exact lease instance (uid) and the idempotency key, created atomically. Only
-then is the runner asked to start it, and the runner itself reserves again with an atomic mkdir
-of the execution's id, so neither a keyed retry, nor two replicas, nor the operator's replay
-can run a command twice. The operator (lessor.operator.executions) starts any reserved
-execution the API did not get to, and owns the execution's status; the API answers from the
-runner directly where it must answer at once (wait mode, logs windows, cancel).
+A POST that makes a new execution first spends a token of the caller's execution bucket (each
+one stores objects in etcd), then reserves: one more unit of the lease's per-lifetime budget
+and the command's bytes of the lease's command bytes (one fenced write of both, so replicas
+cannot overspend either), then a Secret holding the argv and cwd (never the SandboxExecution:
+see ExecutionCommand), then a SandboxExecution whose name is a digest of the exact lease
+instance (uid) and the idempotency key, created atomically. Only then is the runner asked to
+start it, and the runner itself reserves again with an atomic mkdir of the execution's id, so
+neither a keyed retry, nor two replicas, nor the operator's replay can run a command twice. The
+operator (lessor.operator.executions) starts any reserved execution the API did not get to,
+owns the execution's status, and deletes the command Secret once the execution has ended; the
+API answers from the runner directly where it must answer at once (wait mode, logs windows,
+cancel), and never reads the Secret of an execution that exists.
 """
 
 from __future__ import annotations
@@ -22,16 +25,19 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http import metrics
 from lessor.apiserver.http.bodies import CreateExecution
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpConflictError,
     HttpNotFoundError,
     NotImplementedYetError,
+    TooManyRequestsError,
     UnavailableError,
 )
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, placed_pod
+from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.backoff import Backoff
@@ -51,6 +57,11 @@ from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call
 
 LEASE_LABEL = "lessor.dev/sandbox-lease"
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
+# The bytes of command and cwd a SandboxLease's executions have stored (ExecutionCommand's
+# stored_bytes), summed, never given back: written with `spec.executionsReserved` in one fenced
+# patch. An annotation, not a spec field, so that an API server upgraded before the CRDs still
+# counts (a field the installed schema lacks would be pruned, and the cap would never bind).
+COMMAND_BYTES_ANNOTATION = "lessor.dev/command-bytes-reserved"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 SPEND_BACKOFF = Backoff(first=0.02, cap=0.2)
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
@@ -70,6 +81,21 @@ def _owned_by(lease: Json) -> list[Json]:
     meta = lease["metadata"]
     return [{"apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxLease",
              "name": meta["name"], "uid": meta["uid"]}]  # fmt: skip
+
+
+def command_bytes_reserved(lease: Json) -> int:
+    """The lease's command bytes so far; none recorded (or an administrator's removal) is 0."""
+    value = str((lease["metadata"].get("annotations") or {}).get(COMMAND_BYTES_ANNOTATION, "0"))
+    return int(value) if value.isascii() and value.isdigit() else 0
+
+
+def _annotate(lease: Json, key: str, value: str) -> Json:
+    """The JSON-patch operation setting one annotation of `lease` as read (a missing map is
+    created with it)."""
+    if lease["metadata"].get("annotations") is None:
+        return {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
+    escaped = key.replace("~", "~0").replace("/", "~1")
+    return {"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value}
 
 
 def _view(obj: Json) -> Json:
@@ -102,9 +128,18 @@ def _window(window: Window | None, truncated: bool) -> Json:
 
 
 class ExecutionService:
-    def __init__(self, kube: Kube, leases: SandboxLeaseService) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        leases: SandboxLeaseService,
+        limiter: AdmissionLimiter,
+        max_command_bytes: int,
+    ) -> None:
         self.kube = kube
         self.leases = leases
+        self.limiter = limiter
+        # Bytes of command and cwd one lease may store over its lifetime (its executions summed).
+        self.max_command_bytes = max_command_bytes
 
     # -- create ----------------------------------------------------------------------------
 
@@ -116,11 +151,21 @@ class ExecutionService:
         command = ExecutionCommand(command=request.command, cwd=request.cwd)
         existing = self.kube.find(SandboxExecution.crd.plural, name)
         if existing is None:
+            self._admit(principal)
             existing = self._reserve(principal, lease, name, request, command)
         self._require_same_intent(existing, request, command)
         if request.detach:
             return 202, self._started(existing, command)
         return self._wait(existing, command)
+
+    def _admit(self, principal: Principal) -> None:
+        """A token of the caller's bucket for a request that will store objects (a keyed retry
+        of an execution that exists stores nothing, and spends nothing); without one, 429 with
+        Retry-After, and nothing spent or stored."""
+        decision = self.limiter.take(principal.owner)
+        if not decision.allowed:
+            metrics.EXECUTION_ADMISSION_RATE_LIMITED.inc()
+            raise TooManyRequestsError.rate_limited("execution requests", decision.retry_after)
 
     def _reserve(
         self,
@@ -145,7 +190,7 @@ class ExecutionService:
             raise BadRequestError(f"the sandbox has no container {request.container}")
         pod = placed_pod(lease)
         timeout = self._timeout(request, status)
-        made_meanwhile = self._spend_one(lease, name)
+        made_meanwhile = self._spend_one(lease, name, command.stored_bytes())
         if made_meanwhile is not None:
             return made_meanwhile
         self._keep_command(lease, name, command)
@@ -213,9 +258,14 @@ class ExecutionService:
         except ApiException as error:
             if error.status != 409:
                 raise
-        found = core.read_namespaced_secret(
-            command_secret_name(name), namespace, _request_timeout=TIMEOUT
-        )
+        try:
+            found = core.read_namespaced_secret(
+                command_secret_name(name), namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return  # deleted since, so its execution has ended: the create meets that execution
         try:
             ExecutionCommand.from_secret(found.data, command.digest())
         except ValueError:
@@ -257,22 +307,14 @@ class ExecutionService:
             timeout = min(timeout, datetime.timedelta(seconds=int(left.total_seconds())))
         return format_duration(timeout)
 
-    def _spend_one(self, lease: Json, name: str) -> Json | None:
-        """One unit of the lease's execution budget, by a fenced increment retried on races; or,
-        when a request with the same key made the execution meanwhile, that execution (it paid).
-        Without that check, identical retries sent at once would each pay, and race each other
-        for the increment until one ran out of attempts."""
+    def _spend_one(self, lease: Json, name: str, size: int) -> Json | None:
+        """One unit of the lease's execution budget and `size` of its command bytes, by one
+        fenced write retried on races; or, when a request with the same key made the execution
+        meanwhile, that execution (it paid). Without that check, identical retries sent at once
+        would each pay, and race each other for the increment until one ran out of attempts."""
         for attempt in range(SPEND_ATTEMPTS):
-            spec = SandboxLease.model_validate(lease).spec
-            if spec.executions_reserved >= spec.max_executions:
-                raise HttpConflictError(
-                    f"this lease has run its {spec.max_executions} executions; request a new lease",
-                    reason="execution_limit_exhausted",
-                )
-            spent = spec.executions_reserved
-            operation = {"op": "add", "path": "/spec/executionsReserved", "value": spent + 1}
             try:
-                fenced_patch(self.kube, SandboxLease.crd.plural, lease, [operation])
+                fenced_patch(self.kube, SandboxLease.crd.plural, lease, self._spending(lease, size))
                 return None
             except FenceConflictError:
                 made = self.kube.find(SandboxExecution.crd.plural, name)
@@ -283,6 +325,29 @@ class ExecutionService:
         raise HttpConflictError(
             "the lease changed while reserving; retry", reason="conflict_retryable"
         )
+
+    def _spending(self, lease: Json, size: int) -> list[Json]:
+        """The patch spending one execution and `size` command bytes of `lease` as read; 409
+        `execution_limit_exhausted` (spec 7.2's per-lifetime bound) when either is spent."""
+        spec = SandboxLease.model_validate(lease).spec
+        if spec.executions_reserved >= spec.max_executions:
+            raise HttpConflictError(
+                f"this lease has run its {spec.max_executions} executions; request a new lease",
+                reason="execution_limit_exhausted",
+            )
+        stored = command_bytes_reserved(lease)
+        if stored + size > self.max_command_bytes:
+            raise HttpConflictError(
+                f"this lease's commands have stored {stored} of the {self.max_command_bytes} "
+                f"bytes of command and cwd a lease may store, too few for this one's {size}: "
+                "large input belongs in a file in the sandbox; or request a new lease",
+                reason="execution_limit_exhausted",
+            )
+        spent = spec.executions_reserved + 1
+        return [
+            {"op": "add", "path": "/spec/executionsReserved", "value": spent},
+            _annotate(lease, COMMAND_BYTES_ANNOTATION, str(stored + size)),
+        ]
 
     @staticmethod
     def _require_same_intent(

@@ -57,7 +57,7 @@ from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.access_policy import SandboxGrant
-from lessor.resources.base import problems
+from lessor.resources.base import problems_for_tenants
 from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
 
@@ -167,9 +167,9 @@ class SandboxLeaseService:
         if too_big:
             raise ForbiddenError(too_big, reason="resource_ceiling")
         if pool.status is None or pool.status.phase in (None, "Unavailable"):
-            why = "; ".join(problems(pool.status.conditions if pool.status else [])) or (
-                "the operator has not reconciled it"
-            )
+            why = "; ".join(
+                problems_for_tenants(pool.status.conditions if pool.status else [])
+            ) or ("the operator has not reconciled it")
             raise UnavailableError(
                 f"SandboxPool {name} is not served yet: {why}", reason="pool_unresolvable"
             )

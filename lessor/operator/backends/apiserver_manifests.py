@@ -12,11 +12,13 @@ Pod Security `restricted`, as everything in lessor's namespace must.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lessor.controlplane.pki import CertificateAuthority, service_account_key
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
+from lessor.operator.backends.exposure import Reach
+from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
+from lessor.resources.cluster import Placement, quantity_bytes
 
 PORT = 6443
 ETCD_CLIENT = "http://127.0.0.1:2379"
@@ -24,6 +26,7 @@ ETCD_PEER = "http://127.0.0.1:2380"
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "lessor-admin"
 PKI_DIR = "/etc/kubernetes/pki"
+ETCD_MEMORY_LIMIT = "512Mi"
 RESTRICTED_CONTAINER: Manifest = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -37,9 +40,18 @@ class ApiserverConfig:
     etcd_image: str = "registry.k8s.io/etcd:3.6.6-0"
     cpu: str = "100m"
     memory: str = "256Mi"
+    memory_limit: str = "1Gi"
+    etcd_quota: str = "1Gi"
+    placement: Placement = field(default_factory=Placement)
     # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
     service_type: str = "NodePort"
+    reach: Reach = field(default_factory=Reach)
+
+
+def etcd_volume_limit(config: ApiserverConfig) -> str:
+    """etcd's volume: its quota, and as much again for the write-ahead log and snapshots."""
+    return f"{2 * quantity_bytes(config.etcd_quota) // 2**20}Mi"
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -91,12 +103,17 @@ def _etcd(config: ApiserverConfig) -> Manifest:
         f"--listen-peer-urls={ETCD_PEER}", f"--initial-advertise-peer-urls={ETCD_PEER}",
         f"--initial-cluster=etcd={ETCD_PEER}", "--initial-cluster-state=new",
         "--unsafe-no-fsync=true", "--log-level=warn",
+        f"--quota-backend-bytes={quantity_bytes(config.etcd_quota)}",
     ]  # fmt: skip
     return {
         "name": "etcd",
         "image": config.etcd_image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": ETCD_MEMORY_LIMIT},
+        },
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "etcd", "mountPath": "/var/lib/etcd"}],
     }
@@ -129,7 +146,10 @@ def _apiserver(instance: InstanceRef, config: ApiserverConfig) -> Manifest:
             "periodSeconds": 10,
             "initialDelaySeconds": 30,
         },
-        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        "resources": {
+            "requests": {"cpu": config.cpu, "memory": config.memory},
+            "limits": {"memory": config.memory_limit},
+        },
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "pki", "mountPath": PKI_DIR, "readOnly": True}],
     }
@@ -153,43 +173,49 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
             "type": "Opaque",
             "data": {key: base64.b64encode(value).decode() for key, value in pki.items()},
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": metadata(instance, name),
-            "spec": {
-                "type": config.service_type,
-                "selector": labels(instance),
-                "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
-            },
-        },
+        config.reach.shape(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": metadata(instance, name),
+                "spec": {
+                    "type": config.service_type,
+                    "selector": labels(instance),
+                    "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
+                },
+            }
+        ),
         statefulset(
             instance,
             name,
             pod_labels,
-            {
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": 5,
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 65532,
-                    "runAsGroup": 65532,
-                    "fsGroup": 65532,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [_etcd(config), _apiserver(instance, config)],
-                "volumes": [
-                    {"name": "etcd", "emptyDir": {}},
-                    {
-                        "name": "pki",
-                        "secret": {
-                            "secretName": pki_secret_name(instance),
-                            "defaultMode": 0o440,
-                            "items": [{"key": key, "path": key} for key in mounted],
-                        },
+            placed(
+                {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 5,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                ],
-            },
+                    "containers": [_etcd(config), _apiserver(instance, config)],
+                    "volumes": [
+                        # Room for etcd's quota and its write-ahead log beside it.
+                        {"name": "etcd", "emptyDir": {"sizeLimit": etcd_volume_limit(config)}},
+                        {
+                            "name": "pki",
+                            "secret": {
+                                "secretName": pki_secret_name(instance),
+                                "defaultMode": 0o440,
+                                "items": [{"key": key, "path": key} for key in mounted],
+                            },
+                        },
+                    ],
+                },
+                config.placement,
+            ),
         ),
     ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.runtime.client import KubeClient
@@ -61,6 +61,24 @@ class Route:
                 "rules": [{"backendRefs": [{"name": name, "port": service_port}]}],
             },
         }
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Who may connect to a cluster's own Service, and the cloud's settings for it."""
+
+    source_ranges: tuple[str, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def shape(self, service: Manifest) -> Manifest:
+        """`service` with the pool's annotations, and its source ranges where a load balancer
+        admits clients (a NodePort is reached through the nodes, whose firewall decides)."""
+        if self.annotations:
+            metadata = service["metadata"]
+            metadata["annotations"] = {**metadata.get("annotations", {}), **self.annotations}
+        if self.source_ranges and service["spec"]["type"] == "LoadBalancer":
+            service["spec"]["loadBalancerSourceRanges"] = list(self.source_ranges)
+        return service
 
 
 async def endpoint(

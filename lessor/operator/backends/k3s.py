@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 
 from lessor.operator.backends import k3s_manifests as manifests
-from lessor.operator.backends.base import InstanceRef
+from lessor.operator.backends.base import BackendError, InstanceRef
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.backends.pod_cluster import Layout, PodClusterBackend
 from lessor.operator.runtime.client import KubeClient
@@ -21,9 +21,21 @@ class K3sBackend(PodClusterBackend):
     kind = "k3s"
     pod_security = manifests.POD_SECURITY
 
-    def __init__(self, client: KubeClient, config: manifests.K3sConfig) -> None:
-        super().__init__(client, config.host, config.route)
+    def __init__(
+        self, client: KubeClient, config: manifests.K3sConfig, refusal: str | None = None
+    ) -> None:
+        super().__init__(client, config.host, config.route, config.network, config.quota)
         self.config = config
+        # Why this operator provisions no k3s cluster (lessor.operator.backends.registry).
+        self.refusal = refusal
+
+    async def provision(self, instance: InstanceRef) -> None:
+        if self.refusal is not None:
+            raise BackendError(self.refusal)
+        await super().provision(instance)
+
+    def api_port(self) -> int:
+        return manifests.PORT
 
     def layout(self, instance: InstanceRef, namespace: str) -> Layout:
         return Layout(

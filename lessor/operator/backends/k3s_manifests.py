@@ -17,11 +17,12 @@ the k3s binary), as k3s's package/Dockerfile assembles the image.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.exposure import Route
-from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
+from lessor.operator.backends.exposure import Reach, Route
+from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
+from lessor.resources.cluster import Network, Placement, Quota
 
 KUBECONFIG_KEY = "kubeconfig"
 PORT = 6443
@@ -53,11 +54,24 @@ class K3sConfig:
     persistent: bool = True
     cpu: str = "500m"
     memory: str = "1Gi"
+    memory_limit: str = "2Gi"
     # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
     service_type: str = "NodePort"
+    reach: Reach = field(default_factory=Reach)
     # Exposure through a Gateway instead of the Service's own address.
     route: Route | None = None
+    network: Network = field(default_factory=Network)
+    placement: Placement = field(default_factory=Placement)
+    quota: Quota = field(default_factory=Quota)
+
+
+# The emptyDirs' bounds: k3s's datastore and images (without a claim), the kubeconfig k3s writes
+# and the publisher's kubectl cache; past one, the kubelet evicts the pod.
+DATA_LIMIT = "10Gi"
+SMALL_LIMIT = "16Mi"
+# What the k3s container's own writes may take (its root filesystem, its logs).
+EPHEMERAL_LIMIT = "2Gi"
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -120,7 +134,10 @@ def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
             },
             "periodSeconds": 2,
         },
-        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        "resources": {
+            "requests": {"cpu": config.cpu, "memory": config.memory},
+            "limits": {"memory": config.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
+        },
         # The agent's kubelet and containerd: the reason for the namespace's `privileged`.
         "securityContext": {"privileged": True},
         "volumeMounts": [
@@ -137,7 +154,10 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
     name = object_name(instance)
     publisher = f"{name}-publisher"
     claims: list[Manifest] = []
-    volumes: list[Manifest] = [{"name": "output", "emptyDir": {}}, {"name": "home", "emptyDir": {}}]
+    volumes: list[Manifest] = [
+        {"name": "output", "emptyDir": {"sizeLimit": SMALL_LIMIT}},
+        {"name": "home", "emptyDir": {"sizeLimit": SMALL_LIMIT}},
+    ]
     if config.persistent:
         claim_spec: Manifest = {
             "accessModes": ["ReadWriteOnce"],
@@ -149,7 +169,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
             {"metadata": {"name": "data", "labels": labels(instance)}, "spec": claim_spec}
         )
     else:
-        volumes.append({"name": "data", "emptyDir": {}})
+        volumes.append({"name": "data", "emptyDir": {"sizeLimit": DATA_LIMIT}})
     volumes.append({"name": "token", "secret": {"secretName": token_secret_name(instance)}})
     pod_labels = {**labels(instance), "app.kubernetes.io/name": "k3s"}
     return [
@@ -177,45 +197,53 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
             },
             "subjects": [{"kind": "ServiceAccount", "name": publisher, "namespace": namespace}],
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": metadata(instance, name, namespace),
-            "spec": {
-                "type": config.service_type,
-                "selector": labels(instance),
-                "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
-            },
-        },
+        config.reach.shape(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": metadata(instance, name, namespace),
+                "spec": {
+                    "type": config.service_type,
+                    "selector": labels(instance),
+                    "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
+                },
+            }
+        ),
         statefulset(
             instance,
             name,
             pod_labels,
-            {
-                "serviceAccountName": publisher,
-                "enableServiceLinks": False,
-                "securityContext": {
-                    "fsGroup": SHARED_GROUP,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [
-                    _k3s(instance, config, namespace),
-                    {
-                        "name": "kubeconfig-publisher",
-                        "image": config.image,
-                        "command": ["/bin/sh", "-c", _publish_script(instance, namespace)],
-                        # kubectl's cache; the root filesystem is read-only.
-                        "env": [{"name": "HOME", "value": PUBLISHER_HOME}],
-                        "securityContext": PUBLISHER_CONTAINER,
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                        "volumeMounts": [
-                            {"name": "output", "mountPath": "/output", "readOnly": True},
-                            {"name": "home", "mountPath": PUBLISHER_HOME},
-                        ],
+            placed(
+                {
+                    "serviceAccountName": publisher,
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "fsGroup": SHARED_GROUP,
+                        "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                ],
-                "volumes": volumes,
-            },
+                    "containers": [
+                        _k3s(instance, config, namespace),
+                        {
+                            "name": "kubeconfig-publisher",
+                            "image": config.image,
+                            "command": ["/bin/sh", "-c", _publish_script(instance, namespace)],
+                            # kubectl's cache; the root filesystem is read-only.
+                            "env": [{"name": "HOME", "value": PUBLISHER_HOME}],
+                            "securityContext": PUBLISHER_CONTAINER,
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "32Mi"},
+                                "limits": {"memory": "128Mi"},
+                            },
+                            "volumeMounts": [
+                                {"name": "output", "mountPath": "/output", "readOnly": True},
+                                {"name": "home", "mountPath": PUBLISHER_HOME},
+                            ],
+                        },
+                    ],
+                    "volumes": volumes,
+                },
+                config.placement,
+            ),
             claims=claims,
             namespace=namespace,
         ),

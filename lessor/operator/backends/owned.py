@@ -12,6 +12,7 @@ from typing import Any
 
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Placement
 
 INSTANCE_LABEL = "lessor.dev/instance"
 INSTANCE_UID_LABEL = "lessor.dev/instance-uid"
@@ -69,6 +70,18 @@ def statefulset(
             "volumeClaimTemplates": claims or [],
         },
     }
+
+
+def placed(pod_spec: Manifest, placement: Placement) -> Manifest:
+    """The pod spec on the nodes the pool names (and tolerating their taints), if it names any."""
+    if placement.node_selector:
+        pod_spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        pod_spec["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for t in placement.tolerations
+        ]
+    return pod_spec
 
 
 async def labelled_names(client: KubeClient, collection: str, instance: InstanceRef) -> list[str]:

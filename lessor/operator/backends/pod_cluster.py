@@ -16,14 +16,18 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from lessor.operator.backends import exposure, published_kubeconfig
+from lessor.operator.backends import exposure, isolation, published_kubeconfig
 from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
 from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.writes import create_missing
+from lessor.resources.cluster import Network, Quota
 
 _COLLECTIONS = {
+    "NetworkPolicy": "apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+    "ResourceQuota": "api/v1/namespaces/{ns}/resourcequotas",
+    "LimitRange": "api/v1/namespaces/{ns}/limitranges",
     "Secret": "api/v1/namespaces/{ns}/secrets",
     "ServiceAccount": "api/v1/namespaces/{ns}/serviceaccounts",
     "RoleBinding": "apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
@@ -52,12 +56,23 @@ class PodClusterBackend:
     pod_security = "restricted"
 
     def __init__(
-        self, client: KubeClient, host: str | None, route: exposure.Route | None = None
+        self,
+        client: KubeClient,
+        host: str | None,
+        route: exposure.Route | None,
+        network: Network,
+        quota: Quota,
     ) -> None:
         self.client = client
         self.host = host
         self.route = route
+        self.network = network
+        self.quota = quota
         self.namespaces = InstanceNamespaces(client)
+
+    def api_port(self) -> int:
+        """The port the cluster's own pod serves its API on (what the exposure reaches)."""
+        raise NotImplementedError
 
     def layout(self, instance: InstanceRef, namespace: str) -> Layout:
         raise NotImplementedError
@@ -70,7 +85,18 @@ class PodClusterBackend:
     async def provision(self, instance: InstanceRef) -> None:
         # What exists is kept: a replay creates only what is missing.
         namespace = await self.namespaces.ensure(instance, self.pod_security)
-        manifests = self.render(instance, namespace)
+        # Isolation first: no pod of the cluster runs a moment without it.
+        manifests = [
+            *isolation.network_policies(
+                instance,
+                namespace,
+                self.network,
+                self.api_port(),
+                await isolation.host_api(self.client),
+            ),
+            *isolation.quota(instance, namespace, self.quota),
+            *self.render(instance, namespace),
+        ]
         if self.route is not None:
             layout = self.layout(instance, namespace)
             hostname = self.route.hostname(namespace)

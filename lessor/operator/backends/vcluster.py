@@ -21,9 +21,12 @@ class VclusterBackend(PodClusterBackend):
     kind = "vcluster"
 
     def __init__(self, client: KubeClient, config: manifests.VclusterConfig) -> None:
-        super().__init__(client, config.host, config.route)
+        super().__init__(client, config.host, config.route, config.network, config.quota)
         self.config = config
         self.pod_security = config.pod_security
+
+    def api_port(self) -> int:
+        return manifests.PORT
 
     def layout(self, instance: InstanceRef, namespace: str) -> Layout:
         name = manifests.vcluster_name(instance)

@@ -21,13 +21,14 @@ would need an image of its own, no volume snapshot rules, which need cluster-wid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.exposure import Route
-from lessor.operator.backends.owned import Manifest, labels, metadata, statefulset
+from lessor.operator.backends.exposure import Reach, Route
+from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
+from lessor.resources.cluster import Network, Placement, Quota
 
 PORT = 8443
 SERVICE_PORT = 443
@@ -54,12 +55,25 @@ class VclusterConfig:
     coredns_image: str = "coredns/coredns:1.12.1"
     cpu: str = "200m"
     memory: str = "256Mi"
+    memory_limit: str = "1Gi"
     pod_security: str = "baseline"
     # The address clients reach the cluster at; None: the node's or the load balancer's.
     host: str | None = None
     service_type: str = "NodePort"
+    reach: Reach = field(default_factory=Reach)
     # Exposure through a Gateway instead of the Service's own address.
     route: Route | None = None
+    network: Network = field(default_factory=Network)
+    placement: Placement = field(default_factory=Placement)
+    quota: Quota = field(default_factory=Quota)
+
+
+# Each emptyDir's bound (past it the kubelet evicts the pod): the virtual cluster's database,
+# the Kubernetes binaries copied in (about 250 MB), certificates, Helm's cache and /tmp.
+EMPTY_DIRS = {
+    "data": "2Gi", "binaries": "1Gi", "certs": "16Mi", "helm-cache": "256Mi", "tmp": "1Gi",
+}  # fmt: skip
+EPHEMERAL_LIMIT = "1Gi"
 
 
 def vcluster_name(instance: InstanceRef) -> str:
@@ -120,7 +134,13 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
                     "podSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 },
             },
-            "service": {"enabled": True, "spec": {"type": config.service_type}},
+            # vcluster keeps its Service as it is told here: the same shape as lessor's.
+            "service": {
+                "enabled": True,
+                "spec": config.reach.shape({"metadata": {}, "spec": {"type": config.service_type}})[
+                    "spec"
+                ],
+            },
             "statefulSet": {"highAvailability": HIGH_AVAILABILITY},
             "advanced": {"serviceAccount": enabled, "workloadServiceAccount": enabled},
         },
@@ -164,7 +184,10 @@ def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
         "readinessProbe": {**probe, "failureThreshold": 60},
         "startupProbe": {**probe, "periodSeconds": 3, "failureThreshold": 200},
         "livenessProbe": {**probe, "httpGet": LIVENESS, "failureThreshold": 60},
-        "resources": {"requests": {"cpu": config.cpu, "memory": config.memory}},
+        "resources": {
+            "requests": {"cpu": config.cpu, "memory": config.memory},
+            "limits": {"memory": config.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
+        },
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [
             {"name": "data", "mountPath": "/data"},
@@ -183,7 +206,6 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
     syncer_account = f"vc-{name}"
     # The syncer finds its own pods by these two labels, as the chart sets them.
     pod_labels = {**labels(instance), "app": "vcluster", "release": name}
-    empty = ("data", "binaries", "certs", "helm-cache", "tmp")
     return [
         {
             "apiVersion": "v1",
@@ -218,48 +240,62 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                 {"kind": "ServiceAccount", "name": syncer_account, "namespace": namespace}
             ],
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            # The syncer records the host's service CIDR in an annotation, and assumes the
-            # Service has annotations to add it to.
-            "metadata": {**metadata(instance, name, namespace), "annotations": {SERVICE_NOTE: ""}},
-            "spec": {
-                "type": config.service_type,
-                "selector": labels(instance),
-                "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": PORT}],
-            },
-        },
+        config.reach.shape(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                # The syncer records the host's service CIDR in an annotation, and assumes the
+                # Service has annotations to add it to.
+                "metadata": {
+                    **metadata(instance, name, namespace),
+                    "annotations": {SERVICE_NOTE: ""},
+                },
+                "spec": {
+                    "type": config.service_type,
+                    "selector": labels(instance),
+                    "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": PORT}],
+                },
+            }
+        ),
         statefulset(
             instance,
             name,
             pod_labels,
-            {
-                "serviceAccountName": syncer_account,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": 10,
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": UID,
-                    "runAsGroup": UID,
-                    "fsGroup": UID,
-                    "seccompProfile": {"type": "RuntimeDefault"},
+            placed(
+                {
+                    "serviceAccountName": syncer_account,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 10,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": UID,
+                        "runAsGroup": UID,
+                        "fsGroup": UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "initContainers": [
+                        {
+                            "name": "kubernetes",
+                            "image": config.kubernetes_image,
+                            "command": ["cp", "-r", "/kubernetes/.", "/binaries/"],
+                            "securityContext": {
+                                **RESTRICTED_CONTAINER,
+                                "readOnlyRootFilesystem": True,
+                            },
+                            "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
+                        }
+                    ],
+                    "containers": [_syncer(instance, config)],
+                    "volumes": [
+                        *(
+                            {"name": volume, "emptyDir": {"sizeLimit": size}}
+                            for volume, size in EMPTY_DIRS.items()
+                        ),
+                        {"name": "config", "secret": {"secretName": config_secret_name(instance)}},
+                    ],
                 },
-                "initContainers": [
-                    {
-                        "name": "kubernetes",
-                        "image": config.kubernetes_image,
-                        "command": ["cp", "-r", "/kubernetes/.", "/binaries/"],
-                        "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
-                        "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
-                    }
-                ],
-                "containers": [_syncer(instance, config)],
-                "volumes": [
-                    *({"name": volume, "emptyDir": {}} for volume in empty),
-                    {"name": "config", "secret": {"secretName": config_secret_name(instance)}},
-                ],
-            },
+                config.placement,
+            ),
             namespace=namespace,
         ),
     ]

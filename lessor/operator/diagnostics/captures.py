@@ -8,8 +8,9 @@ capture runs as a task of its own; the reconcile returns and is requeued when th
 the deadline passes. The result (Captured, or Failed with why) is written with the condition
 DiagnosticsCaptured and an Event, and teardown goes on. After a kill -9 the task is gone: the
 next operator starts it again with what is left of the deadline (the object name is the same,
-so a second upload replaces the first), or, past the deadline, records it as Failed. Captures run
-at most `CONCURRENCY` at a time; waiting for a turn counts against the deadline.
+so a second upload replaces the first), or, past the deadline, records it as Failed. Captures
+take turns (turns.py: a few at once, fewer of one owner's); waiting for one counts against the
+deadline.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from lessor.operator.conditions import with_condition
 from lessor.operator.diagnostics.bundle import BundleWriter
 from lessor.operator.diagnostics.capture import capture_cluster, lease_record
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
+from lessor.operator.diagnostics.turns import Turns
 from lessor.operator.kinds import LEASES, SECRETS
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Result
@@ -46,7 +48,6 @@ from lessor.resources.cluster import (
 
 log = logging.getLogger(__name__)
 
-CONCURRENCY = 4
 # Of the capture timeout, the share kept for the upload (at least UPLOAD_MIN, at most UPLOAD_MAX).
 UPLOAD_SHARE = 0.3
 UPLOAD_MIN = 2.0
@@ -98,7 +99,7 @@ class Captures:
         # Outcomes not yet written, by lease uid; bounded, as a lease deleted mid-capture never
         # comes back for its own.
         self._outcomes: TTLCache[str, Outcome] = TTLCache(maxsize=4096, ttl=3600)
-        self._turns = asyncio.Semaphore(CONCURRENCY)
+        self._turns = Turns()
 
     async def before_teardown(
         self, obj: Json, lease: ClusterLease, settings: Diagnostics | None
@@ -189,7 +190,7 @@ class Captures:
         writer = BundleWriter(settings.max_bytes)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                async with self._turns:
+                async with self._turns.turn(lease.spec.requester or ""):
                     bucket = await bucket_for(self.client, lease.metadata.namespace or "", settings)
                     timed_out = await self._gather(
                         obj=obj,
@@ -228,7 +229,7 @@ class Captures:
             f"{len(writer.entries)} files, {size} bytes in s3://{settings.bucket}/{record.key}"
         ]
         if writer.truncated:
-            parts.append(f"cut to maxBytes ({settings.max_bytes})")
+            parts.append(f"partial: {'; '.join(writer.cuts())} (capture.json lists what)")
         if timed_out:
             parts.append("the cluster's answers ran out of time: in part")
         return Outcome(True, "; ".join(parts), size, writer.truncated or timed_out)
@@ -250,7 +251,7 @@ class Captures:
         try:
             found = await self.client.get(SECRETS.path(lease.metadata.namespace, secret or "-"))
             kubeconfig = base64.b64decode(found["data"]["kubeconfig"]).decode()
-            reader = ClusterReader(kubeconfig)
+            reader = ClusterReader(kubeconfig, writer.budget)
         except (ApiError, KeyError, ValueError, ReadError) as error:
             writer.failed("cluster", f"no kubeconfig to read the cluster with: {error}")
             return False

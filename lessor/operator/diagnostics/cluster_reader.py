@@ -1,10 +1,11 @@
 """Reads a leased cluster's API for a diagnostics bundle, as hostile data.
 
 The cluster belongs to its tenant until teardown: its API server may answer slowly, endlessly or
-with gigabytes. Every read here is streamed and cut at a byte limit, and the caller bounds the
-time (lessor.operator.diagnostics.capture); nothing read is interpreted beyond JSON parsing of
-what fitted. The kubeconfig is the one the backend published for the lease, so the operator
-reaches the cluster where its users do (a node port, a load balancer, a Gateway by SNI).
+with gigabytes. Every read here is streamed, charged to the bundle's budget chunk by chunk as it
+arrives (an error's body too), and cut at a byte limit and at what is left of the budget; the
+caller bounds the time and decides what to decode (lessor.operator.diagnostics.capture). The
+kubeconfig is the one the backend published for the lease, so the operator reaches the cluster
+where its users do (a node port, a load balancer, a Gateway by SNI).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 import yaml
 
 from lessor.operator.backends.published_kubeconfig import cluster_entry
+from lessor.operator.diagnostics.bundle import Budget
 
 ERROR_BODY_LIMIT = 512
 
@@ -63,9 +65,11 @@ def _tls(cluster: dict[str, Any], user: dict[str, Any]) -> ssl.SSLContext:
 
 
 class ClusterReader:
-    """GETs against one cluster with a kubeconfig's server, CA and credentials."""
+    """GETs against one cluster with a kubeconfig's server, CA and credentials, each charged to
+    `budget`."""
 
-    def __init__(self, kubeconfig_text: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, kubeconfig_text: str, budget: Budget, *, timeout: float = 10.0) -> None:
+        self.budget = budget
         document = yaml.safe_load(kubeconfig_text)
         cluster = cluster_entry(document) if isinstance(document, dict) else {}
         if not cluster.get("server"):
@@ -97,32 +101,34 @@ class ClusterReader:
     async def get(
         self, path: str, limit: int, params: dict[str, str | int] | None = None
     ) -> tuple[bytes, bool]:
-        """The body of GET `path`, at most `limit` bytes, and whether it was cut there."""
+        """The body of GET `path`, at most `limit` bytes and what is left of the budget, and
+        whether it was cut there."""
         try:
             async with self._client.stream(
                 "GET", path, params=params, extensions=self._extensions
             ) as response:
                 if response.status_code != httpx.codes.OK:
-                    body, _ = await _bounded(response, ERROR_BODY_LIMIT)
+                    body, _ = await self._bounded(response, ERROR_BODY_LIMIT)
                     text = body.decode(errors="replace")
                     raise ReadError(
                         f"GET {path}: {response.status_code} {text}", response.status_code
                     )
-                return await _bounded(response, limit)
+                return await self._bounded(response, limit)
         except httpx.HTTPError as error:
             raise ReadError(f"GET {path}: {type(error).__name__} {error}") from None
 
     async def close(self) -> None:
         await self._client.aclose()
 
-
-async def _bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_raw():
-        if size + len(chunk) > limit:
-            chunks.append(chunk[: limit - size])
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
+    async def _bounded(self, response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+        limit = min(limit, self.budget.left)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_raw():
+            kept = chunk[: limit - size]
+            chunks.append(kept)
+            size += len(kept)
+            self.budget.spend(len(kept))
+            if len(kept) < len(chunk):
+                return b"".join(chunks), True
+        return b"".join(chunks), False

@@ -25,6 +25,11 @@ from lessor.operator.runtime.leaderelection import LeaderElector
 log = logging.getLogger(__name__)
 
 LOST_LEADERSHIP_EXIT_CODE = 3
+# The probes and metrics port shares the event loop with every reconciler: at most this many
+# connections at once (the kubelet's probes and a scraper need a few), each with this long to
+# send its request line and headers, however it trickles them.
+HTTP_CONNECTIONS = 16
+HTTP_REQUEST_SECONDS = 5.0
 
 
 class Manager:
@@ -37,6 +42,7 @@ class Manager:
     ) -> None:
         self.elector = elector
         self.http_host, self.http_port = http_host, http_port
+        self._http_open = 0
         self.informers: list[Informer] = []
         self._shared: dict[tuple[ResourceType, str | None], Informer] = {}
         self.controllers: list[Controller] = []
@@ -117,16 +123,17 @@ class Manager:
 
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """/healthz, /readyz and /metrics: enough HTTP for probes and Prometheus."""
+        if self._http_open >= HTTP_CONNECTIONS:
+            writer.close()  # a flood is turned away unread; the probes retry
+            return
+        self._http_open += 1
         try:
-            request = await asyncio.wait_for(reader.readline(), timeout=5)
+            async with asyncio.timeout(HTTP_REQUEST_SECONDS):
+                request = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
             parts = request.decode(errors="replace").split()
             path = parts[1] if len(parts) >= 2 else "/"
-            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (
-                b"\r\n",
-                b"\n",
-                b"",
-            ):
-                pass
             if path == "/metrics":
                 status, body, content_type = "200 OK", generate_latest(), CONTENT_TYPE_LATEST
             elif path == "/healthz" or (path == "/readyz" and self.ready):
@@ -148,4 +155,5 @@ class Manager:
         except (TimeoutError, ConnectionError):
             pass
         finally:
+            self._http_open -= 1
             writer.close()
