@@ -189,8 +189,9 @@ def test_only_an_operator_of_local_pools_may_read_the_kube_system_namespace(
     which only the `local` backend needs to read; base grants no namespace read, and
     manifests/local-backend that one namespace and no other. (manifests/instance-namespaces,
     which the overlays install, lets the operator `get` a namespace by name, to verify the
-    teardown of the ones it made: never `list`. tests/integration/test_instance_namespaces.py
-    covers it.)"""
+    teardown of the ones it made, and `list` namespaces, to find those whose instance is gone:
+    it reads every namespace's name and labels, never anything in them.
+    tests/integration/test_instance_namespaces.py covers it.)"""
     for overlay in ("dev", "production-like"):
         bound = [
             d for d in render(installed_rbac, overlay)
