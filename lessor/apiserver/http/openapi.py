@@ -208,11 +208,7 @@ def _execution_create() -> Json:
         "`apiserver.maxCommandBytesPerLease` of command bytes), `not_ready`, `expired`, "
         "`target_unresolved` or `conflict_retryable`"
     )
-    responses["429"]["description"] = (
-        "code `rate_limited`: the caller's execution creates passed the replica's rate "
-        "(`apiserver.executionAdmissionRate`); `Retry-After` in seconds"
-    )
-    responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
+    _rate_limited(responses, "execution creates", "apiserver.executionAdmissionRate")
     responses["501"]["description"] = "the SandboxPool has no runner"
     responses["503"]["description"] = (
         "reason `backend_error`: the sandbox's runner (or the cluster API) cannot be reached; "
@@ -397,6 +393,15 @@ def execution_logs() -> Json:
     return {"get": _execution_logs()}
 
 
+def _rate_limited(responses: Json, what: str, setting: str) -> None:
+    """The 429 of a route charged to a per-principal token bucket: which rate, and when to retry."""
+    responses["429"]["description"] = (
+        f"code `rate_limited`: the caller's {what} passed the replica's rate "
+        f"(`{setting}`); `Retry-After` in seconds"
+    )
+    responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
+
+
 def _login() -> Json:
     operation = _operation(
         "Exchange a credential for a session",
@@ -410,11 +415,7 @@ def _login() -> Json:
         "reason `conflict_retryable`: other logins of this identity took its session slots "
         "meanwhile; retry"
     )
-    responses["429"]["description"] = (
-        "code `rate_limited`: the caller's logins passed the replica's rate "
-        "(`apiserver.loginRate`); `Retry-After` in seconds"
-    )
-    responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
+    _rate_limited(responses, "logins", "apiserver.loginRate")
     return operation
 
 
