@@ -75,18 +75,20 @@ UP_TO_DATE = "UpToDate"
 NO_FAULT = frozenset({READY, WARM, FINISHED, UP_TO_DATE})
 
 
+def _faults(conditions: list[Condition]) -> list[Condition]:
+    return [c for c in conditions if c.status == "False" and c.type not in NO_FAULT]
+
+
 def problems(conditions: list[Condition]) -> list[str]:
     """What the False conditions say is wrong."""
-    failing = (c for c in conditions if c.status == "False" and c.type not in NO_FAULT)
-    return [c.message for c in failing if c.message]
+    return [c.message for c in _faults(conditions) if c.message]
 
 
 def problems_for_tenants(conditions: list[Condition]) -> list[str]:
     """What a pool's tenants are told is wrong: each False condition's type and reason. The
     messages stay in the status, for administrators: they can carry the operator's own errors
     from kube-apiserver (its ServiceAccount, its rights), bucket names and store endpoints."""
-    failing = (c for c in conditions if c.status == "False" and c.type not in NO_FAULT)
-    return [f"{c.type}: {c.reason}" for c in failing]
+    return [f"{c.type}: {c.reason}" for c in _faults(conditions)]
 
 
 class ObjectRef(StatusModel):
