@@ -117,6 +117,32 @@ class Installation:
         result = self.kubectl("get", kind, name, "-n", NAMESPACE, "-o", "json", check=False)
         return json.loads(result.stdout) if result.returncode == 0 else None
 
+    def snapshot(self, pool: str) -> str:
+        """What an administrator would look at when a pool's lease does not bind: the pool's
+        status, its instances' phases and conditions, the pods that are not running and the
+        last warnings, as text for a failing test's message."""
+
+        def items(*argv: str) -> list[dict[str, Any]]:
+            result = self.kubectl(*argv, "-o", "json", check=False)
+            return json.loads(result.stdout)["items"] if result.returncode == 0 else []
+
+        lines = [f"pool {pool}: {json.dumps((self.get('clusterpool', pool) or {}).get('status'))}"]
+        for instance in items("get", "clusterinstances", "-n", NAMESPACE):
+            status = instance.get("status", {})
+            conditions = [(c["type"], c["status"], c.get("reason"), c.get("message", "")[:200])
+                          for c in status.get("conditions", [])]  # fmt: skip
+            lines.append(f"instance {instance['metadata']['name']}: {status.get('phase')} "
+                         f"{conditions}")  # fmt: skip
+        for pod in items("get", "pods", "-A"):
+            if pod["status"].get("phase") != "Running":
+                meta = pod["metadata"]
+                lines.append(f"pod {meta['namespace']}/{meta['name']}: {pod['status'].get('phase')}"
+                             f" {pod['status'].get('conditions')}")  # fmt: skip
+        for event in items("get", "events", "-A", "--field-selector", "type=Warning")[-30:]:
+            lines.append(f"event {event['involvedObject'].get('name')}: {event.get('reason')} "
+                         f"{event.get('message', '')[:300]}")  # fmt: skip
+        return "\n".join(lines)
+
     def vcluster_backend(self) -> dict[str, Any]:
         """A pool's `backend` of vcluster clusters as they run in kind: vcluster's image built
         here, the node's CoreDNS, each cluster reached through the Gateway by its own name."""

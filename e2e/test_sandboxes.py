@@ -124,6 +124,7 @@ class Output:
 
     def __init__(self, stream: IO[str]) -> None:
         self.lines: queue.Queue[str] = queue.Queue()
+        self.read: list[str] = []  # the lines taken from the queue, for a failure's message
         threading.Thread(target=self._read, args=(stream,), daemon=True).start()
 
     def _read(self, stream: IO[str]) -> None:
@@ -135,13 +136,26 @@ class Output:
 
         def seen() -> bool:
             while not self.lines.empty():
-                match = re.search(pattern, self.lines.get())
+                line = self.lines.get()
+                self.read.append(line)
+                match = re.search(pattern, line)
                 if match:
                     found.append(match)
             return bool(found)
 
-        wait_for(f"a line matching {pattern!r}", seen, timeout=timeout)
+        try:
+            wait_for(f"a line matching {pattern!r}", seen, timeout=timeout)
+        except AssertionError as timeout_error:
+            raise AssertionError(f"{timeout_error}; read: {self.read[-20:]}") from None
         return found[0]
+
+    def seen(self, pattern: str, within: float) -> bool:
+        """Whether a line matching `pattern` arrives within `within` seconds."""
+        try:
+            self.until(pattern, timeout=within)
+        except AssertionError:
+            return False
+        return True
 
 
 def test_port_forward_reaches_the_sandbox_and_attach_sees_its_output(
@@ -163,10 +177,15 @@ def test_port_forward_reaches_the_sandbox_and_attach_sees_its_output(
         attached = [Output(attach.stdout), Output(attach.stderr)]
         port = Output(forward.stdout).until(r"Forwarding from 127\.0\.0\.1:(\d+) -> ")[1]
         url = f"http://127.0.0.1:{port}/hi"
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            assert answer.read() == b"hello from the sandbox\n"
-        # http.server logs each request on its stderr, which attach relays.
-        attached[1].until(r'"GET /hi HTTP/1\.1" 200')
+
+        def requested_and_seen() -> bool:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                assert answer.read() == b"hello from the sandbox\n"
+            # http.server logs each request on its stderr, which attach relays once its stream
+            # is open: output written before that is not attach's to see, so ask again.
+            return attached[1].seen(r'"GET /hi HTTP/1\.1" 200', within=5)
+
+        wait_for("attach relaying the sandbox's log of a request", requested_and_seen)
     finally:
         for process in started:
             process.send_signal(signal.SIGINT)

@@ -165,7 +165,10 @@ def _lease(configured: Installation, name: str, work: Path) -> Tenant:
         lease = configured.get("clusterlease", name) or {}
         return lease if lease.get("status", {}).get("phase") == "Bound" else None
 
-    lease = wait_for(f"{name} Bound", bound, timeout=600)
+    try:
+        lease = wait_for(f"{name} Bound", bound, timeout=600)
+    except AssertionError as timeout:
+        raise AssertionError(f"{timeout}\n{configured.snapshot(POOL)}") from None
     secret = configured.get("secret", lease["status"]["kubeconfigSecret"])
     assert secret is not None
     kubeconfig = work / f"{name}.kubeconfig"

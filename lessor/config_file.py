@@ -17,7 +17,8 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
                 sandboxStreamMaxDuration, sandboxStreamMaxPerIdentity, sshAudiences,
                 sshSignedRate, sshSignedBurst, sessionKeyTtl,
                 defaultMaxConcurrentLeases, executionAdmissionRate, executionAdmissionBurst,
-                maxCommandBytesPerLease, loginRate, loginBurst, maxSessionsPerOwner}
+                maxCommandBytesPerLease, loginRate, loginBurst, maxSessionsPerOwner,
+                maxInFlight, maxWaitsPerIdentity, trustedProxies}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir, allowPrivilegedBackends}
 """
@@ -25,12 +26,13 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -63,6 +65,7 @@ class ApiServer(_Section):
     sandbox_stream_max_duration: float | None = Field(default=None, gt=0)
     sandbox_stream_max_per_identity: int | None = Field(default=None, ge=1)
     ssh_audiences: list[str] | None = None
+    trusted_proxies: list[str] | None = None
     ssh_signed_rate: float | None = Field(default=None, gt=0)
     session_key_ttl: float | None = Field(default=None, gt=0)
     ssh_signed_burst: int | None = Field(default=None, ge=1)
@@ -77,6 +80,14 @@ class ApiServer(_Section):
     login_burst: int | None = Field(default=None, ge=1)
     max_sessions_per_owner: int | None = Field(default=None, ge=1)
     max_in_flight: int | None = Field(default=None, ge=1)
+    max_waits_per_identity: int | None = Field(default=None, ge=1)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or []:
+            ipaddress.ip_network(cidr, strict=False)  # ValueError: pydantic names the key
+        return value
 
 
 class Operator(_Section):

@@ -17,6 +17,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
 from lessor.apiserver.http import lifecycle
+from lessor.apiserver.http.client_address import networks
 from lessor.apiserver.http.settings import Settings, parse_bind
 from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 from lessor.apiserver.state.replica_db import DIRECTORY_ENV, replica_directory
@@ -161,6 +162,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="sessions one identity may hold; a login beyond ends the one that expires first",
     )
     parser.add_argument(
+        "--max-waits-per-identity",
+        type=int,
+        default=Settings.max_waits_per_identity,
+        help="lease GETs with waitSeconds and wait-mode executions one identity may hold "
+        "waiting at once on this replica; beyond, they are answered at once",
+    )
+    parser.add_argument(
         "--max-in-flight",
         type=int,
         default=Settings.max_in_flight,
@@ -181,6 +189,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="URL",
         help="a URL clients reach this deployment by (repeatable); SSH request signatures must "
         "name one of them, and none is accepted without any",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        dest="trusted_proxies",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a proxy in front (repeatable): its X-Forwarded-For names the client in the "
+        "request log and audit records; any other peer's header is ignored",
     )
     parser.add_argument(
         "--ssh-signed-rate",
@@ -233,6 +250,7 @@ COUNTS = (
     "sandbox_stream_max_per_identity",
     "max_command_bytes_per_lease",
     "max_sessions_per_owner",
+    "max_waits_per_identity",
     "max_in_flight",
     "default_max_concurrent_leases",
 )
@@ -274,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).warning(
             "no --ssh-audience (apiserver.sshAudiences): SSH request signatures are refused"
         )
+    try:
+        networks(args.trusted_proxies)
+    except ValueError as error:
+        raise SystemExit(f"--trusted-proxy: {error}") from None
     metrics_port = _metrics_port(args.bind, args.metrics_bind)
     options = {
         "bind": [args.bind, args.metrics_bind] if args.metrics_bind else [args.bind],
@@ -301,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_stream_max_duration=args.sandbox_stream_max_duration,
         sandbox_stream_max_per_identity=args.sandbox_stream_max_per_identity,
         ssh_audiences=ssh_audiences,
+        trusted_proxies=tuple(args.trusted_proxies),
         ssh_signed_rate=args.ssh_signed_rate,
         session_key_ttl=args.session_key_ttl,
         ssh_signed_burst=args.ssh_signed_burst,
@@ -314,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         login_rate=args.login_rate,
         login_burst=args.login_burst,
         max_sessions_per_owner=args.max_sessions_per_owner,
+        max_waits_per_identity=args.max_waits_per_identity,
         max_in_flight=args.max_in_flight,
         metrics_port=metrics_port,
     )

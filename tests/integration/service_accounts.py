@@ -42,8 +42,17 @@ def install_rbac(
         for document in yaml.safe_load_all(rendered):
             if not document or document["kind"] not in RBAC_KINDS:
                 continue
-            if document["kind"] == "ClusterRoleBinding":
-                # One per test namespace: the binding of an installed lessor (kind's) stays.
+            owned = document["metadata"].get("namespace") in (
+                None,
+                "lessor-system",
+                "lessor-sandboxes",
+            )
+            if document["kind"] == "ClusterRoleBinding" or (
+                document["kind"] == "RoleBinding" and not owned
+            ):
+                # One per test namespace: the binding of an installed lessor (kind's) stays,
+                # cluster-wide and in namespaces not its own (`default`'s, of the host API's
+                # addresses), where the same name would take its subject away.
                 document["metadata"]["name"] += f"-{namespace}"
             text = json.dumps(document).replace('"lessor-sandboxes"', json.dumps(sandboxes))
             text = text.replace('"lessor-system"', json.dumps(namespace))

@@ -2,7 +2,8 @@
 can: the one stand-in for a kube-apiserver that refuses connections, which the shared control
 plane of the suite cannot be made to do without breaking every other test. Bytes pass through
 unchanged (TLS included); `cut()` closes every connection and the listener, so the next
-connection is refused."""
+connection is refused; `stall()` holds every answer until `flow()`, as a kube-apiserver that
+has stopped answering does (a request through it stays in flight)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,17 @@ class TcpRelay:
     _listener: socket.socket = field(init=False, repr=False)
     _open: list[socket.socket] = field(default_factory=list, repr=False)
     _cut: bool = False
+    _flowing: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def __post_init__(self) -> None:
+        self._flowing.set()
         self._listener = serve(self._relay)
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        self._flowing.set()
 
     @property
     def port(self) -> int:
@@ -61,13 +70,18 @@ class TcpRelay:
             return
         server = socket.create_connection(self.upstream, timeout=60)
         self._open += [client, server]
-        for source, target in ((client, server), (server, client)):
-            threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+        threading.Thread(target=_pump, args=(client, server), daemon=True).start()
+        threading.Thread(
+            target=_pump, args=(server, client, self._flowing.wait), daemon=True
+        ).start()
 
 
-def _pump(source: socket.socket, target: socket.socket) -> None:
+def _pump(
+    source: socket.socket, target: socket.socket, gate: Callable[[], object] = lambda: None
+) -> None:
     with contextlib.suppress(OSError):
         while chunk := source.recv(65536):
+            gate()
             target.sendall(chunk)
     with contextlib.suppress(OSError):
         target.shutdown(socket.SHUT_WR)

@@ -110,6 +110,18 @@ class Stack:
         return self.apis[0]
 
 
+def relayed(cluster: Cluster, directory: Path) -> tuple[TcpRelay, Path]:
+    """A kubeconfig of `cluster` whose connections pass through a relay a test can cut or
+    stall (tests/integration/tcp_relay.py)."""
+    server = urllib.parse.urlsplit(cluster.server)
+    relay = TcpRelay((server.hostname or "", server.port or 443))
+    document = json.loads(cluster.kubectl("config", "view", "--raw", "-o", "json").stdout)
+    document["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    kubeconfig = directory / "through-relay"
+    kubeconfig.write_text(json.dumps(document))
+    return relay, kubeconfig
+
+
 def start_api(
     cluster: Cluster,
     namespace: str,
@@ -713,12 +725,7 @@ def test_a_kube_apiserver_that_refuses_connections_is_a_503_not_a_500(
     """Found by the chaos soak (bench/chaos.py): while kube-apiserver restarted, a create
     answered 500 (a refused connection escaped as an unexpected error). A client must hear
     503 with Retry-After, which it retries, and the API must serve again once it is back."""
-    server = urllib.parse.urlsplit(stack.cluster.server)
-    relay = TcpRelay((server.hostname or "", server.port or 443))
-    document = json.loads(stack.cluster.kubectl("config", "view", "--raw", "-o", "json").stdout)
-    document["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
-    kubeconfig = tmp_path / "through-relay"
-    kubeconfig.write_text(json.dumps(document))
+    relay, kubeconfig = relayed(stack.cluster, tmp_path)
     # One worker: the GET below fills the caches of the worker every later request meets.
     process, api = start_api(
         stack.cluster, stack.namespace, tmp_path / "api.log", ("--workers=1",), kubeconfig
@@ -792,24 +799,37 @@ def test_every_request_is_one_log_line_with_its_id_and_caller_and_no_credential(
     assert any(r.get("path", "").endswith("a...") for r in records)
 
 
-def test_every_change_leaves_an_audit_record_of_who_what_which_and_the_result(
+def test_every_change_and_every_handing_out_of_access_leaves_an_audit_record(
     stack: Stack, tmp_path: Path
 ) -> None:
     """Kubernetes' audit log sees every lease written by the API server's ServiceAccount; the
-    person is only in lessor's own records (logger `lessor.audit`)."""
+    person is only in lessor's own records (logger `lessor.audit`): every change, the reads
+    that hand out access (a kubeconfig, a diagnostics URL, asked for even when refused), every
+    refused credential, each with the client's address (review N14). A proxy this server
+    trusts names the client in X-Forwarded-For; the session a login made is named, so that an
+    administrator knows which record to delete."""
     log = tmp_path / "api.log"
-    process, api = start_api(stack.cluster, stack.namespace, log, ("--log-format=json",))
+    process, api = start_api(
+        stack.cluster, stack.namespace, log, ("--log-format=json", "--trusted-proxy=127.0.0.0/8")
+    )
     try:
-        made = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-cold"})
+        made = api.call("POST", "/v1/leases", token=ALICE, body={"profile": "api-warm"})
         assert made.status == 202, made.body
         lease = made.body["id"]
+        lease_until(stack, ALICE, lease, "Bound")  # another server: its reads are its own
+        forwarded = {"X-Forwarded-For": "192.0.2.66, 198.51.100.7"}
+        read = api.call("GET", f"/v1/leases/{lease}", token=ALICE, headers=forwarded)
+        assert "kubeconfig" in read.body
+        diagnostics = api.call("GET", f"/v1/leases/{lease}/diagnostics", token=ALICE)
+        assert diagnostics.status == 404, "no bundle was captured"
+        assert api.call("GET", "/v1/pools", token=ALICE).status == 200  # a read, not a record
         assert api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
         forbidden = api.call("POST", "/v1/leases", token=BOB, body={"profile": "prod-db"})
         assert forbidden.status == 403
+        assert api.call("GET", "/v1/pools", token="not-a-token").status == 401
         login = api.call("POST", "/v1/login", token=ALICE)
         session = login.body["session_token"]
         assert api.call("DELETE", "/v1/login", token=session).status == 204
-        assert api.call("GET", f"/v1/leases/{lease}", token=ALICE).status == 200
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
@@ -820,20 +840,27 @@ def test_every_change_leaves_an_audit_record_of_who_what_which_and_the_result(
     seen = [(r["action"], r.get("lease"), r["status"], r["outcome"]) for r in audits]
     assert seen == [
         ("lease.create", lease, 202, "allowed"),
+        ("kubeconfig.read", lease, 200, "allowed"),
+        ("diagnostics.read", lease, 404, "refused"),
         ("lease.release", lease, 204, "allowed"),
         ("lease.create", None, 403, "refused"),
+        ("authenticate", None, 401, "refused"),
         ("login", None, 200, "allowed"),
         ("logout", None, 204, "allowed"),
-    ], "one record per change, none for a read"
-    assert ["alice" if "alice" in r["identity"] else "bob" for r in audits] == [
-        "alice",
-        "alice",
-        "bob",
-        "alice",
-        "alice",
-    ]
-    assert {r["auth"] for r in audits} == {"token", "session"}
+    ], "one record per change and per access handed out, none for other reads"
+    who = [r.get("identity") and r["identity"].rpartition("/")[2] for r in audits]
+    assert who == ["alice", "alice", "alice", "alice", "bob", None, "alice", "alice"]
+    assert [r["client"] for r in audits] == ["127.0.0.1", "198.51.100.7"] + ["127.0.0.1"] * 6
+    login_record, logout_record = audits[-2:]
+    assert login_record["session_id"] == logout_record["session_id"]
+    records_of_sessions = stack.cluster.kubectl(
+        "get", "configmaps", "-n", stack.namespace, "-l", "lessor.dev/session", "-o", "json"
+    ).stdout
+    assert login_record["session_id"] not in records_of_sessions, "the one logged out"
+    assert {r.get("auth") for r in audits} == {"token", "session", None}
     assert session not in text and ALICE not in text and BOB not in text
+    assert "not-a-token" not in text
+    assert all(r.get("client") for r in records if r.get("route")), "every request line too"
 
 
 def test_metrics_count_requests_across_workers(stack: Stack) -> None:

@@ -15,6 +15,7 @@ The clients are the CLI's own (lessor.cli.stream_client in-process, and `lessor 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import fcntl
@@ -422,6 +423,41 @@ def test_withdrawing_the_grant_ends_open_sessions(env: Env, lease: str) -> None:
         wait_for(
             "the grant to be back",
             lambda: env.api.call("GET", f"/v1/sandbox-leases/{lease}", token=ALICE).status == 200,
+        )
+
+
+def test_revoking_the_credential_ends_the_sessions_it_opened(env: Env, lease: str) -> None:  # noqa: F811
+    """Review N20: a session token logged out, and a static token rotated, each end the open
+    session they authenticated within a recheck (4003 `access_revoked`, the same words for
+    both: which check failed is not the caller's to learn), not hours later."""
+    api = env.api.api  # unscanned: a login's answer is a session token, by design
+    session = api.call("POST", "/v1/login", token=ALICE).body["session_token"]
+    by_session = Reader(connect(env.api.api.base, lease, "attach", token=session))
+    by_token = Reader(connect(env.api.api.base, lease, "attach"))
+    container_says(env, by_session, f"both-{uuid.uuid4().hex[:8]}")
+    container_says(env, by_token, f"both-{uuid.uuid4().hex[:8]}")
+    revoked = {"reason": "access_revoked", "detail": "your credential was revoked or expired"}
+
+    assert api.call("DELETE", "/v1/login", token=session).status == 204
+    closed = by_session.end()
+    assert closed.code == ACCESS_REVOKED and closed.error == revoked
+    assert by_token.closed is None, "a session of another credential goes on"
+
+    rotated = {"data": {"alice": base64.b64encode(b"alice-rotated").decode()}}
+    original = {"data": {"alice": base64.b64encode(ALICE.encode()).decode()}}
+    patch = ("patch", "secret", "tokens", "-n", env.namespace, "--type=merge", "-p")
+    env.cluster.kubectl(*patch, json.dumps(rotated))
+    try:
+        closed = by_token.end()
+        assert closed.code == ACCESS_REVOKED and closed.error == revoked
+    finally:
+        env.cluster.kubectl(*patch, json.dumps(original))
+        wait_for(  # each worker reads a token's Secret again within 10 s
+            "alice's token to be accepted again",
+            lambda: all(
+                env.api.call("GET", f"/v1/sandbox-leases/{lease}", token=ALICE).status == 200
+                for _ in range(6)
+            ),
         )
 
 

@@ -837,6 +837,82 @@ def test_execution_creates_are_rate_limited_per_principal(env: Env, lease: str) 
         process.wait(timeout=60)
 
 
+def test_wait_mode_beyond_the_callers_share_of_waits_is_answered_at_once(
+    env: Env,  # noqa: F811
+    lease: str,
+) -> None:
+    """Review N6: a wait-mode execution holds its request while its command runs, set aside
+    from the worker's bound of requests in flight, so it is one of the caller's waits
+    (--max-waits-per-identity, 1 here): while one waits, the next wait-mode request is
+    answered at once with 202, as a detached one, and runs all the same (poll it)."""
+    process, api = limited_api(env, "waits-limited.log", "--max-waits-per-identity=1")
+    path = f"/v1/sandbox-leases/{lease}/executions"
+
+    def create(command: list[str], key: str = "") -> Response:
+        body = {"command": command, "idempotencyKey": key or str(uuid.uuid4())}
+        return api.call("POST", path, token=ALICE, body=body)
+
+    key = str(uuid.uuid4())
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(create, ["sleep", "60"], key)
+            running = wait_for("the first one waiting for its command", lambda: next(
+                (e for e in env.objects.list("sandboxexecutions")
+                 if e["spec"]["idempotencyKey"] == key
+                 and e.get("status", {}).get("state") == "Running"),
+                None,
+            ))  # fmt: skip
+            answered = create(["true"])
+            assert answered.status == 202, answered.body
+            assert answered.body["state"] in ("Queued", "Running", "Succeeded"), answered.body
+            assert metric(api.api, 'lessor_waits_declined_total{bound="identity",kind="execution"}')
+            assert until_state(env, lease, answered.body["id"], "Succeeded")["exitCode"] == 0
+            cancel = f"{path}/{running['metadata']['name']}"
+            assert api.call("DELETE", cancel, token=ALICE).status == 200
+            assert waiting.result(timeout=120).body["state"] == "Cancelled"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_a_lease_runs_at_most_16_executions_at_once(env: Env, lease: str) -> None:  # noqa: F811
+    """Review N6: the operator asks the runner about every running execution every few
+    seconds through pods/exec, so one lease runs at most 16 at once; the 17th is refused with
+    429 `concurrency_limit` (no Retry-After: it clears when one ends), and once one ends
+    another is admitted."""
+    process, api = limited_api(
+        env, "running-limited.log",
+        "--execution-admission-rate=1000", "--execution-admission-burst=1000",
+    )  # fmt: skip
+    path = f"/v1/sandbox-leases/{lease}/executions"
+
+    def create() -> Response:
+        body = {"command": ["sleep", "600"], "detach": True, "idempotencyKey": str(uuid.uuid4())}
+        return api.call("POST", path, token=ALICE, body=body)
+
+    made: list[str] = []
+    try:
+        while len(made) < 16:
+            answer = create()
+            assert answer.status == 202, answer.body
+            made.append(answer.body["id"])
+        refused = create()
+        assert (refused.status, refused.body["code"]) == (429, "concurrency_limit"), refused.body
+        assert "Retry-After" not in refused.headers and "16" in refused.body["detail"]
+        assert api.call("DELETE", f"{path}/{made.pop()}", token=ALICE).status == 200
+        admitted = wait_for("a 17th admitted once one ended", lambda: (
+            answer if (answer := create()).status == 202 else None
+        ))  # fmt: skip
+        made.append(admitted.body["id"])
+    finally:
+        for name in made:
+            api.call("DELETE", f"{path}/{name}", token=ALICE)
+        for name in made:
+            until_state(env, lease, name, "Cancelled", "Failed", "Succeeded")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
 def test_a_leases_command_bytes_are_capped_and_what_it_stores_stays_under_the_cap(
     env: Env,  # noqa: F811
 ) -> None:

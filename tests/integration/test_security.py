@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ from tests.integration.operator_harness import wait_for
 from tests.integration.test_apiserver import (  # noqa: F401 - the fixture
     ALICE,
     BOB,
+    Api,
     Stack,
     lease_until,
+    relayed,
     ssh_header,
     stack,
     start_api,
@@ -798,36 +801,25 @@ def test_an_overloaded_worker_answers_429_at_once_and_keeps_its_probes(
     tmp_path: Path,
 ) -> None:
     """Spec 7.1's "server overloaded": a worker already serving --max-in-flight requests (here
-    two whose bodies trickle in) refuses the next at once with Retry-After, before reading or
-    authenticating anything, and serves /healthz all the same; once they end, it serves again.
-    The server gives up a trickling body after 10 s, so a holder that it closed is opened again
-    until the test is done: no verdict depends on the checks fitting in those 10 s."""
+    two lease reads held by a kube-apiserver that stopped answering: a relay stalls its
+    answers) refuses the next at once with Retry-After, before authenticating anything, and
+    serves /healthz all the same; once kube-apiserver answers again, it serves again. The held
+    reads are sent again if they time out, so no verdict depends on how long they are held."""
+    relay, kubeconfig = relayed(stack.cluster, tmp_path)
     process, api = start_api(
         stack.cluster, stack.namespace, tmp_path / "api.log",
-        ("--max-in-flight=2", "--workers=1"),
+        ("--max-in-flight=2", "--workers=1"), kubeconfig,
     )  # fmt: skip
-    host, port = api.base.removeprefix("http://").split(":")
     done = threading.Event()
 
     def hold() -> None:
         while not done.is_set():
-            with socket.create_connection((host, int(port)), timeout=30) as connection:
-                connection.sendall(
-                    b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                    b"\r\nContent-Length: 100\r\n\r\n{"
-                )
-                connection.settimeout(0.2)
-                while not done.is_set():
-                    try:
-                        if connection.recv(4096) == b"":
-                            break  # given up by the server (408): hold again
-                    except TimeoutError:
-                        continue
-                    except OSError:
-                        break
+            api.call("GET", "/v1/leases/lnosuchlease", token=ALICE)
 
     holders = [threading.Thread(target=hold, daemon=True) for _ in range(2)]
     try:
+        assert api.call("GET", "/v1/pools", token=ALICE).status == 200  # caches filled
+        relay.stall()
         for holder in holders:
             holder.start()
 
@@ -841,12 +833,128 @@ def test_an_overloaded_worker_answers_429_at_once_and_keeps_its_probes(
         assert api.call("GET", "/healthz").status == 200
         assert "lessor_http_shed_total" in api.metrics()
         done.set()
+        relay.flow()
         for holder in holders:
-            holder.join(timeout=60)
+            holder.join(timeout=120)
         wait_for(
             "the worker to serve again",
             lambda: api.call("GET", "/v1/pools", token=ALICE).status == 200,
         )
+    finally:
+        done.set()
+        relay.flow()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_bodies_still_arriving_do_not_make_the_worker_refuse_everyone(
+    stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Review N5: requests whose bodies trickle in (unauthenticated: nobody has been asked for
+    a credential yet) do not count against the worker's bound of requests in flight, so four
+    of them on a worker that admits two leave it serving everyone else. Each is given up with
+    408 once it falls behind the minimum body rate, its connection closed."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--max-in-flight=2", "--workers=1"),
+    )  # fmt: skip
+    host, port = api.base.removeprefix("http://").split(":")
+    connections = []
+    try:
+        for _ in range(4):
+            connection = socket.create_connection((host, int(port)), timeout=120)
+            connection.sendall(
+                b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 100\r\n\r\n{"
+            )
+            connections.append(connection)
+        for _ in range(5):
+            answer = api.call("GET", "/v1/pools", token=ALICE)
+            assert answer.status == 200, answer.body
+        for connection in connections:
+            answer = connection.recv(4096)  # a hang guard: the socket's own 120 s timeout
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert b"bytes a second" in answer, answer
+    finally:
+        for connection in connections:
+            connection.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def _sample(api: Api, series: str) -> float:
+    """The value of one labelled series of the API's metrics, 0 while it has none."""
+    for line in api.metrics().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_waits_are_bounded_per_identity_and_an_abandoned_wait_is_noticed(
+    stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Review N6: a long poll (`waitSeconds`) is set aside from the worker's bound of requests
+    in flight, so it has bounds of its own. One identity holds at most --max-waits-per-identity
+    waits on a replica (2 here): the next is answered at once, the lease as it is, and counted;
+    another identity still waits. A client that hangs up while it waits frees its wait at the
+    next look, not when the 30 s are over."""
+    process, api = start_api(
+        stack.cluster, stack.namespace, tmp_path / "api.log",
+        ("--max-waits-per-identity=2", "--workers=1"),
+    )  # fmt: skip
+    declined = 'lessor_waits_declined_total{bound="identity",kind="lease"}'
+    abandoned = 'lessor_waits_abandoned_total{kind="lease"}'
+    made = [
+        api.call("POST", "/v1/leases", token=token, body={"profile": "api-cold"}).body["id"]
+        for token in (BOB, ALICE)
+    ]
+    bobs, alices = (f"/v1/leases/{lease}?waitSeconds=30" for lease in made)
+    done = threading.Event()
+
+    def hold() -> None:  # one of bob's waits, asked again whenever it is answered
+        while not done.is_set():
+            assert api.call("GET", bobs, token=BOB).status == 200
+
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            held = [pool.submit(hold) for _ in range(2)]
+            wait_for("bob's two waits", lambda: _sample(api, "lessor_lease_waits") >= 2)
+            wait_for(  # a third of bob's: answered at once, however often the lease changes
+                "a wait of bob's declined",
+                lambda: (
+                    api.call("GET", bobs, token=BOB).status == 200 and _sample(api, declined) >= 1
+                ),
+            )
+            alice = pool.submit(api.call, "GET", alices, token=ALICE)
+            wait_for("alice's wait", lambda: _sample(api, "lessor_lease_waits") >= 3)
+            assert _sample(api, declined) == 1, "alice's wait is not bob's"
+            done.set()
+            for lease, token in zip(made, (BOB, ALICE), strict=True):
+                assert api.call("DELETE", f"/v1/leases/{lease}", token=token).status == 204
+            for holder in held:
+                holder.result(timeout=60)
+            assert alice.result(timeout=60).status == 200
+
+        # A wait whose client hangs up at once: noticed, and its wait is over.
+        wait_for("no wait left", lambda: _sample(api, "lessor_lease_waits") == 0)
+        queued = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
+        lease = queued.body["id"]
+        wait_for(  # only a Pending lease is waited for
+            "the lease Pending",
+            lambda: api.call("GET", f"/v1/leases/{lease}", token=BOB).body["phase"] == "Pending",
+        )
+        host, port = api.base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(
+                f"GET /v1/leases/{lease}?waitSeconds=30 HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {BOB}\r\n\r\n".encode()
+            )
+            wait_for("the wait to begin", lambda: _sample(api, "lessor_lease_waits") >= 1)
+        wait_for("the hung-up wait noticed", lambda: _sample(api, abandoned) >= 1)
+        assert _sample(api, "lessor_lease_waits") == 0
+        assert api.call("DELETE", f"/v1/leases/{lease}", token=BOB).status == 204
     finally:
         done.set()
         process.send_signal(signal.SIGTERM)

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,7 +144,7 @@ class Authenticator:
         policy = self.policies.named(session.policy)
         if policy is None:
             raise AuthenticationError("the session's policy no longer exists")
-        claims = self._current_claims(policy, session)
+        claims = self._current_claims(policy, session.credential, session.claims)
         try:
             same = render_identity(policy.spec.identity, claims) == session.identity
         except IdentityError:
@@ -154,23 +155,47 @@ class Authenticator:
             session.identity, "session", claims, policy, session, credential=session.credential
         )
 
-    def _current_claims(self, policy: NamedPolicy, session: LoginSession) -> Mapping[str, Any]:
-        kind, _, which = session.credential.partition(":")
+    def recheck(self, principal: Principal) -> None:
+        """AuthenticationError once the credential a long-lived request authenticated with no
+        longer would: its session record deleted (logout, an administrator's revocation) or
+        expired, the static token rotated, the SSH key or OIDC issuer removed from the policy,
+        the OIDC token past its `exp`. An open attach or port-forward asks this at every
+        recheck, so revoking a credential ends the streams it opened, not only new requests."""
+        session = principal.session
+        if session is not None and (
+            session.expires < time.time() or not self.sessions.exists(session)
+        ):
+            raise AuthenticationError("session revoked or expired")
+        policy = self.policies.named(principal.policy.name)
+        if policy is None:
+            raise AuthenticationError("the policy no longer exists")
+        self._current_claims(policy, principal.credential, principal.claims)
+        expiry = principal.claims.get("exp")
+        if principal.method == "oidc" and isinstance(expiry, int | float) and expiry < time.time():
+            raise AuthenticationError("the OIDC token expired")
+
+    def _current_claims(
+        self, policy: NamedPolicy, credential: str, claims: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """The claims `credential` stands for under the policy as it is now (for an OIDC
+        token, the token's own `claims`); AuthenticationError when the policy no longer holds
+        it."""
+        kind, _, which = credential.partition(":")
         auth = policy.spec.auth
         if kind == "oidc" and auth.oidc is not None and auth.oidc.issuer == which:
-            return session.claims  # the token's; the session ends when the token would
+            return claims  # the token's; a session ends when the token would
         if kind == "token":
             for entry in auth.static_tokens:
                 ref = entry.secret_ref
                 stored = self._stored_digest(ref.name, ref.key)
-                if stored and _token_credential(ref.name, ref.key, stored) == session.credential:
+                if stored and _token_credential(ref.name, ref.key, stored) == credential:
                     return entry.claims
         if kind == "ssh":
             for key in auth.ssh_keys:
                 with contextlib.suppress(ValueError):
-                    if _key_credential(key_blob_from_openssh(key.public_key)) == session.credential:
+                    if _key_credential(key_blob_from_openssh(key.public_key)) == credential:
                         return key.claims
-        raise AuthenticationError(f"the session's credential ({kind}) is no longer accepted")
+        raise AuthenticationError(f"the credential ({kind}) is no longer accepted")
 
     def _oidc(self, token: str) -> tuple[NamedPolicy, Mapping[str, Any], str]:
         """The token against every policy trusting its issuer, in the policies' name order."""

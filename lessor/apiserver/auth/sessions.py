@@ -35,7 +35,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import cachetools
 from kubernetes import client
@@ -69,6 +69,12 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Issued(NamedTuple):
+    token: str
+    expires: int
+    session_id: str  # for the audit record: what an administrator revokes (the record's key)
 
 
 @dataclass(frozen=True)
@@ -149,7 +155,7 @@ class Sessions:
         method: str,
         credential: str,
         ttl: int,
-    ) -> tuple[str, int]:
+    ) -> Issued:
         """A new session and its record, in one of `owner`'s slots; `ttl` is already bounded by
         the caller's credential."""
         now = int(time.time())
@@ -173,7 +179,8 @@ class Sessions:
         self.records.sweep_now_and_then()
         # Signed with the key as it is now, never a copy kept from before a rotation: every
         # worker of every replica, reading the key again on a failed MAC, then accepts it.
-        return f"{PREFIX}{encoded}.{_b64(self._mac(encoded, max_age=0))}", expires
+        token = f"{PREFIX}{encoded}.{_b64(self._mac(encoded, max_age=0))}"
+        return Issued(token, expires, session_id)
 
     def verify(self, token: str) -> LoginSession:
         try:
@@ -197,7 +204,7 @@ class Sessions:
             raise AuthenticationError("malformed session token") from error
         if session.expires < time.time():
             raise AuthenticationError("session expired")
-        if not self._exists(session):
+        if not self.exists(session):
             raise AuthenticationError("session revoked")
         return session
 
@@ -287,7 +294,7 @@ class Sessions:
             if error.status not in (404, 409):
                 raise
 
-    def _exists(self, session: LoginSession) -> bool:
+    def exists(self, session: LoginSession) -> bool:
         if session.session_id in self._recorded:
             return True
         found = self._read(session.record)

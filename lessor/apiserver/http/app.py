@@ -15,6 +15,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Literal
@@ -34,12 +35,14 @@ from lessor.apiserver.http.bodies import (
     Login,
     parse,
 )
+from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpNotFoundError,
     TooManyRequestsError,
     UpgradeRequiredError,
 )
+from lessor.apiserver.http.held_requests import HeldRequests, client_gone
 from lessor.apiserver.http.listeners import Listeners, Wsgi
 from lessor.apiserver.http.observe import Observe, add_error_handlers
 from lessor.apiserver.http.responses import (
@@ -188,8 +191,12 @@ class Services:
         )
 
     @cached_property
+    def held(self) -> HeldRequests:
+        return HeldRequests(self.settings.max_waits_per_identity)
+
+    @cached_property
     def streams(self) -> SandboxStreamService:
-        return SandboxStreamService(self.kube, self.sandbox_leases, self.policies)
+        return SandboxStreamService(self.kube, self.sandbox_leases, self.policies, self.auth)
 
     @cached_property
     def sandbox(self) -> SandboxGate:
@@ -251,6 +258,8 @@ class Authenticate:
         req.context.principal = self.services.auth.authenticate(
             req.method, _target(req), header, req.context.body
         )
+        if req.context.principal.session is not None:  # audit: which session to revoke
+            req.context.session_id = req.context.principal.session.session_id
 
 
 class LeasesResource(Base):
@@ -268,11 +277,15 @@ class LeasesResource(Base):
 
 class LeaseResource(Base):
     def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        caller = principal(req)
         wait = _int_param(req, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
-        if wait:
-            set_aside(req)
-            req.context.waits = True
-        resp.media = conform(Lease, self.services.leases.read(principal(req), lease_id, wait))
+        with self.services.held.hold("lease", caller.owner) if wait else nullcontext(False) as may:
+            if may:
+                set_aside(req)
+                req.context.waits = True
+            gone = client_gone(req, "lease")
+            lease = self.services.leases.read(caller, lease_id, wait if may else 0, gone)
+        resp.media = conform(Lease, lease)
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         self.services.leases.release(principal(req), lease_id)
@@ -322,7 +335,7 @@ class LoginResource(Base):
         if not decision.allowed:
             metrics.LOGIN_RATE_LIMITED.inc()
             raise TooManyRequestsError.rate_limited("logins", decision.retry_after)
-        token, expires = self.services.auth.sessions.issue(
+        issued = self.services.auth.sessions.issue(
             caller.identity,
             caller.policy.name,
             dict(caller.claims),
@@ -334,12 +347,15 @@ class LoginResource(Base):
         resp.media = conform(
             SessionIssued,
             {
-                "session_token": token,
+                "session_token": issued.token,
                 "identity": caller.identity,
                 "method": caller.method,
-                "expires_at": timestamp(datetime.datetime.fromtimestamp(expires, datetime.UTC)),
+                "expires_at": timestamp(
+                    datetime.datetime.fromtimestamp(issued.expires, datetime.UTC)
+                ),
             },
         )
+        req.context.session_id = issued.session_id  # the login's audit record names it
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
         session = principal(req).session
@@ -434,7 +450,13 @@ class ExecutionsResource(SandboxBase):
     def on_post(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
         caller, _ = self.served(req)
         request = parse(CreateExecution, req.context.body, req.content_type)
-        status, body = self.services.executions.create(caller, lease_id, request)
+        held = self.services.held
+        waits = not request.detach
+        with held.hold("execution", caller.owner) if waits else nullcontext(False) as may:
+            if may:
+                set_aside(req)  # held for as long as its command runs, in a bound of its own
+            gone = client_gone(req, "execution")
+            status, body = self.services.executions.create(caller, lease_id, request, may, gone)
         resp.status = falcon.code_to_http_status(status)
         # 200: it ended, with its output; 202: detached, or no outcome yet (openapi.py).
         resp.media = conform(ExecutionResult if status == 200 else Execution, body)
@@ -590,8 +612,10 @@ def create_app(settings: Settings) -> Wsgi:
     the metrics listener only (lessor.apiserver.http.listeners)."""
     services = Services(settings)
     middleware: list[Shed | Observe | Authenticate] = [
-        Shed(settings.max_in_flight),  # first: an overloaded worker does no other work
-        Observe(),
+        # Observe reads the body first: a request counts against the worker's bound only once
+        # its body is here, so bodies still trickling in cannot make everyone else 429.
+        Observe(ClientAddress(networks(settings.trusted_proxies))),
+        Shed(settings.max_in_flight),  # before authenticating: an overloaded worker does no more
         Authenticate(services),
     ]
     app = falcon.App(middleware=middleware)

@@ -1,5 +1,7 @@
-"""One audit record for every request that changes something, and for every attach and
-port-forward session: who, what, which object, and the result.
+"""One audit record for every request that changes something, for the reads that hand out
+access (a lease's kubeconfig, a diagnostics bundle's pre-signed URL), for every request refused
+authentication, and for every attach and port-forward session: who, from which address, what,
+which object, and the result.
 
 Kubernetes' own audit log sees every lessor object written by the API server's ServiceAccount,
 never the person behind it; this is where "who released lease l-3f2a, and when" is answered.
@@ -37,6 +39,31 @@ ACTIONS: dict[tuple[str, str], str] = {
 }
 
 
+# (method, route template): reads audited when their answer hands out access, named by what
+# it handed out. A kubeconfig is in a lease's answer only once it is Bound, so polls before
+# that are not records; refusals of these reads are (someone asked for what is not theirs).
+READS: dict[tuple[str, str], tuple[str, str]] = {
+    ("GET", "/v1/leases/{lease_id}"): ("kubeconfig.read", "kubeconfig"),
+    ("GET", "/v1/leases/{lease_id}/diagnostics"): ("diagnostics.read", "url"),
+}
+
+
+def action_of(method: str, route: str, status: int, answer: object) -> str | None:
+    """The audit action of a request, None for one that is not audited."""
+    if status == 401:
+        return "authenticate"  # a credential refused: worth seeing who keeps trying
+    action = ACTIONS.get((method, route))
+    if action is not None:
+        return action
+    read = READS.get((method, route))
+    if read is None:
+        return None
+    name, handed_out = read
+    if status >= 400:
+        return name
+    return name if isinstance(answer, dict) and answer.get(handed_out) else None
+
+
 def outcome(status: int) -> str:
     return "allowed" if status < 400 else "refused" if status < 500 else "failed"
 
@@ -49,6 +76,8 @@ def of_request(
     params: dict[str, Any],
     answer: object,
     request_id: str,
+    client: str | None = None,
+    session_id: str | None = None,
 ) -> None:
     """The record of a request: the object is the route's (`lease_id`, `execution`), or, for a
     create that succeeded, the one its answer names (only its `id` is read from the answer)."""
@@ -65,6 +94,8 @@ def of_request(
         lease=lease,
         execution=execution,
         request_id=request_id,
+        client=client,
+        **({"session_id": session_id} if session_id else {}),
     )
 
 
@@ -76,6 +107,7 @@ def record(
     lease: str | None = None,
     execution: str | None = None,
     request_id: str | None = None,
+    client: str | None = None,
     **detail: Any,
 ) -> None:
     """`status`: the HTTP status answered, or None for what has no single answer (a session's
@@ -98,6 +130,7 @@ def record(
             "status": status,
             "outcome": outcome(status) if status is not None else None,
             "request_id": request_id,
+            "client": client,
             **detail,
         },
     )

@@ -58,6 +58,17 @@ SANDBOX_STREAMS_OPEN = Gauge(
     ["kind"],
     multiprocess_mode="livesum",
 )
+WAITS_DECLINED = Counter(
+    "lessor_waits_declined_total",
+    "Requests that asked to wait and were answered at once instead: the caller's share of "
+    "waits on the replica, or the worker's, was held (lessor.apiserver.http.held_requests).",
+    ["kind", "bound"],
+)
+WAITS_ABANDONED = Counter(
+    "lessor_waits_abandoned_total",
+    "Waiting requests given up because their client had closed the connection.",
+    ["kind"],
+)
 LEASES_WAITING = Gauge(
     "lessor_lease_waits",
     "GETs of a lease waiting for it to change now (waitSeconds): clients waiting for clusters.",

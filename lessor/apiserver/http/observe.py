@@ -16,6 +16,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http import audit, metrics
+from lessor.apiserver.http.client_address import FORWARDED_FOR, ClientAddress
 from lessor.apiserver.http.errors import (
     HttpError,
     PayloadTooLargeError,
@@ -27,7 +28,12 @@ from lessor.protocol.json_object import Json
 log = logging.getLogger(__name__)
 
 BODY_LIMIT = 1 << 20  # bytes
-BODY_TIMEOUT = 10.0  # seconds for the whole body, however it trickles in
+BODY_TIMEOUT = 10.0  # seconds for the whole body at most, however it trickles in
+# A body must also arrive at a minimum rate: BODY_GRACE seconds, plus one for every
+# MIN_BODY_RATE bytes announced. A client's JSON of a few KiB is sent in one go; a body that
+# trickles is an attack on the connections (review N5), and is given up in about 2 s, not 10.
+BODY_GRACE = 2.0
+MIN_BODY_RATE = 16 * 1024  # bytes a second
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # A request id a client or a proxy in front sent is kept (it ties their logs to ours) when it
 # is one plain bounded word; anything else is replaced, never logged.
@@ -49,13 +55,25 @@ def request_id(req: falcon.Request) -> str:
     return found
 
 
+def client(req: falcon.Request) -> str | None:
+    """The client's address Observe found (lessor.apiserver.http.client_address)."""
+    found: str | None = getattr(req.context, "client", None)
+    return found
+
+
 class Observe:
     """Reads the body once (SSH signatures cover it), and counts, times and logs every request:
-    one line each, with its id, route, status, duration and the caller (never a credential)."""
+    one line each, with its id, route, status, duration, the client's address and the caller
+    (never a credential); and the audit record of what changes something, of the reads that
+    hand out access (a kubeconfig, a diagnostics URL), and of every refused credential."""
+
+    def __init__(self, clients: ClientAddress) -> None:
+        self.clients = clients
 
     def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
         req.context.started = time.perf_counter()
         request_id(req)
+        req.context.client = self.clients.of(req.remote_addr, req.get_header(FORWARDED_FOR))
         req.context.body = _read_body(req)
 
     def process_resource(
@@ -97,10 +115,11 @@ class Observe:
                 "duration_ms": round(duration * 1000, 1) if duration is not None else None,
                 "identity": caller.owner if caller else None,
                 "auth": caller.method if caller else None,
+                "client": client(req),
                 "user_agent": (req.user_agent or "")[:200] or None,  # which clients, versions
             },
         )
-        action = audit.ACTIONS.get((req.method, route))
+        action = audit.action_of(req.method, route, resp.status_code, resp.media)
         if action is not None:
             audit.of_request(
                 action,
@@ -109,6 +128,8 @@ class Observe:
                 params=getattr(req.context, "params", None) or {},
                 answer=resp.media,
                 request_id=request_id(req),
+                client=client(req),
+                session_id=getattr(req.context, "session_id", None),
             )
 
 
@@ -118,9 +139,11 @@ class _BodyTimeoutError(Exception):
 
 def _read_body(req: falcon.Request) -> bytes:
     """The request's body, read before anyone is authenticated (an SSH signature covers it), so
-    bounded for anyone: at most BODY_LIMIT bytes (413 beyond, unread), within BODY_TIMEOUT for
-    the whole of it (408, and the connection closed). A body announced and never sent used to
-    hold its connection for ever, and enough of them every connection of the workers."""
+    bounded for anyone: at most BODY_LIMIT bytes (413 beyond, unread), at the minimum rate and
+    within BODY_TIMEOUT (408, and the connection closed). A body announced and never sent used
+    to hold its connection for ever, and enough of them every connection of the workers. It is
+    read before the request counts against its worker's bound (lessor.apiserver.http.shedding),
+    so bodies still arriving cannot make the worker refuse everyone else."""
     length = req.content_length
     if not length:
         return b""
@@ -128,12 +151,14 @@ def _read_body(req: falcon.Request) -> bytes:
         raise PayloadTooLargeError(
             f"a request body is at most {BODY_LIMIT} bytes", headers={"Connection": "close"}
         )
+    deadline = min(BODY_TIMEOUT, BODY_GRACE + length / MIN_BODY_RATE)
     try:
-        with gevent.Timeout(BODY_TIMEOUT, _BodyTimeoutError):
+        with gevent.Timeout(deadline, _BodyTimeoutError):
             body: bytes = req.bounded_stream.read(length)
     except _BodyTimeoutError:
         raise RequestTimeoutError(
-            f"the request body did not arrive within {BODY_TIMEOUT:g}s",
+            f"the request body of {length} bytes did not arrive within {deadline:.1f}s "
+            f"({BODY_GRACE:g}s, and at least {MIN_BODY_RATE} bytes a second)",
             headers={"Connection": "close"},
         ) from None
     return body

@@ -42,7 +42,7 @@ from lessor.apiserver.http.responses import (
     Status,
 )
 from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS
-from lessor.apiserver.sandboxes.executions import WAIT_MARGIN
+from lessor.apiserver.sandboxes.executions import MAX_RUNNING_PER_LEASE, WAIT_MARGIN
 from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 from lessor.protocol.json_object import Json
 
@@ -209,6 +209,10 @@ def _execution_create() -> Json:
         "`target_unresolved` or `conflict_retryable`"
     )
     _rate_limited(responses, "execution creates", "apiserver.executionAdmissionRate")
+    responses["429"]["description"] += (
+        "; or code `concurrency_limit`, without Retry-After: the lease has "
+        f"{MAX_RUNNING_PER_LEASE} executions that have not ended"
+    )
     responses["501"]["description"] = "the SandboxPool has no runner"
     responses["503"]["description"] = (
         "reason `backend_error`: the sandbox's runner (or the cluster API) cannot be reached; "
@@ -216,7 +220,8 @@ def _execution_create() -> Json:
     )
     accepted = {
         "description": "Detached and reserved; or, in wait mode, no outcome yet "
-        f"{WAIT_MARGIN:.0f} s past the timeout. Poll the Location.",
+        f"{WAIT_MARGIN:.0f} s past the timeout, or the caller already holds its share of "
+        "waits (`apiserver.maxWaitsPerIdentity`). Poll the Location.",
         "headers": location,
         "content": _json(_ref(Execution)),
     }

@@ -32,6 +32,9 @@ class Settings:
     # Bytes of command and cwd one Sandbox lease may store over its lifetime, summed over its
     # executions (lessor.apiserver.sandboxes.executions): 64 commands of the largest size.
     max_command_bytes_per_lease: int = 1024 * 1024
+    # Waiting requests (lease GETs with waitSeconds, wait-mode executions) one owner may hold
+    # at once on a replica; beyond, they are answered at once (lessor.apiserver.http.held_requests).
+    max_waits_per_identity: int = 8
     # Requests one worker serves at once (health and metrics aside): beyond, 429 at once with
     # Retry-After (lessor.apiserver.http.shedding).
     max_in_flight: int = 32
@@ -53,6 +56,10 @@ class Settings:
     ssh_signed_burst: int = 100
     # Active leases of each kind an owner may hold where its rule or grant sets no ceiling.
     default_max_concurrent_leases: int = 20
+    # CIDRs of the proxies in front (an Ingress controller's pods, a load balancer's range)
+    # whose X-Forwarded-For names the client in logs and audit records
+    # (lessor.apiserver.http.client_address); from any other peer the header is ignored.
+    trusted_proxies: tuple[str, ...] = ()
     # Whether GET /v1/status lists pools (names and counts) to a caller without credentials.
     public_pool_status: bool = False
     # The port of the second listener, which serves /metrics and nothing else (None: no

@@ -4,12 +4,16 @@ A gevent worker accepts every connection up to `worker_connections` (1000) and s
 request; past what the Kubernetes client and the CPU keep up with, every request waits on all the
 others and each gets slower, until clients time out on answers that were going to come. Spec
 7.1's "server overloaded" 429 is the way out: beyond the bound, a request is answered at once,
-before its body is read or its caller authenticated, with Retry-After, and costs nothing more.
+before its caller is authenticated, with Retry-After, and costs nothing more. It is counted
+only once its body has arrived (read, bounded in size, time and rate, by
+lessor.apiserver.http.observe): a request whose body is still trickling in holds a connection,
+bounded by gunicorn's `worker_connections`, not a slot of this bound, so a few slow clients
+cannot make the worker refuse everyone (review N5).
 The probes are never refused (a refused probe would take the replica out of service, or
-restart it, for being busy; /metrics has a listener of its own, outside Falcon), execution
-creates are not counted (see LONG_HELD), and a request that waits for a change (a lease's
-`waitSeconds`) stops counting once admitted (`set_aside`): it holds a greenlet, not the CPU
-the bound is there to protect.
+restart it, for being busy; /metrics has a listener of its own, outside Falcon), and a request
+that waits (a lease's `waitSeconds`, a wait-mode execution) stops counting once admitted to
+its wait (`set_aside`): it holds a greenlet, not the CPU the bound is there to protect, and
+waits have bounds of their own (lessor.apiserver.http.held_requests).
 The default (32 a worker) comes from bench/shedding.py: at 200 clients on one worker it served
 386 requests a second at p50 67 ms, against 310 at p50 891 ms without a bound. Counted per
 worker: one process, greenlets in one thread, so a plain counter is exact.
@@ -23,10 +27,6 @@ from lessor.apiserver.http import metrics
 from lessor.apiserver.http.errors import TooManyRequestsError
 
 EXEMPT = frozenset({"/healthz", "/readyz"})
-# A wait-mode execution holds its request for as long as its command runs (up to an hour): a few
-# would take every slot of a worker that serves in milliseconds otherwise. Executions have their
-# own bounds (per lease; the runner's), and attach and port-forward sessions theirs.
-LONG_HELD = "/executions"
 RETRY_AFTER = "1"  # seconds: an overload is short or it is a capacity problem, not the client's
 
 
@@ -36,7 +36,7 @@ class Shed:
         self.in_flight = 0
 
     def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
-        if req.path in EXEMPT or req.path.endswith(LONG_HELD):
+        if req.path in EXEMPT:
             return
         if self.in_flight >= self.max_in_flight:
             metrics.SHED.inc()

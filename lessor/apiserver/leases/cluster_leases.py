@@ -13,6 +13,7 @@ import hashlib
 import re
 import secrets
 import time
+from collections.abc import Callable
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import lifecycle, metrics
@@ -240,14 +241,21 @@ class LeaseService:
             body["alias"] = spec["alias"]
         return body
 
-    def read(self, principal: Principal, lease_id: str, wait: float = 0.0) -> Json:
+    def read(
+        self,
+        principal: Principal,
+        lease_id: str,
+        wait: float = 0.0,
+        gone: Callable[[], bool] = lambda: False,
+    ) -> Json:
         """The caller's lease as the API shows it. `wait` (seconds): a Pending lease is answered
         when it changes (bound, a new queue position, released), or after that long: a client
         waiting for its cluster learns of it the moment it is bound, with one request where
         polling cost one every few milliseconds (issue 19). A lease in any other phase is
         answered at once: what a waiting client waits for has happened, and nothing it needs
         would change (a wait there lasted the whole `wait` when the lease was bound before the
-        client's first GET)."""
+        client's first GET). `gone`: whether the client hung up, which ends the wait (its
+        answer goes nowhere)."""
         first = self._answer(principal, lease_id)
         if wait <= 0 or first["phase"] != "Pending":
             return first
@@ -259,7 +267,7 @@ class LeaseService:
             current = self._answer(principal, first["id"])  # changed before `changes` began
             while current == first:
                 left = deadline - time.monotonic()
-                if left <= 0 or lifecycle.stopping():
+                if left <= 0 or lifecycle.stopping() or gone():
                     break
                 watched = self.watched_leases.synced()
                 if changed.wait(min(left, WAIT_SLICE)) or not watched:

@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import hashlib
 import time
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -56,6 +57,11 @@ from lessor.resources.sandbox import (
 from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
 LEASE_LABEL = "lessor.dev/sandbox-lease"
+# Executions of one lease that may be running at once: the operator asks the runner about each
+# running one every 0.25-5 s through pods/exec (review N6), so this bounds what one lease costs
+# it and kube-apiserver. Counted when a new one is admitted, from kube-apiserver's cache:
+# creates racing on several replicas can pass it by their number, never by more.
+MAX_RUNNING_PER_LEASE = 16
 EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 # The bytes of command and cwd a SandboxLease's executions have stored (ExecutionCommand's
 # stored_bytes), summed, never given back: written with `spec.executionsReserved` in one fenced
@@ -144,8 +150,16 @@ class ExecutionService:
     # -- create ----------------------------------------------------------------------------
 
     def create(
-        self, principal: Principal, lease_name: str, request: CreateExecution
+        self,
+        principal: Principal,
+        lease_name: str,
+        request: CreateExecution,
+        may_wait: bool = True,
+        gone: Callable[[], bool] = lambda: False,
     ) -> tuple[int, Json]:
+        """202 with the execution started when it is detached, or may not wait (the caller's
+        share of waits is held: lessor.apiserver.http.held_requests); else 200 with its
+        outcome, or 202 when that comes too late or the client hung up (`gone`)."""
         lease = self.leases.owned(principal, lease_name)
         name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
         command = ExecutionCommand(command=request.command, cwd=request.cwd)
@@ -154,9 +168,9 @@ class ExecutionService:
             self._admit(principal)
             existing = self._reserve(principal, lease, name, request, command)
         self._require_same_intent(existing, request, command)
-        if request.detach:
+        if request.detach or not may_wait:
             return 202, self._started(existing, command)
-        return self._wait(existing, command)
+        return self._wait(existing, command, gone)
 
     def _admit(self, principal: Principal) -> None:
         """A token of the caller's bucket for a request that will store objects (a keyed retry
@@ -181,6 +195,7 @@ class ExecutionService:
             raise HttpConflictError(f"the lease is {phase}; request a new lease", reason="expired")
         if phase != "Ready":
             raise HttpConflictError("the sandbox is not Ready yet", reason="not_ready")
+        self._require_a_running_slot(lease)
         pool = self._pool(lease["spec"]["pool"])
         if pool.spec.runner is None:
             raise NotImplementedYetError(
@@ -231,6 +246,21 @@ class ExecutionService:
                 ) from error
             return found
         return created
+
+    def _require_a_running_slot(self, lease: Json) -> None:
+        """429 `concurrency_limit` (no Retry-After: it clears when one ends, not with time)
+        while the lease has MAX_RUNNING_PER_LEASE executions that have not ended."""
+        selector = f"{LEASE_LABEL}={lease['metadata']['name']}"
+        executions = self.kube.list_objects(SandboxExecution.crd.plural, selector, cached=True)
+        running = sum(
+            1 for e in executions if e.get("status", {}).get("state") not in EXECUTION_FINISHED
+        )
+        if running >= MAX_RUNNING_PER_LEASE:
+            raise TooManyRequestsError(
+                f"the lease has {running} executions that have not ended (at most "
+                f"{MAX_RUNNING_PER_LEASE} at once); wait for one to end or cancel one",
+                reason="concurrency_limit",
+            )
 
     def _keep_command(self, lease: Json, name: str, command: ExecutionCommand) -> None:
         """The argv and cwd, in a Secret of their own (ExecutionCommand says why), made before
@@ -392,7 +422,9 @@ class ExecutionService:
         except UnavailableError:
             return body  # reserved: the operator starts it when the runner answers again
 
-    def _wait(self, execution: Json, command: ExecutionCommand) -> tuple[int, Json]:
+    def _wait(
+        self, execution: Json, command: ExecutionCommand, gone: Callable[[], bool]
+    ) -> tuple[int, Json]:
         """200 with the output once the command has ended; 202 (poll the execution) if the
         outcome is still not known well past the timeout.
 
@@ -408,6 +440,8 @@ class ExecutionService:
         stdout, stderr = bytearray(), bytearray()
         while True:
             left = deadline - time.monotonic()
+            if gone() and body["state"] not in EXECUTION_FINISHED:
+                return 202, body  # nobody reads the answer: stop calling the runner for it
             if left <= 0:
                 if body["state"] not in EXECUTION_FINISHED:
                     return 202, body

@@ -26,12 +26,14 @@ DEFAULT_PER_IDENTITY = 32
 
 
 class SessionSlots:
-    def __init__(self, per_identity: int, directory: Path | None = None) -> None:
+    def __init__(
+        self, per_identity: int, directory: Path | None = None, file: str = "sessions.sqlite3"
+    ) -> None:
         if per_identity < 1:
             raise ValueError("the session ceiling must be at least 1")
         self.per_identity = per_identity
         self.database = ReplicaDatabase(
-            "sessions.sqlite3",
+            file,
             "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY,"
             " principal TEXT NOT NULL, pid INTEGER NOT NULL)",
             directory,

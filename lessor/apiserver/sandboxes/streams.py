@@ -28,7 +28,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import portforward, stream
 
-from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.auth.authenticator import Authenticator, Principal
+from lessor.apiserver.auth.errors import AuthenticationError
 from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, parse_query
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -191,10 +192,17 @@ class ForwardStream:
 
 
 class SandboxStreamService:
-    def __init__(self, kube: Kube, leases: SandboxLeaseService, policies: PolicyStore) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        leases: SandboxLeaseService,
+        policies: PolicyStore,
+        authenticator: Authenticator,
+    ) -> None:
         self.kube = kube
         self.leases = leases
         self.policies = policies
+        self.authenticator = authenticator
 
     def target(self, principal: Principal, lease_name: str, kind: str, query: str) -> StreamTarget:
         lease = self.leases.owned(principal, lease_name)
@@ -282,7 +290,13 @@ class SandboxStreamService:
 
     def check(self, target: StreamTarget, principal: Principal) -> None:
         """End an open session that must not go on (StreamEnded with the close code): its lease
-        left Ready, was replaced or reached its expiry, or the caller lost the grant."""
+        left Ready, was replaced or reached its expiry, the caller's credential was revoked or
+        expired, or the caller lost the grant."""
+        try:
+            self.authenticator.recheck(principal)
+        except AuthenticationError as error:
+            log.info("an open %s session's credential ended: %s", target.kind, error.cause)
+            raise StreamEnded(ACCESS_REVOKED, "your credential was revoked or expired") from None
         found = self.kube.find(SandboxLease.crd.plural, target.lease)
         if found is None or found["metadata"]["uid"] != target.lease_uid:
             raise StreamEnded(LEASE_ENDED, "the lease ended")

@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http import audit, metrics
+from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
     BadRequestError,
     HttpError,
@@ -51,6 +52,7 @@ class StreamRoutes:
         self.services = services  # lessor.apiserver.http.app.Services
         self.limits = limits
         self.slots = slots
+        self.clients = ClientAddress(networks(services.settings.trusted_proxies))
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Any:
         match = PATH.match(environ.get("PATH_INFO", ""))
@@ -64,6 +66,7 @@ class StreamRoutes:
         lease_id, kind = match.groups()
         action = kind.replace("-", "_")
         caller: dict[str, Any] = {}  # the principal, once _prepare knows it
+        client = self.clients.of(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"))
         try:
             answer, pod, check, slot = self._prepare(environ, lease_id, kind, caller)
         except (HandshakeError, HttpError, ApiException) as error:
@@ -73,17 +76,19 @@ class StreamRoutes:
                 caller=caller.get("principal"),
                 status=refusal.status,
                 lease=lease_id,
+                client=client,
             )
             return _refuse(start_response, kind, refusal)
         principal = caller["principal"]
         _count(kind, 101)
-        audit.record(f"{action}.open", caller=principal, status=101, lease=lease_id)
+        audit.record(f"{action}.open", caller=principal, status=101, lease=lease_id, client=client)
         websocket = WebSocket(environ["gunicorn.socket"])
         try:
             self._serve(
                 websocket, answer, pod=pod, check=check, kind=kind,
                 audited=lambda **detail: audit.record(
-                    f"{action}.close", caller=principal, status=None, lease=lease_id, **detail
+                    f"{action}.close", caller=principal, status=None, lease=lease_id,
+                    client=client, **detail,
                 ),
             )  # fmt: skip
         finally:

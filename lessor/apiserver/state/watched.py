@@ -48,6 +48,10 @@ RELIST_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
 # How long an own write may stay unseen before the watch is assumed to have skipped it (a
 # relist in between shows a later version, never that one): reads go to kube-apiserver meanwhile.
 UNSEEN_FOR = 30.0
+# While the watch is down, a read from kube-apiserver answers every reader of that object in
+# this process for this long: the waiters of one lease (long polls read it every second) share
+# one read, instead of each adding one to a kube-apiserver that may be why the watch is down.
+SHARED_FOR = 1.0
 
 
 class WatchedObjects:
@@ -66,6 +70,7 @@ class WatchedObjects:
         self._objects: dict[str, Json] = {}
         self._synced = threading.Event()
         self._unseen: cachetools.TTLCache[str, str] = cachetools.TTLCache(10_000, UNSEEN_FOR)
+        self._shared: cachetools.TTLCache[str, Json] = cachetools.TTLCache(10_000, SHARED_FOR)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._waiters: dict[str, set[threading.Event]] = {}
@@ -85,9 +90,22 @@ class WatchedObjects:
             return None if name in self._unseen else self._objects.get(name)
 
     def read(self, name: str) -> Json | None:
-        """The object as last seen, else as kube-apiserver has it; None: it does not exist."""
+        """The object as last seen, else as kube-apiserver has it; None: it does not exist.
+        While the watch is down, what kube-apiserver said is shared for SHARED_FOR seconds (not
+        an own write's object: that one is read again)."""
         found = self.get(name)
-        return found if found is not None else self._kube_factory().find(self.plural, name)
+        if found is not None:
+            return found
+        shares = not self.synced()
+        with self._lock:
+            shared = self._shared.get(name) if shares and name not in self._unseen else None
+        if shared is not None:
+            return shared
+        found = self._kube_factory().find(self.plural, name)
+        if found is not None and shares:
+            with self._lock:
+                self._shared[name] = found
+        return found
 
     def listed(self) -> list[Json]:
         """Every object as last seen, or from kube-apiserver's own cache until the first list
@@ -102,6 +120,7 @@ class WatchedObjects:
         metadata = obj["metadata"]
         name, version = metadata["name"], metadata["resourceVersion"]
         with self._lock:
+            self._shared.pop(name, None)
             current = self._objects.get(name)
             if current is None or current["metadata"]["resourceVersion"] != version:
                 self._unseen[name] = version
