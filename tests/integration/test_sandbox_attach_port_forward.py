@@ -225,7 +225,7 @@ def test_attach_round_trip(env: Env, lease: str) -> None:  # noqa: F811
     # Audited: who opened it, and how it ended (docs/operations.md, Audit).
     opened = audited(env, "attach.open", lease)
     assert (opened["status"], opened["outcome"], opened["auth"]) == ("101", "allowed", "token")
-    assert "alice" in opened["identity"]
+    assert "alice" in opened["identity"] and opened["client"] == "127.0.0.1"
     closed = audited(env, "attach.close", lease)
     assert closed["identity"] == opened["identity"] and int(closed["bytes_in"]) > len(line)
 
