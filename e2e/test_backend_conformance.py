@@ -228,6 +228,8 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(
     version = kubectl(str(kubeconfig), "version", "-o", "json")
     assert version.returncode == 0, version.stderr
     assert json.loads(version.stdout)["serverVersion"]["gitVersion"]
+    if harness.backend != "namespace":  # a ServiceAccount's token there, confined already
+        assert_the_leases_own(kubeconfig, "conforming")
     if harness.backend == "vcluster":  # through the Gateway, by the cluster's own host name
         passthrough = harness.installation.gateway
         assert passthrough is not None
@@ -261,6 +263,16 @@ def test_a_backend_provisions_serves_and_tears_down_through_sigkills(
         assert any(name.startswith(logs) for name in files), sorted(files)
     harness.operator()
     wait_for("the pool refilled", lambda: len(harness.ready()) == 1, timeout=300)
+
+
+def assert_the_leases_own(kubeconfig: Path, lease: str) -> None:
+    """The cluster knows the holder of `kubeconfig` as the lease, administrator by its group,
+    never as the cluster's own admin (issue 40, item 7)."""
+    whoami = kubectl(str(kubeconfig), "auth", "whoami", "-o", "json")
+    assert whoami.returncode == 0, whoami.stderr
+    user = json.loads(whoami.stdout)["status"]["userInfo"]
+    assert user["username"] == f"lessor-lease:{lease}", user
+    assert "lessor:lease-holders" in user["groups"] and "system:masters" not in user["groups"]
 
 
 def test_a_teardown_that_cannot_be_verified_is_quarantined(harness: Harness) -> None:

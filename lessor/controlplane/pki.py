@@ -1,9 +1,10 @@
-"""Certificates and keys for a control plane on loopback.
+"""Certificates and keys for a control plane on loopback, and for the leases of clusters whose CA
+lessor holds.
 
 Every local cluster gets its own CA, so a kubeconfig of one cluster is worthless against another.
-Certificates use ECDSA P-256 because generating them is fast enough to do per cluster in
-milliseconds; the service-account signing key is RSA so that tokens are RS256, the algorithm every
-OIDC client accepts by default.
+Certificates use ECDSA P-256 because generating them is fast enough to do per cluster (and per
+lease) in milliseconds; the service-account signing key is RSA so that tokens are RS256, the
+algorithm every OIDC client accepts by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ _VALIDITY = datetime.timedelta(days=365)
 @dataclass(frozen=True)
 class KeyPair:
     cert_pem: bytes
+    key_pem: bytes
+
+
+@dataclass(frozen=True)
+class SigningRequest:
+    """A PKCS#10 request and the private key it was made with (which never leaves lessor)."""
+
+    csr_pem: bytes
     key_pem: bytes
 
 
@@ -76,6 +85,17 @@ class CertificateAuthority:
             .sign(self._key, hashes.SHA256())
         )
 
+    @classmethod
+    def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> CertificateAuthority:
+        """The CA of a running cluster, to sign more certificates with (a lease's)."""
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError("the CA's key is not an ECDSA key")
+        authority = cls.__new__(cls)
+        authority._key = key
+        authority._cert = x509.load_pem_x509_certificate(cert_pem)
+        return authority
+
     @property
     def cert_pem(self) -> bytes:
         return self._cert.public_bytes(serialization.Encoding.PEM)
@@ -91,8 +111,10 @@ class CertificateAuthority:
         organization: str | None = None,
         server_names: tuple[str, ...] = (),
         client: bool = False,
+        not_after: datetime.datetime | None = None,
     ) -> KeyPair:
-        """Sign a leaf certificate: serving when `server_names` is given, client when `client`."""
+        """Sign a leaf certificate: serving when `server_names` is given, client when `client`;
+        valid for a year, or until `not_after` (to the second: X.509 keeps no fraction)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         usages = []
@@ -107,7 +129,7 @@ class CertificateAuthority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after((not_after or now + _VALIDITY).replace(microsecond=0))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
@@ -118,6 +140,18 @@ class CertificateAuthority:
             )
         cert = builder.sign(self._key, hashes.SHA256())
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def certificate_request(common_name: str, organization: str) -> SigningRequest:
+    """A fresh key and a request for a client certificate of that subject, for a signer that
+    holds the CA itself (a cluster's own, through the certificates.k8s.io API)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    request = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(_name(common_name, organization))
+        .sign(key, hashes.SHA256())
+    )
+    return SigningRequest(request.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
 def _general_name(name: str) -> x509.GeneralName:

@@ -1,6 +1,6 @@
 """What every controller's `setup` is given: the manager it joins, the API client, the settings,
-and what the controllers of one process share (the event recorder, the caches, the `local`
-backend, the agent-sandbox compatibility verdict).
+and what the controllers of one process share (the event recorder, the caches, the backends,
+the agent-sandbox compatibility verdict).
 
 Each reconciler module declares its own watches in a `setup(context) -> Controller` beside its
 reconciler, so that what requeues a key is read next to the code that handles it;
@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass
 
 from lessor.operator.backends.local import HostIdentity, LocalBackend
+from lessor.operator.backends.registry import Backends
 from lessor.operator.compatibility import CompatibilityCache
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Reconcile
@@ -52,6 +53,17 @@ class Context:
         collector, which stops those no instance owns: both must see the same directory, and
         the host is identified once."""
         return LocalBackend(HostIdentity(self.client), self.settings.local_backend_dir)
+
+    @functools.cached_property
+    def backends(self) -> Backends:
+        """One for the instance reconciler, which makes and tears down clusters, and the lease
+        reconciler, which issues each lease's credential on them."""
+        return Backends(
+            self.client,
+            self.local_backend,
+            self.settings.test_backends,
+            self.settings.allow_privileged_backends,
+        )
 
     @functools.cached_property
     def compatibility(self) -> CompatibilityCache:

@@ -70,12 +70,7 @@ def setup(context: Context) -> Controller:
         context.client,
         instances=instances,
         leases=leases,
-        backends=Backends(
-            context.client,
-            context.local_backend,
-            settings.test_backends,
-            settings.allow_privileged_backends,
-        ),
+        backends=context.backends,
         events=context.events,
         teardown_grace=settings.teardown_grace,
         unhealthy_after=settings.unhealthy_after,

@@ -10,18 +10,25 @@ reconcile after a kill -9 at any point does the rest of the work and nothing twi
 Phases (spec 3.1): Pending (queued, with a 1-based queuePosition in FIFO order of creation) ->
 Bound (kubeconfig published, expiresAt set) -> Recycling (released or expired; the instance is
 being torn down) -> Released or Expired once teardown is verified, or Quarantined when it is not.
+
+The kubeconfig published at Bound is the lease's own: the backend issues a certificate valid until
+expiresAt, using the cluster's admin kubeconfig (the instance's Secret), which stays in lessor's
+namespace; an extension issues another until the new expiry (lessor.operator.lease_kubeconfigs).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime
 import logging
 from collections.abc import Callable
 from typing import Literal
 
-from lessor.operator import lease_metrics
+from lessor.operator import lease_kubeconfigs, lease_metrics
+from lessor.operator.backends.base import BackendError, InstanceRef, LeaseRef
+from lessor.operator.backends.registry import Backends
 from lessor.operator.claims_in_flight import ClaimsInFlight
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
@@ -37,7 +44,7 @@ from lessor.operator.kinds import (
     index_by_pool,
     pool_key,
 )
-from lessor.operator.runtime.client import ConflictError, KubeClient
+from lessor.operator.runtime.client import ApiError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result, spec_changed
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
@@ -46,7 +53,6 @@ from lessor.operator.writes import (
     add_finalizer,
     delete_fenced,
     delete_present,
-    owner_reference,
     patch_fenced,
     remove_finalizer,
     write_status,
@@ -59,6 +65,7 @@ from lessor.resources.base import ObjectRef
 from lessor.resources.cluster import (
     CLUSTER_HEALTHY,
     LEASE_FINALIZER,
+    Backend,
     ClusterLease,
     ClusterLeaseStatus,
     ClusterPool,
@@ -66,10 +73,6 @@ from lessor.resources.cluster import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def lease_kubeconfig_secret(lease_name: str) -> str:
-    return f"lease-{lease_name}-kubeconfig"
 
 
 def _created(obj: Json) -> tuple[str, str]:
@@ -107,6 +110,7 @@ def setup(context: Context) -> Controller:
         pools=pools,
         instances=instances,
         leases=leases,
+        backends=context.backends,
         events=context.events,
         enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
         retention=context.settings.lease_retention,
@@ -146,12 +150,14 @@ class LeaseReconciler:
         pools: Informer,
         instances: Informer,
         leases: Informer,
+        backends: Backends,
         events: EventRecorder,
         enqueue: Callable[[str], None],
         retention: datetime.timedelta | None = None,
         captures: Captures,
     ) -> None:
         self.client = client
+        self.backends = backends
         self.captures = captures
         self.retention = retention
         self.pools = pools
@@ -300,25 +306,11 @@ class LeaseReconciler:
             return Result(requeue_after=0.5)  # the instance is publishing its kubeconfig
         if secret is None or secret["metadata"]["name"] != source:
             secret = await self.client.get(SECRETS.path(namespace, source))
-        copy = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": lease_kubeconfig_secret(name),
-                "namespace": namespace,
-                "labels": {"lessor.dev/lease": name},
-                "ownerReferences": [owner_reference(obj)],
-            },
-            "type": "Opaque",
-            "data": {"kubeconfig": secret["data"]["kubeconfig"]},
-        }
-        # Created, not read first (create_missing): it is missing but after a crash mid-bind,
-        # and a read on every bind cost a round trip on the path a waiting client measures.
-        with contextlib.suppress(ConflictError):
-            await self.client.create(SECRETS.path(namespace), copy)
         assert status.effective_ttl is not None  # set by _pending
         bound_at = now_seconds()
-        expiry = lease.spec.expires_at(bound_at, status.effective_ttl)
+        expiry = lease.spec.expires_at(bound_at, status.effective_ttl).replace(microsecond=0)
+        kubeconfig = await self._issue(lease, instance, secret, expiry)
+        await lease_kubeconfigs.publish(self.client, obj, kubeconfig, expiry)
         status = status.model_copy(
             update={
                 "phase": "Bound",
@@ -327,9 +319,9 @@ class LeaseReconciler:
                     name=instance["metadata"]["name"], uid=instance["metadata"]["uid"]
                 ),
                 "bound_at": bound_at,
-                "expires_at": expiry.replace(microsecond=0),
+                "expires_at": expiry,
                 "cluster_name": instance["metadata"]["name"],
-                "kubeconfig_secret": lease_kubeconfig_secret(name),
+                "kubeconfig_secret": lease_kubeconfigs.secret_name(name),
                 "extensions": min(len(lease.spec.extensions), lease.spec.max_extensions),
                 "message": "",
             }
@@ -344,6 +336,33 @@ class LeaseReconciler:
         for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
             self._enqueue(waiting)
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    async def _issue(
+        self, lease: ClusterLease, instance: Json, admin_secret: Json, expiry: datetime.datetime
+    ) -> str:
+        """The lease's own kubeconfig, valid until `expiry`, issued by the instance's backend
+        with the cluster's admin kubeconfig (`admin_secret`, the instance's Secret)."""
+        meta = instance["metadata"]
+        backend = self.backends.for_spec(Backend.model_validate(instance["spec"]["backend"]))
+        return await backend.lease_kubeconfig(
+            InstanceRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
+            base64.b64decode(admin_secret["data"]["kubeconfig"]).decode(),
+            LeaseRef(name=lease.metadata.name or "", expires_at=expiry),
+        )
+
+    async def _reissue(self, obj: Json, lease: ClusterLease, expiry: datetime.datetime) -> None:
+        """An extension's credential, written before the status that shows the new expiry; a
+        replay that finds it written (killed before the status) issues nothing."""
+        current = await lease_kubeconfigs.read(self.client, obj)
+        if current is not None and lease_kubeconfigs.issued_until(current) == timestamp(expiry):
+            return
+        instance = self._bound_instance(lease)
+        source = (instance or {}).get("status", {}).get("kubeconfigSecret")
+        if instance is None or not source:
+            raise BackendError("the bound cluster or its admin kubeconfig is gone")
+        admin = await self.client.get(SECRETS.path(instance["metadata"]["namespace"], source))
+        kubeconfig = await self._issue(lease, instance, admin, expiry)
+        await lease_kubeconfigs.publish(self.client, obj, kubeconfig, expiry, current=current)
 
     async def _write_status(self, obj: Json, status: ClusterLeaseStatus) -> Json:
         written = await write_status(self.client, LEASES, obj, status)
@@ -361,16 +380,27 @@ class LeaseReconciler:
         assert lease.status is not None and lease.status.bound_at is not None
         status = _status(lease)
         ttl = lease.status.effective_ttl or lease.spec.ttl or "1h"
-        expiry = lease.spec.expires_at(lease.status.bound_at, ttl)
+        expiry = lease.spec.expires_at(lease.status.bound_at, ttl).replace(microsecond=0)
         applied = min(len(lease.spec.extensions), lease.spec.max_extensions)
-        if applied != lease.status.extensions:
-            status.expires_at, status.extensions = expiry.replace(microsecond=0), applied
-            obj = await self._write_status(obj, status)
-            await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
+        retry: float | None = None
+        if applied != lease.status.extensions and not release and utcnow() < expiry:
+            try:
+                await self._reissue(obj, lease, expiry)
+            except (BackendError, ApiError) as error:
+                # Never a reason to keep the lease past its expiry: the check below still runs,
+                # the extension is applied once a credential for it is, and until then the
+                # served kubeconfig lasts until the expiry the status still says.
+                log.warning("lease %s: no credential for its extension yet: %s", key_of(obj), error)
+                retry = 5.0
+            else:
+                status.expires_at, status.extensions = expiry, applied
+                obj = await self._write_status(obj, status)
+                await self.events.record(obj, "Normal", "Extended", f"expires {timestamp(expiry)}")
         obj = await self._report_health(obj, lease, status)
         now = utcnow()
         if not release and now < expiry:
-            return Result(requeue_after=(expiry - now).total_seconds())
+            left = (expiry - now).total_seconds()
+            return Result(requeue_after=min(left, retry) if retry else left)
         reason: Literal["Released", "Expired"] = "Released" if release else "Expired"
         status.phase, status.end_reason = "Recycling", reason
         status.message = f"{reason.lower()}; tearing the cluster down"
@@ -450,9 +480,8 @@ class LeaseReconciler:
         # The instance is gone: teardown was verified, or a person resolved a quarantine by
         # cleaning up and removing the instance.
         reason = lease.status.end_reason or "Released"
-        await delete_present(
-            self.client, SECRETS.path(namespace, lease_kubeconfig_secret(lease.metadata.name or ""))
-        )
+        secret = lease_kubeconfigs.secret_name(lease.metadata.name or "")
+        await delete_present(self.client, SECRETS.path(namespace, secret))
         status.phase, status.message = reason, "cluster destroyed; teardown verified"
         await self._finish(obj, status, reason)
         return Result()

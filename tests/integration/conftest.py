@@ -1,7 +1,7 @@
 """The operator's test environment, shared by the modules that run it against the control plane
-(test_operator, test_conditions, test_pool_adaptation): the CRDs installed once per module, and
-per test a namespace of its own whose operators are SIGKILLed and `local` clusters destroyed at
-the end."""
+(test_operator, test_conditions, test_pool_adaptation, test_lease_credentials): the CRDs
+installed once per module, and per test a namespace of its own whose operators are SIGKILLed and
+`local` clusters destroyed at the end."""
 
 from __future__ import annotations
 

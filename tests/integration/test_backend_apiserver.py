@@ -2,7 +2,8 @@
 (the shipped RBAC, not an admin) in a namespace that enforces Pod Security `restricted`, as
 lessor-system does: its objects are accepted, its pod admitted and scheduled, a replay creates
 nothing twice and keeps the keys, readiness follows the StatefulSet and the node port, and the
-teardown is verified.
+teardown is verified. A cluster whose Secret lacks the CA's key (made before lessor kept it)
+is never ready: no lease credential could be issued for it.
 
 kwok marks the pod running without running it, so kube-apiserver itself and the kubeconfig's use
 are proven in kind (e2e/test_scenarios.py), where the same backend serves every lease."""
@@ -10,6 +11,7 @@ are proven in kind (e2e/test_scenarios.py), where the same backend serves every 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import socket
 import uuid
@@ -22,7 +24,8 @@ from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.pki import CertificateAuthority
 from lessor.operator.backends import apiserver_manifests as manifests
-from lessor.operator.backends.apiserver import ApiserverBackend
+from lessor.operator.backends.apiserver import UNSIGNABLE, ApiserverBackend
+from lessor.operator.backends.base import BackendError, LeaseRef
 from lessor.operator.backends.exposure import answers_through
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
@@ -68,6 +71,15 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
         assert cluster["tls-server-name"] == manifests.service_host(instance)
         user = document["users"][0]["user"]
         assert {"client-certificate-data", "client-key-data"} <= set(user)
+
+        control_plane.kubectl(
+            "patch", secret, "-n", namespace, "--type=json",
+            "-p", json.dumps([{"op": "remove", "path": "/data/ca.key"}]),
+        )  # fmt: skip
+        assert (await backend.readiness(instance)).message == UNSIGNABLE
+        lease = LeaseRef("l1", datetime.datetime.now(datetime.UTC))
+        with pytest.raises(BackendError, match="kept no CA key"):
+            await backend.lease_kubeconfig(instance, "unused", lease)
 
         await backend.teardown(instance)
 

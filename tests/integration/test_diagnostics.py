@@ -306,6 +306,38 @@ def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
     assert gone.status == 404 and "gone" in gone.body["detail"], gone.body
 
 
+def test_a_lease_that_expires_is_captured_with_the_clusters_credential_not_its_own(
+    stack: Stack,
+) -> None:
+    """A capture on expiry reads the cluster after the lease's own client certificate has
+    expired with the lease (issue 40, item 7): the operator reads it with the cluster's admin
+    kubeconfig, kept in lessor's namespace, so the bundle still holds the cluster."""
+    stack.pool("dx-expiry", 1)
+    created = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"pool": "dx-expiry", "ttl": "45s"}
+    )
+    assert created.status == 202, created.body
+    lease_id = created.body["id"]
+    bound = wait_for(f"{lease_id} Bound", lambda: (
+        body if (body := stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body)
+        .get("phase") == "Bound" else None
+    ), timeout=180)  # fmt: skip
+    kubeconfig = stack.directory / f"{lease_id}.kubeconfig"
+    kubeconfig.write_text(bound["kubeconfig"])
+    _kubectl(kubeconfig, "create", "namespace", "before-expiry")
+
+    def expired() -> dict[str, Any] | None:
+        lease = stack.objects.get("clusterlease", lease_id)
+        status = (lease or {}).get("status", {})
+        return lease if status.get("phase") == "Expired" and status.get("diagnostics") else None
+
+    lease = wait_for(f"{lease_id} Expired, its capture recorded", expired, timeout=240)
+    record = lease["status"]["diagnostics"]
+    assert record["state"] == "Captured", record
+    files = _files(_fetched(stack, lease_id)[1])
+    assert '"before-expiry"' in _listed(files, "namespaces").decode()
+
+
 def test_a_store_that_cannot_be_used_is_reported_and_leases_still_end(stack: Stack) -> None:
     stack.pool("dx-check", 0, credentialsSecretRef={"name": "no-such-secret"})
 

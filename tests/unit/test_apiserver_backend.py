@@ -1,6 +1,7 @@
 """What the `apiserver` backend asks the host cluster to run, checked without a cluster: the pod
 passes Pod Security `restricted` (lessor's namespace enforces it), the certificate names every
-address a kubeconfig may use, and the admin credentials never reach the pod. The objects run
+address a kubeconfig may use, and neither the admin credentials nor the CA's key (kept for the
+operator to sign each lease's certificate) reach the pod. The objects run
 for real in kind (e2e/test_scenarios.py)."""
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ def test_the_pod_passes_pod_security_restricted() -> None:
     assert not any("hostPath" in volume for volume in pod["volumes"])
 
 
-def test_the_pod_mounts_the_serving_keys_but_never_the_admin_credentials() -> None:
+def test_the_pod_mounts_the_serving_keys_but_never_the_admin_credentials_or_the_ca_key() -> None:
     objects = rendered(manifests.ApiserverConfig())
     secret_keys = set(objects["Secret"]["data"])  # type: ignore[arg-type]
-    assert {"admin.crt", "admin.key", "ca.crt", "apiserver.key"} <= secret_keys
+    assert {"admin.crt", "admin.key", "ca.crt", "ca.key", "apiserver.key"} <= secret_keys
     pod = objects["StatefulSet"]["spec"]["template"]["spec"]  # type: ignore[index]
     [pki] = [v for v in pod["volumes"] if v["name"] == "pki"]
     mounted = {item["key"] for item in pki["secret"]["items"]}
-    assert mounted == secret_keys - {"admin.crt", "admin.key"}
+    assert mounted == secret_keys - {"admin.crt", "admin.key", "ca.key"}
 
 
 def test_the_certificate_names_the_service_and_a_chosen_host() -> None:

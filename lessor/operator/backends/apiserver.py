@@ -15,8 +15,14 @@ import asyncio
 import base64
 
 from lessor.operator.backends import apiserver_manifests as manifests
-from lessor.operator.backends import exposure
-from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends import exposure, lease_credentials
+from lessor.operator.backends.base import (
+    BackendError,
+    InstanceRef,
+    LeaseRef,
+    Readiness,
+    TeardownReport,
+)
 from lessor.operator.backends.owned import label_selector, labelled_names
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.writes import create_missing, delete_present
@@ -30,6 +36,9 @@ _PATHS = {
 }
 # Teardown order: the StatefulSet first, so that nothing recreates the pod deleted after it.
 _TEARDOWN = ("StatefulSet", "Pod", "Service", "Secret")
+# A cluster made before lessor kept the CA's key: never handed out (its pool replaces it once
+# it is Unhealthy), since no lease credential can be issued for it.
+UNSIGNABLE = "made by an older lessor that kept no CA key: no lease credential can be issued"
 
 
 class ApiserverBackend:
@@ -93,6 +102,8 @@ class ApiserverBackend:
         secret = await self.client.get(
             self._path("Secret", instance, manifests.pki_secret_name(instance))
         )
+        if manifests.CA_KEY not in secret.get("data", {}):
+            return UNSIGNABLE
         ca = base64.b64decode(secret.get("data", {}).get("ca.crt", "")).decode()
         server_name = self.config.host or manifests.service_host(instance)
         if not await asyncio.to_thread(exposure.answers_through, *endpoint, ca, server_name):
@@ -121,6 +132,21 @@ class ApiserverBackend:
             {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]},
             ca_data=data["ca.crt"],
             server_name=None if host == self.config.host else manifests.service_host(instance),
+        )
+
+    async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:
+        """Signed with the cluster's CA, whose key the PKI Secret keeps (unmounted)."""
+        try:
+            secret = await self.client.get(
+                self._path("Secret", instance, manifests.pki_secret_name(instance))
+            )
+        except ApiError as error:
+            raise BackendError(f"the CA of {instance.name}: {error}") from error
+        data = secret.get("data", {})
+        if manifests.CA_KEY not in data:
+            raise BackendError(f"{instance.name}: {UNSIGNABLE}")
+        return await lease_credentials.signed_by_lessor(
+            admin, base64.b64decode(data["ca.crt"]), base64.b64decode(data[manifests.CA_KEY]), lease
         )
 
     async def teardown(self, instance: InstanceRef) -> None:

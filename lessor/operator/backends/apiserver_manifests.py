@@ -3,10 +3,12 @@
 kube-apiserver and etcd run as the two containers of a one-replica StatefulSet (etcd on an
 emptyDir: the cluster is as ephemeral as its lease), behind a NodePort Service so that a
 kubeconfig works from outside the host cluster. The certificates are made by the operator, once,
-into a Secret: the pod mounts the serving certificate and the service-account keys, the operator
-reads the CA and the admin client certificate back for the kubeconfig, and the CA's own key is
-never stored, so nothing can issue another credential for the cluster. Every container runs under
-Pod Security `restricted`, as everything in lessor's namespace must.
+into a Secret: the pod mounts the serving certificate and the service-account keys; the operator
+reads the CA and the admin client certificate back for the cluster's admin kubeconfig, and the
+CA's key to sign each lease's own certificate (lessor.operator.backends.lease_credentials). The
+pod mounts neither the admin's credential nor the CA's key: whoever reads that Secret can read
+the admin's already, so keeping the key there adds no reader (docs/security.md). Every container
+runs under Pod Security `restricted`, as everything in lessor's namespace must.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ETCD_CLIENT = "http://127.0.0.1:2379"
 ETCD_PEER = "http://127.0.0.1:2380"
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "lessor-admin"
+CA_KEY = "ca.key"
 PKI_DIR = "/etc/kubernetes/pki"
 ETCD_MEMORY_LIMIT = "512Mi"
 RESTRICTED_CONTAINER: Manifest = {
@@ -87,6 +90,7 @@ def make_pki(instance: InstanceRef, config: ApiserverConfig) -> dict[str, bytes]
     accounts = service_account_key()
     return {
         "ca.crt": authority.cert_pem,
+        CA_KEY: authority.key_pem,
         "apiserver.crt": serving.cert_pem,
         "apiserver.key": serving.key_pem,
         "sa.pub": accounts.cert_pem,
@@ -163,8 +167,8 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
         "app.kubernetes.io/name": "lessor-cluster",
         "app.kubernetes.io/component": "apiserver",
     }
-    # The pod never reads the admin credentials; the operator does, from the Secret.
-    mounted = [key for key in pki if not key.startswith("admin.")]
+    # The pod never reads the admin's credential or the CA's key; the operator does.
+    mounted = [key for key in pki if not key.startswith("admin.") and key != CA_KEY]
     return [
         {
             "apiVersion": "v1",

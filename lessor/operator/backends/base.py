@@ -9,6 +9,7 @@ state and simply calls the method again.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +21,14 @@ class InstanceRef:
     namespace: str
     name: str
     uid: str
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """Which lease a credential is for, and the instant it must stop working (its expiresAt)."""
+
+    name: str
+    expires_at: datetime.datetime
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,14 @@ class ClusterBackend(Protocol):
         """Whether the cluster serves now. Never raises for a cluster that is merely not ready."""
 
     async def kubeconfig(self, instance: InstanceRef) -> str:
-        """An admin kubeconfig for the cluster, self-contained (credentials embedded)."""
+        """An admin kubeconfig for the cluster, self-contained (credentials embedded). It stays
+        in lessor's namespace: tenants are handed `lease_kubeconfig`'s."""
+
+    async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:
+        """A kubeconfig of the lease's own (lessor.operator.backends.lease_credentials): a fresh
+        key and a certificate for the lease, valid until `lease.expires_at`, with the cluster's
+        address and CA from `admin` (what `kubeconfig` returned), whose credential it uses to
+        reach the cluster and never hands out. Each call issues a new certificate."""
 
     async def teardown(self, instance: InstanceRef) -> None:
         """Destroy the cluster and everything it owns; a missing cluster is not an error."""

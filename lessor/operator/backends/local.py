@@ -33,7 +33,14 @@ from lessor.controlplane.local_clusters import (
     stop_cluster,
 )
 from lessor.controlplane.processes import processes_mentioning
-from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends import lease_credentials
+from lessor.operator.backends.base import (
+    BackendError,
+    InstanceRef,
+    LeaseRef,
+    Readiness,
+    TeardownReport,
+)
 from lessor.operator.runtime.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -154,6 +161,19 @@ class LocalBackend:
             return await asyncio.to_thread(LocalControlPlane(directory).kubeconfig.read_text)
         except OSError as error:
             raise BackendError(f"kubeconfig of {instance.name} unreadable: {error}") from error
+
+    async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:
+        """Signed with the cluster's CA, whose key lives in its directory beside the admin's."""
+        directory = self.directory(instance)
+        if directory is None:
+            raise BackendError(f"{instance.name} has no cluster")
+        pki = LocalControlPlane(directory).pki
+        try:
+            ca_cert = await asyncio.to_thread((pki / "ca.crt").read_bytes)
+            ca_key = await asyncio.to_thread((pki / "ca.key").read_bytes)
+        except OSError as error:
+            raise BackendError(f"the CA of {instance.name} is unreadable: {error}") from error
+        return await lease_credentials.signed_by_lessor(admin, ca_cert, ca_key, lease)
 
     async def teardown(self, instance: InstanceRef) -> None:
         directory = self.directory(instance)

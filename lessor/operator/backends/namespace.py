@@ -12,7 +12,13 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends.base import (
+    BackendError,
+    InstanceRef,
+    LeaseRef,
+    Readiness,
+    TeardownReport,
+)
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.writes import create_missing, delete_present
 from lessor.protocol.kubeconfig import kubeconfig
@@ -120,6 +126,11 @@ class NamespaceBackend:
         return kubeconfig(
             namespace, auth.server, ACCOUNT, credentials, ca_data=ca, namespace=namespace
         )
+
+    async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:
+        """The namespace's own token, as published: a test backend, whose "cluster" is a
+        namespace of the host and no boundary, has no credential of a lease's own."""
+        return admin
 
     async def teardown(self, instance: InstanceRef) -> None:
         try:

@@ -7,8 +7,9 @@ cluster itself writes into a Secret of that namespace
 (lessor.operator.backends.published_kubeconfig). Provisioning makes the namespace and creates the
 rendered objects; readiness is the StatefulSet's ready replica, the
 published kubeconfig and a TLS handshake through its Service verified against the cluster's
-CA; teardown deletes the namespace and is verified when it is gone. A backend says only what its
-objects are and where its kubeconfig is.
+CA; a lease's credential is a certificate the cluster signs (lease_credentials); teardown deletes
+the namespace and is verified when it is gone. A backend says only what its objects are and
+where its kubeconfig is.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from lessor.operator.backends import exposure, isolation, published_kubeconfig
-from lessor.operator.backends.base import BackendError, InstanceRef, Readiness, TeardownReport
+from lessor.operator.backends import exposure, isolation, lease_credentials, published_kubeconfig
+from lessor.operator.backends.base import (
+    BackendError,
+    InstanceRef,
+    LeaseRef,
+    Readiness,
+    TeardownReport,
+)
 from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
@@ -182,6 +189,10 @@ class PodClusterBackend:
             exposure.server_url(*endpoint),
             None if endpoint[0] == server_name else server_name,
         )
+
+    async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:
+        """Signed by the cluster's own controller-manager: its CA stays in its pod."""
+        return await lease_credentials.signed_by_the_cluster(admin, lease)
 
     async def teardown(self, instance: InstanceRef) -> None:
         await self.namespaces.delete(instance)

@@ -51,6 +51,15 @@ def cluster_entry(kubeconfig: Kubeconfig) -> dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
+def user_entry(kubeconfig: Kubeconfig) -> dict[str, Any]:
+    """The `user` entry of a one-user kubeconfig, {} if it has none (or several)."""
+    users = kubeconfig.get("users")
+    if not isinstance(users, list) or len(users) != 1 or not isinstance(users[0], dict):
+        return {}
+    entry = users[0].get("user")
+    return entry if isinstance(entry, dict) else {}
+
+
 def ca_pem(kubeconfig: Kubeconfig) -> str:
     data = str(cluster_entry(kubeconfig).get("certificate-authority-data", ""))
     return base64.b64decode(data).decode(errors="replace")

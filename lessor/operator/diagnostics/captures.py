@@ -31,7 +31,7 @@ from lessor.operator.diagnostics.bundle import BundleWriter
 from lessor.operator.diagnostics.capture import capture_cluster, lease_record
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
 from lessor.operator.diagnostics.turns import Turns
-from lessor.operator.kinds import LEASES, SECRETS
+from lessor.operator.kinds import INSTANCES, LEASES, SECRETS
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.events import EventRecorder
@@ -247,10 +247,8 @@ class Captures:
         """Fill the bundle; True when the cluster's part ran out of time (kept in part)."""
         writer.add_json("lessor/lease.json", lease_record(obj))
         await self._lease_events(lease, writer)
-        secret = lease.status.kubeconfig_secret if lease.status else None
         try:
-            found = await self.client.get(SECRETS.path(lease.metadata.namespace, secret or "-"))
-            kubeconfig = base64.b64decode(found["data"]["kubeconfig"]).decode()
+            kubeconfig = await self._admin_kubeconfig(lease)
             reader = ClusterReader(kubeconfig, writer.budget)
         except (ApiError, KeyError, ValueError, ReadError) as error:
             writer.failed("cluster", f"no kubeconfig to read the cluster with: {error}")
@@ -264,6 +262,19 @@ class Captures:
         finally:
             await reader.close()
         return False
+
+    async def _admin_kubeconfig(self, lease: ClusterLease) -> str:
+        """The cluster's admin kubeconfig (its instance's Secret), not the lease's: a capture on
+        expiry reads the cluster after the lease's own credential has expired with it
+        (lessor.operator.backends.lease_credentials)."""
+        bound = lease.status.instance if lease.status else None
+        namespace = lease.metadata.namespace
+        instance = await self.client.get(INSTANCES.path(namespace, bound.name if bound else "-"))
+        if bound is None or instance["metadata"]["uid"] != bound.uid:
+            raise KeyError("the lease's cluster instance is gone")
+        secret = instance.get("status", {}).get("kubeconfigSecret") or "-"
+        found = await self.client.get(SECRETS.path(namespace, secret))
+        return base64.b64decode(found["data"]["kubeconfig"]).decode()
 
     async def _lease_events(self, lease: ClusterLease, writer: BundleWriter) -> None:
         path = (

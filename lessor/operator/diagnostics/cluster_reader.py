@@ -4,8 +4,9 @@ The cluster belongs to its tenant until teardown: its API server may answer slow
 with gigabytes. Every read here is streamed, charged to the bundle's budget chunk by chunk as it
 arrives (an error's body too), and cut at a byte limit and at what is left of the budget; the
 caller bounds the time and decides what to decode (lessor.operator.diagnostics.capture). The
-kubeconfig is the one the backend published for the lease, so the operator reaches the cluster
-where its users do (a node port, a load balancer, a Gateway by SNI).
+kubeconfig is the cluster's admin one the backend published (its instance's Secret): it reaches
+the cluster where its users do (a node port, a load balancer, a Gateway by SNI), and it still
+works after the lease's own credential expired with the lease.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class ClusterReader:
         document = yaml.safe_load(kubeconfig_text)
         cluster = cluster_entry(document) if isinstance(document, dict) else {}
         if not cluster.get("server"):
-            raise ReadError("the lease's kubeconfig names no server")
+            raise ReadError("the cluster's kubeconfig names no server")
         user = _user(document)
         # identity: the raw bytes are what is counted, so no compressed answer can inflate past
         # the limit in memory (a gzip bomb)
@@ -89,7 +90,7 @@ class ClusterReader:
         try:
             tls = _tls(cluster, user)
         except (ssl.SSLError, ValueError) as error:
-            raise ReadError(f"the lease's kubeconfig has unusable TLS data: {error}") from None
+            raise ReadError(f"the cluster's kubeconfig has unusable TLS data: {error}") from None
         self._client = httpx.AsyncClient(
             base_url=self.server,
             verify=tls,
