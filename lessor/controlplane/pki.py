@@ -117,6 +117,10 @@ class CertificateAuthority:
         valid for a year, or until `not_after` (to the second: X.509 keeps no fraction)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
+        after = (not_after or now + _VALIDITY).replace(microsecond=0)
+        # An expiry already past (a lease's, met late) still gets a certificate: one that is
+        # refused from the start, never an error that stops the reconcile issuing it.
+        before = min(now - datetime.timedelta(minutes=5), after - datetime.timedelta(seconds=1))
         usages = []
         if server_names:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
@@ -128,8 +132,8 @@ class CertificateAuthority:
             .issuer_name(self._cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after((not_after or now + _VALIDITY).replace(microsecond=0))
+            .not_valid_before(before)
+            .not_valid_after(after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )

@@ -33,13 +33,21 @@ def subject(name: x509.Name) -> tuple[str, str]:
 def test_a_certificate_lessor_signs_ends_at_the_lease_expiry_to_the_second() -> None:
     authority = CertificateAuthority("a cluster")
     again = CertificateAuthority.from_pem(authority.cert_pem, authority.key_pem)
-    expires = datetime.datetime(2026, 11, 27, 12, 30, 15, 999999, tzinfo=datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC)
+    expires = (now + datetime.timedelta(hours=1)).replace(microsecond=999999)
     pair = again.issue(user_name("pr-1"), organization=GROUP, client=True, not_after=expires)
     leaf = x509.load_pem_x509_certificate(pair.cert_pem)
     assert leaf.not_valid_after_utc == expires.replace(microsecond=0)
     assert subject(leaf.subject) == ("lessor-lease:pr-1", "lessor:lease-holders")
     # Signed by the cluster's CA, reloaded from PEM as the backends read it.
     leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(authority.cert_pem))
+
+
+def test_a_lease_met_after_its_expiry_gets_a_certificate_already_expired_not_an_error() -> None:
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    pair = CertificateAuthority("a cluster").issue("late", client=True, not_after=past)
+    leaf = x509.load_pem_x509_certificate(pair.cert_pem)
+    assert leaf.not_valid_before_utc < leaf.not_valid_after_utc <= past
 
 
 @pytest.mark.parametrize(
