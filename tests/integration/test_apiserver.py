@@ -983,9 +983,9 @@ def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: S
     from lessor.apiserver.state.kube import kube  # noqa: PLC0415 - the server's own client
 
     sessions = Sessions(kube(str(stack.cluster.kubeconfig), stack.namespace))
-    token, _ = sessions.issue(
+    token = sessions.issue(
         "sweep-me", "tests", {}, owner="tests/sweep-me", method="token", credential="x", ttl=3600
-    )
+    ).token
     current = int(time.time()) // BUCKET_SECONDS
     expired = {
         "apiVersion": "v1",

@@ -15,6 +15,7 @@ import yaml
 
 from lessor.controlplane.kubectl import Cluster
 from tests.integration.kustomize import dry_run_apply, kustomize
+from tests.integration.operator_harness import wait_for
 from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
@@ -157,8 +158,18 @@ def test_the_api_servers_account_cannot_mint_a_token_or_rewrite_the_configuratio
         "metadata": {"name": "x-command",
                      "annotations": {"kubernetes.io/service-account.name": "lessor-operator"}},
     }  # fmt: skip
-    refused = as_api(token)
-    assert refused.returncode != 0 and "lessor-apiserver-writes" in refused.stderr, refused
+
+    def refusal() -> subprocess.CompletedProcess[str] | None:
+        """The policy's refusal, once kube-apiserver applies the policy just installed (its
+        admission informer takes a moment to see a changed policy)."""
+        answer = as_api(token)
+        if answer.returncode == 0:  # not yet: what was let through goes, and it is tried again
+            control_plane.kubectl("delete", "secret", "x-command", "-n", namespace)
+            return None
+        return answer
+
+    refused = wait_for("the admission policy in force", refusal, timeout=60)
+    assert "lessor-apiserver-writes" in refused.stderr, refused
     gone = control_plane.kubectl("get", "secret", "x-command", "-n", namespace, check=False)
     assert gone.returncode != 0, "no token was minted"
     other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen"}}

@@ -847,6 +847,23 @@ def test_an_overloaded_worker_answers_429_at_once_and_keeps_its_probes(
         process.wait(timeout=60)
 
 
+def _answer(connection: socket.socket) -> bytes:
+    """One HTTP answer whole: its head, then the body its Content-Length announces (they may
+    come in separate segments). A hang guard: the socket's own timeout."""
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := connection.recv(4096)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+         if line.startswith(b"content-length:")),
+        0,
+    )  # fmt: skip
+    while len(body) < length and (chunk := connection.recv(4096)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def test_bodies_still_arriving_do_not_make_the_worker_refuse_everyone(
     stack: Stack,  # noqa: F811
     tmp_path: Path,
@@ -873,7 +890,7 @@ def test_bodies_still_arriving_do_not_make_the_worker_refuse_everyone(
             answer = api.call("GET", "/v1/pools", token=ALICE)
             assert answer.status == 200, answer.body
         for connection in connections:
-            answer = connection.recv(4096)  # a hang guard: the socket's own 120 s timeout
+            answer = _answer(connection)
             assert answer.startswith(b"HTTP/1.1 408"), answer
             assert b"bytes a second" in answer, answer
     finally:
@@ -937,7 +954,9 @@ def test_waits_are_bounded_per_identity_and_an_abandoned_wait_is_noticed(
                 holder.result(timeout=60)
             assert alice.result(timeout=60).status == 200
 
-        # A wait whose client hangs up at once: noticed, and its wait is over.
+        # A wait whose client hangs up: noticed, and its wait is over. A wait the lease's own
+        # change answers first (another test's lease ahead of it leaving the queue) is not a
+        # hang-up noticed: the client hangs up on another one.
         wait_for("no wait left", lambda: _sample(api, "lessor_lease_waits") == 0)
         queued = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
         lease = queued.body["id"]
@@ -946,14 +965,21 @@ def test_waits_are_bounded_per_identity_and_an_abandoned_wait_is_noticed(
             lambda: api.call("GET", f"/v1/leases/{lease}", token=BOB).body["phase"] == "Pending",
         )
         host, port = api.base.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as connection:
-            connection.sendall(
-                f"GET /v1/leases/{lease}?waitSeconds=30 HTTP/1.1\r\nHost: x\r\n"
-                f"Authorization: Bearer {BOB}\r\n\r\n".encode()
-            )
-            wait_for("the wait to begin", lambda: _sample(api, "lessor_lease_waits") >= 1)
-        wait_for("the hung-up wait noticed", lambda: _sample(api, abandoned) >= 1)
-        assert _sample(api, "lessor_lease_waits") == 0
+
+        def hang_up() -> bool:
+            with socket.create_connection((host, int(port)), timeout=30) as connection:
+                connection.sendall(
+                    f"GET /v1/leases/{lease}?waitSeconds=30 HTTP/1.1\r\nHost: x\r\n"
+                    f"Authorization: Bearer {BOB}\r\n\r\n".encode()
+                )
+                wait_for("the wait to begin", lambda: _sample(api, "lessor_lease_waits") >= 1)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and _sample(api, abandoned) < 1:
+                time.sleep(0.5)
+            return _sample(api, abandoned) >= 1
+
+        wait_for("a hung-up wait noticed", hang_up)
+        wait_for("its wait over", lambda: _sample(api, "lessor_lease_waits") == 0, timeout=60)
         assert api.call("DELETE", f"/v1/leases/{lease}", token=BOB).status == 204
     finally:
         done.set()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from lessor.apiserver.auth.authenticator import Principal
 
 log = logging.getLogger("lessor.audit")
+NAME_LOGGED = 253  # a Kubernetes object name's longest
 
 _SANDBOX = "/v1/sandbox-leases/{lease_id}"
 _EXECUTION = _SANDBOX + "/executions/{execution}"
@@ -113,6 +114,7 @@ def record(
     """`status`: the HTTP status answered, or None for what has no single answer (a session's
     end: its `reason` says how it ended)."""
     who = caller.owner if caller is not None else None
+    lease, execution = _bounded(lease), _bounded(execution)  # a refused read's are a client's
     target = "/".join(part for part in (lease, execution) if part)
     log.info(
         "%s %s by %s: %s",
@@ -134,3 +136,9 @@ def record(
             **detail,
         },
     )
+
+
+def _bounded(name: str | None) -> str | None:
+    """An object's name as recorded: a route's id is the client's bytes (a refused read of
+    `/v1/leases/<8 KiB>` is audited), so it is cut where no object's name reaches."""
+    return name if name is None or len(name) <= NAME_LOGGED else name[:NAME_LOGGED] + "..."
