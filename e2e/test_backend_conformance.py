@@ -190,7 +190,16 @@ def harness(
     finally:
         harness.stop_operators()
     if configured.kind == "kind":
-        return  # the kind cluster, and every cluster made in it, is deleted at the end
+        # The kind cluster is deleted at the end, but its two cores are shared until then: the
+        # clusters' pods go now (their namespaces, as no operator of this harness is left to
+        # tear them down), so that the scenarios after this one can schedule theirs.
+        for instance in harness.instances():
+            if backend != "namespace" and instance.get("status", {}).get("backendDetails"):
+                host.kubectl(
+                    "delete", "namespace", harness.cluster_namespace(instance), "--wait=false",
+                    "--ignore-not-found",
+                )  # fmt: skip
+        return
     operator = harness.operator(teardown_grace=5)
     # Each instance is torn down behind its finalizer (nothing waits on a garbage collector:
     # the local control plane runs none).

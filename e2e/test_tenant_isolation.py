@@ -72,23 +72,52 @@ class Tenant:
     kubeconfig: Path
     namespace: str  # the cluster's namespace in the host
 
-    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [kubectl_binary(), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            done = subprocess.run(
+                [kubectl_binary(), "--kubeconfig", str(self.kubeconfig),
+                 "--request-timeout=60s", *args],
+                capture_output=True, text=True, timeout=timeout, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"kubectl {' '.join(args)}: no answer in {timeout:.0f}s") from None
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done
 
     def run_python(self, name: str, script: str) -> str:
-        """A pod of the tenant running `script`, Ready; its address in the host's pod network."""
+        """A pod of the tenant running `script`, Ready; its address in the host's pod network.
+        A pod that does not get there fails with what its cluster last said of it (its phase
+        and conditions, or why the cluster did not answer)."""
+        # A tenth of the namespace's default CPU request: three of these and two clusters join
+        # every earlier scenario's pods on the kind node's two cores.
+        small = {"spec": {"containers": [{
+            "name": name, "image": SANDBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+            "command": ["python3", "-c", script],
+            "resources": {"requests": {"cpu": "5m", "memory": "32Mi"}},
+        }]}}  # fmt: skip
         self.kubectl(
-            "run", name, f"--image={SANDBOX_IMAGE}", "--image-pull-policy=IfNotPresent",
-            "--restart=Never", "--command", "--", "python3", "-c", script,
+            "run", name, f"--image={SANDBOX_IMAGE}", "--restart=Never",
+            f"--overrides={json.dumps(small)}",
         )  # fmt: skip
-        self.kubectl("wait", f"pod/{name}", "--for=condition=Ready", "--timeout=300s")
-        return self.kubectl("get", "pod", name, "-o", "jsonpath={.status.podIP}").stdout.strip()
+        seen: list[str] = []
+
+        def ready() -> str | None:
+            done = self.kubectl("get", "pod", name, "-o", "json", check=False, timeout=90)
+            if done.returncode != 0:
+                seen.append(done.stderr.strip()[:500])
+                return None
+            status = json.loads(done.stdout).get("status", {})
+            seen.append(json.dumps({k: status.get(k) for k in ("phase", "conditions")})[:1500])
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            return status.get("podIP") if conditions.get("Ready") == "True" else None
+
+        try:
+            return str(wait_for(f"pod {name} Ready", ready, timeout=300))
+        except AssertionError as error:
+            raise AssertionError(f"{error}; last seen: {seen[-1:]}") from None
 
     def probe(self, pod: str, targets: list[str]) -> dict[str, str]:
         done = self.kubectl("exec", pod, "--", "python3", "-c", PROBE, *targets)
@@ -202,7 +231,9 @@ def test_a_tenant_reaches_its_own_cluster_and_what_its_pool_allows_and_nothing_e
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "ClusterPool",
             "metadata": {"name": POOL},
-            "spec": {"warmTarget": 2, "ttl": "30m", "backend": backend},
+            # Two clusters, one per tenant, and no refill behind them: the kind node's two
+            # cores hold every earlier scenario's pods as well.
+            "spec": {"warmTarget": 2, "maxInstances": 2, "ttl": "30m", "backend": backend},
         }
     )
     suffix = uuid.uuid4().hex[:6]
