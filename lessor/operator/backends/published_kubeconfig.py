@@ -44,19 +44,19 @@ async def read(client: KubeClient, namespace: str, secret: str, key: str) -> Kub
 
 def cluster_entry(kubeconfig: Kubeconfig) -> dict[str, Any]:
     """The `cluster` entry of a one-cluster kubeconfig, {} if it has none (or several)."""
-    clusters = kubeconfig.get("clusters")
-    if not isinstance(clusters, list) or len(clusters) != 1 or not isinstance(clusters[0], dict):
-        return {}
-    entry = clusters[0].get("cluster")
-    return entry if isinstance(entry, dict) else {}
+    return _sole_entry(kubeconfig, "clusters", "cluster")
 
 
 def user_entry(kubeconfig: Kubeconfig) -> dict[str, Any]:
     """The `user` entry of a one-user kubeconfig, {} if it has none (or several)."""
-    users = kubeconfig.get("users")
-    if not isinstance(users, list) or len(users) != 1 or not isinstance(users[0], dict):
+    return _sole_entry(kubeconfig, "users", "user")
+
+
+def _sole_entry(kubeconfig: Kubeconfig, plural: str, name: str) -> dict[str, Any]:
+    items = kubeconfig.get(plural)
+    if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
         return {}
-    entry = users[0].get("user")
+    entry = items[0].get(name)
     return entry if isinstance(entry, dict) else {}
 
 

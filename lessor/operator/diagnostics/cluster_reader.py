@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from lessor.operator.backends.published_kubeconfig import cluster_entry
+from lessor.operator.backends.published_kubeconfig import cluster_entry, user_entry
 from lessor.operator.diagnostics.bundle import Budget
 
 ERROR_BODY_LIMIT = 512
@@ -32,14 +32,6 @@ class ReadError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _user(kubeconfig: dict[str, Any]) -> dict[str, Any]:
-    users = kubeconfig.get("users")
-    if not isinstance(users, list) or len(users) != 1 or not isinstance(users[0], dict):
-        return {}
-    user = users[0].get("user")
-    return user if isinstance(user, dict) else {}
 
 
 def _context_namespace(kubeconfig: dict[str, Any]) -> str | None:
@@ -75,7 +67,7 @@ class ClusterReader:
         cluster = cluster_entry(document) if isinstance(document, dict) else {}
         if not cluster.get("server"):
             raise ReadError("the cluster's kubeconfig names no server")
-        user = _user(document)
+        user = user_entry(document)
         # identity: the raw bytes are what is counted, so no compressed answer can inflate past
         # the limit in memory (a gzip bomb)
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
