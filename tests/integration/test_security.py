@@ -954,33 +954,50 @@ def test_waits_are_bounded_per_identity_and_an_abandoned_wait_is_noticed(
                 holder.result(timeout=60)
             assert alice.result(timeout=60).status == 200
 
-        # A wait whose client hangs up: noticed, and its wait is over. A wait the lease's own
-        # change answers first (another test's lease ahead of it leaving the queue) is not a
-        # hang-up noticed: the client hangs up on another one.
+        # A wait whose client hangs up: noticed, and its wait is over. The lease is a fresh one
+        # each try: a wait that its lease's own change answers first (its cluster started, or
+        # another test's lease ahead of it left the queue) is not a hang-up, and a lease that has
+        # bound is not waited for at all.
         wait_for("no wait left", lambda: _sample(api, "lessor_lease_waits") == 0)
-        queued = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
-        lease = queued.body["id"]
-        wait_for(  # only a Pending lease is waited for
-            "the lease Pending",
-            lambda: api.call("GET", f"/v1/leases/{lease}", token=BOB).body["phase"] == "Pending",
-        )
         host, port = api.base.removeprefix("http://").split(":")
 
+        def pending_lease() -> str | None:
+            made = api.call("POST", "/v1/leases", token=BOB, body={"profile": "api-cold"})
+            lease = made.body["id"]
+            if api.call("GET", f"/v1/leases/{lease}", token=BOB).body["phase"] == "Pending":
+                return str(lease)
+            assert api.call("DELETE", f"/v1/leases/{lease}", token=BOB).status == 204
+            return None
+
+        def began(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                if _sample(api, "lessor_lease_waits") >= 1:
+                    return True
+                time.sleep(0.1)
+            return False
+
         def hang_up() -> bool:
-            with socket.create_connection((host, int(port)), timeout=30) as connection:
-                connection.sendall(
-                    f"GET /v1/leases/{lease}?waitSeconds=30 HTTP/1.1\r\nHost: x\r\n"
-                    f"Authorization: Bearer {BOB}\r\n\r\n".encode()
-                )
-                wait_for("the wait to begin", lambda: _sample(api, "lessor_lease_waits") >= 1)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and _sample(api, abandoned) < 1:
-                time.sleep(0.5)
-            return _sample(api, abandoned) >= 1
+            lease = pending_lease()
+            if lease is None:
+                return False
+            try:
+                with socket.create_connection((host, int(port)), timeout=30) as connection:
+                    connection.sendall(
+                        f"GET /v1/leases/{lease}?waitSeconds=30 HTTP/1.1\r\nHost: x\r\n"
+                        f"Authorization: Bearer {BOB}\r\n\r\n".encode()
+                    )
+                    if not began(10):
+                        return False
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and _sample(api, abandoned) < 1:
+                    time.sleep(0.5)
+                return _sample(api, abandoned) >= 1
+            finally:
+                assert api.call("DELETE", f"/v1/leases/{lease}", token=BOB).status == 204
 
         wait_for("a hung-up wait noticed", hang_up)
         wait_for("its wait over", lambda: _sample(api, "lessor_lease_waits") == 0, timeout=60)
-        assert api.call("DELETE", f"/v1/leases/{lease}", token=BOB).status == 204
     finally:
         done.set()
         process.send_signal(signal.SIGTERM)
