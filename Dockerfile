@@ -2,6 +2,7 @@
 # and the `lessor` client). Built from the wheel, so it holds exactly what pip installs, in a
 # virtual environment (/opt/lessor) so that any Python base works, a distribution's included.
 #   docker build -t lessor:dev .
+# `make release` builds it as lessor:<version> with REVISION and SOURCE set (release/build.py).
 # BASE is any image with python3 (3.11+) and its venv module: python:3.12-slim by default. A
 # builder that cannot reach PyPI passes a directory of wheels as PIP_FIND_LINKS, with
 # PIP_NO_INDEX=1 (e2e/kind/lessor_image.py does, with a Debian base made on the machine).
@@ -29,3 +30,15 @@ ENV PATH=/opt/lessor/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 EXPOSE 8000 8080
 ENTRYPOINT ["lessor"]
 CMD ["--help"]
+# What the image says it is, as OCI annotations (`docker inspect`, and the registry's page):
+# its version (`python -m release version` writes this default; a test holds it to
+# lessor/__init__.py), the commit it was built from, and where that commit lives. Last, so that
+# a build of another commit reuses every layer above.
+ARG VERSION=0.2.0
+ARG REVISION=
+ARG SOURCE=https://github.com/lessor-dev/lessor
+LABEL org.opencontainers.image.title=lessor \
+      org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.revision=${REVISION} \
+      org.opencontainers.image.source=${SOURCE} \
+      org.opencontainers.image.licenses=Apache-2.0

@@ -2,7 +2,7 @@
 PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 
-.PHONY: test demo bench lint unit integration e2e e2e-kind crds tools clean
+.PHONY: test demo bench lint unit integration e2e e2e-kind crds release tools clean
 
 # The whole test suite, from a fresh machine: installs tox, builds the local control plane into
 # ~/.cache/lessor on first use, then runs every tox environment; the last one installs and
@@ -17,6 +17,11 @@ demo: tools
 bench: tools
 	$(TOX) run -e bench
 
+# The release's artifacts in dist/, with their SHA256SUMS (docs/releasing.md): the sdist and the
+# wheel, lessor's image as an OCI archive, the Helm chart. The release workflow runs it on a tag.
+release: tools
+	$(TOX) run -e release
+
 lint unit integration e2e e2e-kind crds: tools
 	$(TOX) run -e $@
 
@@ -28,4 +33,4 @@ tools:
 		$(PYTHON) -m pip install --quiet "tox >= 4.20, < 5" "tox-uv ~= 1.11"
 
 clean:
-	rm -rf .tox build *.egg-info
+	rm -rf .tox build dist *.egg-info

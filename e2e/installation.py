@@ -5,13 +5,14 @@
   leader election) and the API server (two replicas on one address with SO_REUSEPORT) run as
   local processes, authenticated with tokens of the ServiceAccounts the manifests create:
   the manifests' RBAC is what they get. Pools use the `local` backend.
-- `kind` (LESSOR_E2E_CLUSTER=kind): a kind cluster of the node image built here
-  (e2e/kind), lessor's image built from the Dockerfile and loaded, and the Helm chart installed
-  with the same overlay's values (e2e/kind/chart.py; a test holds the chart's rendering equal to
-  the overlay's) and rolled out: the operator and the API server run as pods, as a platform
-  team runs them. The
-  API is reached through a NodePort Service on the node's address; pools use the `apiserver`
-  backend (kube-apiserver and etcd as a pod, its kubeconfig reaching it through a NodePort).
+- `kind` (LESSOR_E2E_CLUSTER=kind): a kind cluster of the node image built here (e2e/kind),
+  and lessor installed by running docs/install.md (e2e/kind/platform_install.py): the release
+  built, its image and chart pushed to a registry of the session, the chart installed from
+  `oci://` and the image pulled by the node with a pull secret, after an upgrade from the
+  previous release's chart. The operator and the API server run as pods, as a platform team runs
+  them. The API is reached through a NodePort Service on the node's address; pools use the
+  `apiserver` backend (kube-apiserver and etcd as a pod, its kubeconfig reaching it through a
+  NodePort).
 """
 
 from __future__ import annotations
@@ -31,12 +32,20 @@ from typing import Any
 
 import yaml
 
-from e2e.kind import chart, gateway, lessor_image, network_policies, sandboxes, vcluster
+from e2e.kind import (
+    chart,
+    gateway,
+    lessor_image,
+    network_policies,
+    platform_install,
+    sandboxes,
+    vcluster,
+)
 from e2e.kind import cluster as kind_cluster
+from e2e.kind import registry as kind_registry
 from e2e.kind.components import KindVersions
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.helm import ensure_helm
 from lessor.controlplane.kubectl import Cluster, ExistingCluster, run_kubectl, wait_established
 from lessor.controlplane.ports import PortReservation
 
@@ -108,6 +117,9 @@ class Installation:
     host: Cluster | None = None
     # Where lessor is a Helm release (kind): helm against the host cluster.
     helm: chart.Helm | None = None
+    # Where lessor was installed from a registry (kind): the session's, and the doc's reader.
+    registry: kind_registry.Registry | None = None
+    platform: platform_install.PlatformInstall | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -174,8 +186,7 @@ class Installation:
         for process in self.apis + self.operators:
             process.stop()
         self.ports.release()
-        for step in reversed(self.cleanup):
-            step()
+        run_all(self.cleanup)
 
 
 def _service_account_kubeconfig(kubectl: Kubectl, cluster: LocalControlPlane, name: str) -> str:
@@ -253,11 +264,25 @@ def operator_process(installation: Installation, config: Path, kubeconfig: Path,
     ).start()  # fmt: skip
 
 
+def run_all(cleanup: list[Callable[[], None]]) -> None:
+    """Every cleanup step, the last added first, each one even when one before it failed (a
+    failed uninstall must not keep the kind cluster alive); the first failure is raised."""
+    failures: list[BaseException] = []
+    for step in reversed(cleanup):
+        try:
+            step()
+        except Exception as failure:  # raised below, once the others have run
+            failures.append(failure)
+    if failures:
+        raise failures[0]
+
+
 def install_kind(work: Path) -> Installation:
     """A kind cluster of the node image built here, agent-sandbox's controller running in it,
-    lessor's image built and loaded, the Helm chart installed with the dev overlay's values and
-    rolled out with sandboxes enabled, and the API reached the way a load balancer reaches it:
-    a NodePort Service over the API pods, on the node's address."""
+    lessor installed by docs/install.md from the session's registry (after an upgrade from the
+    previous release), rolled out with sandboxes enabled, and the API reached the way a load
+    balancer reaches it: a NodePort Service over the API pods, on the node's address. The doc's
+    uninstall is the last cleanup step before the cluster goes."""
     forget_clusters_of_dead_runs()
     cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=say)
     cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, say)]
@@ -273,25 +298,36 @@ def install_kind(work: Path) -> Installation:
 
         # Enforcing from the start: lessor runs under its own policies, as on a real cluster.
         network_policies.install(kubectl, cluster, say)
-        cluster.load(lessor_image.build(say))
+        registry = kind_registry.start(work, say)
+        cleanup.append(registry.stop)
+        registry.trust(cluster)
+        platform = platform_install.prepare(cluster, kubectl, registry, work, say)
+        platform.upgrade_from_previous(say)
+        say("installing lessor as docs/install.md says")
+        platform.run()
+
+        def uninstall() -> None:
+            say("uninstalling lessor as docs/install.md says")
+            platform.run("at the end")
+
+        cleanup.append(uninstall)
         base = lessor_image.python_base(say)
         sandbox_image = sandboxes.install(kubectl, cluster, base, say)
         vcluster_image = vcluster.build(base, say)
         cluster.load(vcluster_image)
         passthrough = gateway.install(kubectl, cluster, base, say)
-        helm = chart.Helm(ensure_helm(say), cluster.kubeconfig, work / "helm")
-        helm.install()
+        helm = platform.helm()
         enable_sandboxes(kubectl, helm)
         endpoint = _node_port_endpoint(kubectl)
         installation = Installation(
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
             sandbox_image=sandbox_image, vcluster_image=vcluster_image, gateway=passthrough,
             host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl), helm=helm,
+            registry=registry, platform=platform,
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:
-        for step in reversed(cleanup):
-            step()
+        run_all(cleanup)
         raise
     return installation
 

@@ -14,9 +14,12 @@ import yaml
 
 from e2e.installation import NAMESPACE, Installation, healthy, wait_for
 from e2e.kind import chart
+from e2e.kind.registry import assert_wrong_secret_is_refused
+from lessor import __version__
 
 pytestmark = pytest.mark.e2e
 API_PODS = "app.kubernetes.io/name=lessor,app.kubernetes.io/component=apiserver"
+COMPONENTS = "app.kubernetes.io/component in (operator,apiserver)"
 
 
 @pytest.fixture
@@ -136,19 +139,22 @@ def test_draining_the_node_keeps_one_api_pod_serving(pods_installation: Installa
     two_ready(installation)
 
 
-def test_lessor_is_a_helm_release_with_every_object_installed(
+def test_lessor_is_a_helm_release_from_the_registry_with_every_object_installed(
     pods_installation: Installation,
 ) -> None:
-    """In kind lessor is installed with its chart (e2e/kind/chart.py): the release is deployed
-    at its second revision (the install, then agentSandbox.mode external set as a value), every
-    object it rendered exists, and so do the CRDs of the chart's crds/, which Helm applies
-    first. Every other scenario in kind runs on this release."""
+    """In kind lessor is installed by docs/install.md from the session's registry
+    (e2e/kind/platform_install.py): the release is deployed at its third revision (the doc's
+    install and its upgrade step, then agentSandbox.mode external set as a value), its chart is
+    this version's, from `oci://`, every object it rendered exists, and so do the CRDs of the
+    chart's crds/, which Helm applies first. Every other scenario in kind runs on this
+    release."""
     helm = pods_installation.helm
     assert helm is not None
-    status = json.loads(helm("status", chart.RELEASE, "--output", "json"))
-    assert (status["info"]["status"], status["version"]) == ("deployed", 2)
+    assert helm.release() == ("deployed", 3, f"lessor-{__version__}")
+    assert helm.chart.startswith("oci://")
     values = json.loads(helm("get", "values", chart.RELEASE, "--output", "json"))
     assert values["config"]["agentSandbox"]["mode"] == "external"
+    assert values["imagePullSecrets"] == [{"name": "lessor-pull"}], "as the doc's values say"
     manifest = helm("get", "manifest", chart.RELEASE)
     rendered = [d for d in yaml.safe_load_all(manifest) if d]
     found = pods_installation.kubectl("get", "-f", "-", "-o", "name", input=manifest)
@@ -158,3 +164,33 @@ def test_lessor_is_a_helm_release_with_every_object_installed(
     assert crds <= {
         name.removeprefix("customresourcedefinition.apiextensions.k8s.io/") for name in listed
     }
+
+
+def test_the_node_pulls_lessor_with_its_pull_secret_and_a_wrong_one_is_named(
+    pods_installation: Installation,
+) -> None:
+    """lessor's pods run the image the node pulled from the registry, which refuses a pull
+    without the session's credentials: a Deployment whose pull secret has a wrong password
+    fails at once with ErrImagePull or ImagePullBackOff and the registry's 401, named as such,
+    not after a rollout's timeout."""
+    registry = pods_installation.registry
+    assert registry is not None
+    pods = json.loads(
+        pods_installation.kubectl(
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "json",
+            "-l",
+            "app.kubernetes.io/name=lessor,app.kubernetes.io/component in (operator,apiserver)",
+        ).stdout
+    )["items"]
+    images = {c["image"] for pod in pods for c in pod["spec"]["containers"]}
+    assert images == {f"{registry.address}/lessor:{__version__}"}, images
+    assert all(pod["spec"]["imagePullSecrets"] == [{"name": "lessor-pull"}] for pod in pods)
+    message = assert_wrong_secret_is_refused(
+        registry, pods_installation.kubectl, NAMESPACE, f"{registry.address}/lessor:{__version__}"
+    )
+    assert "ImagePullBackOff" in message or "ErrImagePull" in message, message

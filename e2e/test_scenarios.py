@@ -18,6 +18,7 @@ import pytest
 
 from e2e.installation import NAMESPACE, Installation, operator_process, pid_of, wait_for
 from e2e.people import ALICE, BOB, Person
+from lessor import __version__
 from lessor.controlplane.binaries import find_binaries
 from lessor.controlplane.local_clusters import every_cluster
 
@@ -51,7 +52,7 @@ def test_the_install_is_in_place_and_answers(installation: Installation) -> None
     ):
         assert installation.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode == 0
     status = urllib.request.urlopen(f"{installation.endpoint}/v1/status", timeout=10)  # noqa: S310
-    assert json.loads(status.read())["version"] == "0.1.0"
+    assert json.loads(status.read())["version"] == __version__
 
 
 def test_lease_use_extend_and_release_a_cluster(alice: Person) -> None:

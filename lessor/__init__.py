@@ -1,3 +1,3 @@
 """lessor: time-limited leases on ephemeral Kubernetes clusters and agent sandboxes."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -6,6 +6,9 @@ and its venv module, by mmdebstrap, imported into docker), and its Python depend
 its build stage would fetch from PyPI, come from a wheel directory made with this machine's pip
 and served to the build over loopback. The image is tagged `lessor:dev`, what
 manifests/overlays/dev runs, and is rebuilt only when the package's sources or the base change.
+
+`make release` (release/build.py) builds the same image as `lessor:<version>`, labelled with the
+commit and the repository it comes from, and writes it as an OCI archive with `save_archive`.
 """
 
 from __future__ import annotations
@@ -13,18 +16,26 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import io
+import json
 import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
+from e2e.kind import oci
 from e2e.kind.components import KindVersions, kind_cache
-from e2e.kind.docker_setup import DockerSetupError, ensure_docker
-from e2e.kind.node_image import KEY_LABEL, docker, image_key, imported
+from e2e.kind.docker_setup import DockerSetupError, docker_answers, ensure_docker
+from e2e.kind.node_image import KEY_LABEL, docker, image_id, image_key, imported
 from e2e.kind.rootfs import ensure_rootfs
+from lessor import __version__
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
 
@@ -46,9 +57,31 @@ def python_base(progress: Progress) -> str:
     return imported(rootfs, "lessor-python-base", progress)
 
 
-def source_key(base: str) -> str:
-    """A digest of every file the image is built from, and of its base."""
+@dataclass(frozen=True)
+class Labels:
+    """The Dockerfile's label arguments. The version is the package's, always passed (the
+    Dockerfile's default serves a plain `docker build`); the commit and the repository are set
+    for a release only, so that lessor:dev is not rebuilt for every commit."""
+
+    revision: str = ""
+    source: str = ""
+
+    def build_args(self) -> list[str]:
+        given = {"VERSION": __version__, "REVISION": self.revision, "SOURCE": self.source}
+        return [f"--build-arg={name}={value}" for name, value in given.items() if value]
+
+    def key_parts(self) -> tuple[str, ...]:
+        """What the sources do not already say (the version is in lessor/__init__.py)."""
+        given = {"REVISION": self.revision, "SOURCE": self.source}
+        return tuple(f"{name}={value}" for name, value in given.items() if value)
+
+
+def source_key(base: str, *extra: str) -> str:
+    """A digest of every file the image is built from, of its base, and of `extra` (build
+    arguments the files do not hold; none for lessor:dev, whose key is unchanged by them)."""
     digest = hashlib.sha256(base.encode())
+    for part in extra:
+        digest.update(b"\0" + part.encode())
     for name in SOURCES:
         path = ROOT / name
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -94,24 +127,195 @@ def served(directory: Path) -> Iterator[str]:
         server.shutdown()
 
 
-def build(progress: Progress = say) -> str:
-    """`lessor:dev`, built unless the one there was built from the same sources and base."""
-    ensure_docker(progress)
-    base = python_base(progress)
-    key = source_key(base)
-    if image_key(TAG) == key:
-        progress(f"{TAG} is up to date")
-        return TAG
-    wheels = wheelhouse(progress)
-    progress(f"building {TAG} on {base} (docker build)")
-    with served(wheels) as url:
-        docker(
-            "build", "--network=host", f"--label={KEY_LABEL}={key}",
-            f"--build-arg=BASE={base}", f"--build-arg=PIP_FIND_LINKS={url}",
-            "--build-arg=PIP_NO_INDEX=1", "--tag", TAG, str(ROOT),
-        )  # fmt: skip
-    progress(f"built {TAG}")
-    return TAG
+def build(
+    progress: Progress = say,
+    *,
+    tag: str = TAG,
+    labels: Labels | None = None,
+    base: str | None = None,
+) -> str:
+    """`tag` (lessor:dev unless told), built unless the one there was built from the same
+    sources, base and labels.
+
+    Without `base`, the Debian base made here and the wheels served from this machine: no
+    registry is needed, and docker is set up as the kind e2e needs it. With `base` (an image
+    docker can pull, e.g. python:3.12-slim where Docker Hub and PyPI answer: the release
+    workflow), the build's pip reaches PyPI itself, and docker must already be running.
+    """
+    labels = labels or Labels()
+    if base is None:
+        ensure_docker(progress)
+        base = python_base(progress)
+        offline = True
+    elif docker_answers():
+        offline = False
+    else:
+        raise ControlPlaneError(f"docker does not answer, and {tag} is to be built on {base}")
+    key = source_key(base, *labels.key_parts())
+    if image_key(tag) == key:
+        progress(f"{tag} is up to date")
+        return tag
+    progress(f"building {tag} on {base} (docker build)")
+    arguments = [
+        "build", f"--label={KEY_LABEL}={key}", f"--build-arg=BASE={base}",
+        *labels.build_args(), "--tag", tag,
+    ]  # fmt: skip
+    if not offline:
+        docker(*arguments, str(ROOT))
+    else:
+        wheels = wheelhouse(progress)
+        with served(wheels) as url:
+            docker(
+                *arguments, "--network=host", f"--build-arg=PIP_FIND_LINKS={url}",
+                "--build-arg=PIP_NO_INDEX=1", str(ROOT),
+            )  # fmt: skip
+    progress(f"built {tag}")
+    return tag
+
+
+def _archive_config_digest(path: Path) -> str | None:
+    """The config digest of the image in an OCI archive written by `save_archive`, which puts
+    its index and manifest first, so that this reads a few kilobytes of a large file."""
+    try:
+        with tarfile.open(path, "r|") as archive:
+            blobs: dict[str, bytes] = {}
+            index: dict[str, Any] | None = None
+            for member in archive:
+                if not member.isfile() or member.size > 1 << 20:
+                    break
+                data = _read(archive.extractfile(member))
+                if member.name == "index.json":
+                    index = json.loads(data)
+                elif member.name.startswith("blobs/sha256/"):
+                    blobs[member.name.removeprefix("blobs/sha256/")] = data
+            if index is None:
+                return None
+            manifest = json.loads(blobs[index["manifests"][0]["digest"].removeprefix("sha256:")])
+            return str(manifest["config"]["digest"])
+    except (OSError, tarfile.TarError, KeyError, IndexError, ValueError):
+        return None
+
+
+def _read(handle: IO[bytes] | None) -> bytes:
+    if handle is None:
+        raise ValueError("a tar member without content")
+    return handle.read()
+
+
+def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)  # mtime 0, root, 0644: the same image makes the same file
+    info.size, info.mode = len(data), 0o644
+    archive.addfile(info, io.BytesIO(data))
+
+
+def _layer(source: tarfile.TarFile, name: str, diff_id: str) -> dict[str, Any]:
+    """The descriptor of one saved layer: uncompressed from docker's classic store (its digest
+    is its diff ID), gzip from a containerd-backed one."""
+    digest = hashlib.sha256()
+    handle = _open(source, name)
+    head = handle.read(2)
+    digest.update(head)
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(chunk)
+    found = f"sha256:{digest.hexdigest()}"
+    if found != diff_id and head != b"\x1f\x8b":
+        raise ControlPlaneError(f"layer {name} is neither its diff ID {diff_id} nor gzip")
+    media_type = oci.LAYER if found == diff_id else f"{oci.LAYER}+gzip"
+    return {"mediaType": media_type, "digest": found, "size": source.getmember(name).size}
+
+
+def _open(archive: tarfile.TarFile, name: str) -> IO[bytes]:
+    handle = archive.extractfile(name)
+    if handle is None:
+        raise ControlPlaneError(f"docker save wrote no file {name}")
+    return handle
+
+
+def _blob(digest: str) -> str:
+    return f"blobs/sha256/{digest.removeprefix('sha256:')}"
+
+
+def save_archive(tag: str, path: Path, progress: Progress = say) -> Path:
+    """`tag` as one tarball that is both an OCI image layout (oci-layout, index.json, blobs:
+    what skopeo, crane, oras and containerd read) and a `docker save` archive (manifest.json,
+    which `docker load` reads), as docker 25 saves them. The docker here (20.10) saves only the
+    second form, so its layers and config are written again as the first. The config is
+    docker's own, so the archive's config digest is the image ID, and an archive of the same
+    image is not written again; every entry has the same owner, mode and time, so the same
+    image makes the same file."""
+    image = image_id(tag)
+    if image is None:
+        raise ControlPlaneError(f"no image {tag} to save")
+    if path.is_file() and _archive_config_digest(path) == image:
+        progress(f"{path.name} holds {tag} already")
+        return path
+    progress(f"saving {tag} as {path.name} (docker save, then an OCI layout)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".lessor-image-", dir=path.parent) as scratch:
+        saved = Path(scratch) / "docker-save.tar"
+        docker("save", "--output", str(saved), tag)
+        partial = Path(scratch) / path.name
+        with tarfile.open(saved) as source, tarfile.open(partial, "w") as target:
+            (entry,) = json.loads(_open(source, "manifest.json").read())
+            config = _open(source, entry["Config"]).read()
+            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+            layers = [
+                _layer(source, name, diff_id)
+                for name, diff_id in zip(entry["Layers"], diff_ids, strict=True)
+            ]
+            config_digest = f"sha256:{hashlib.sha256(config).hexdigest()}"
+            manifest = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": oci.MANIFEST,
+                    "config": {
+                        "mediaType": oci.CONFIG,
+                        "digest": config_digest,
+                        "size": len(config),
+                    },
+                    "layers": layers,
+                }
+            ).encode()
+            manifest_digest = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+            reference = {
+                "io.containerd.image.name": f"docker.io/library/{tag}",
+                "org.opencontainers.image.ref.name": tag.rpartition(":")[2],
+            }
+            index = {
+                "schemaVersion": 2,
+                "mediaType": oci.INDEX,
+                "manifests": [
+                    {
+                        "mediaType": oci.MANIFEST,
+                        "digest": manifest_digest,
+                        "size": len(manifest),
+                        "annotations": reference,
+                    }
+                ],
+            }
+            loadable = [
+                {
+                    "Config": _blob(config_digest),
+                    "RepoTags": [tag],
+                    "Layers": [_blob(layer["digest"]) for layer in layers],
+                }
+            ]
+            # The small entries first: _archive_config_digest reads no further than them.
+            _add(target, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+            _add(target, "index.json", json.dumps(index).encode())
+            _add(target, _blob(manifest_digest), manifest)
+            _add(target, _blob(config_digest), config)
+            _add(target, "manifest.json", json.dumps(loadable).encode())
+            written: set[str] = set()
+            for name, layer in zip(entry["Layers"], layers, strict=True):
+                if layer["digest"] in written:  # the same layer twice (an empty one): one blob
+                    continue
+                written.add(layer["digest"])
+                info = tarfile.TarInfo(_blob(layer["digest"]))
+                info.size, info.mode = layer["size"], 0o644
+                target.addfile(info, _open(source, name))
+        partial.rename(path)
+    return path
 
 
 def main(argv: list[str]) -> int:

@@ -42,6 +42,8 @@ RECIPE_FILES = ("node_image.py", "oci.py", "rootfs.py", "components.py", "runc-w
 KEY_LABEL = "dev.lessor.kind-node-key"
 NODE_RUNC = "/usr/local/sbin/lessor-runc"
 POD_SUBNET = "10.244.0.0/16"
+REGISTRY_TABLE = '[plugins."io.containerd.grpc.v1.cri".registry]'
+CERTS_D = "/etc/containerd/certs.d"
 STARTED = time.monotonic()
 
 
@@ -214,7 +216,8 @@ def storage_images(
 
 
 def containerd_config(kind_dir: Path, pause_image: str) -> str:
-    """kind's containerd config, changed the three ways these machines need."""
+    """kind's containerd config, changed the three ways these machines need, and told where
+    registry hosts are configured."""
     text = (kind_dir / "images/base/files/etc/containerd/config.toml").read_text()
     changes = {
         # Without CAP_SYS_RESOURCE no process may lower its oom_score_adj.
@@ -228,7 +231,13 @@ def containerd_config(kind_dir: Path, pause_image: str) -> str:
         if old not in text:
             raise ControlPlaneError(f"kind's containerd config no longer has `{old}`")
         text = text.replace(old, new)
-    return text
+    # Registry hosts from /etc/containerd/certs.d/<host:port>/hosts.toml, read on each pull: how
+    # a node trusts a registry's CA without a restart (e2e/kind/registry.py). kind's config has
+    # no such table (kind users add it with containerdConfigPatches); without it Debian's
+    # containerd 1.6 reads no hosts.toml at all.
+    if REGISTRY_TABLE in text:
+        raise ControlPlaneError(f"kind's containerd config has `{REGISTRY_TABLE}` now")
+    return f"{text.rstrip()}\n\n{REGISTRY_TABLE}\n  config_path = {json.dumps(CERTS_D)}\n"
 
 
 def cni_config() -> str:

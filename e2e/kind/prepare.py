@@ -18,19 +18,25 @@ import time
 from e2e.kind import gateway, lessor_image, network_policies, node_image, sandboxes, vcluster
 from e2e.kind.docker_setup import exit_code
 from e2e.kind.lessor_image import say
+from e2e.kind.platform_install import release_dist
+from e2e.kind.registry import ensure_registry
 from lessor.controlplane.helm import ensure_helm
+from release import build as release_build
 
 
 def prepare() -> None:
     started = time.monotonic()
     node_image.build(say)
     network_policies.build(say)
-    lessor_image.build(say)
+    # lessor as a platform team gets it: the release's artifacts, the image among them
+    # (e2e/kind/platform_install.py installs from these).
+    release_build.build(release_dist(), say)
     base = lessor_image.python_base(say)
     sandboxes.build(base, say)
     vcluster.build(base, say)
     gateway.build(base, say)
     ensure_helm(say)  # lessor is installed with its chart (e2e/kind/chart.py)
+    ensure_registry(say)  # the session's OCI registry (e2e/kind/registry.py)
     say(f"kind scenarios' images ready in {time.monotonic() - started:.0f}s")
 
 

@@ -421,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
         "version",
         "lessor.cli.commands.status:version",
         "local version and the endpoint's, when reachable",
-        "Print the CLI's version and, when reachable, the endpoint's.",
+        "Print the CLI's version (with the git commit when it runs from a checkout) and,"
+        " when reachable, the endpoint's.",
     )
     login = _command(
         commands,

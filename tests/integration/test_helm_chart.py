@@ -82,10 +82,23 @@ def kustomize(kubectl: Path, *directories: str) -> list[Object]:
     ]
 
 
-def template(helm: Path, *args: str | Path) -> list[Object]:
-    """The chart rendered as `helm install` would apply it, its crds/ included."""
+def template(helm: Path, *args: str | Path, tests: bool = False) -> list[Object]:
+    """The chart rendered as `helm install` would apply it, its crds/ included, released into
+    lessor-system and making that namespace, as manifests/base does (the chart's defaults take
+    the release's namespace as it is); with `tests`, also the `helm test` Pod, which only
+    `helm test` creates."""
+    skip = [] if tests else ["--skip-tests"]
     rendered = run(
-        helm, "template", "lessor", CHART, "--namespace", NAMESPACE, "--include-crds", *args
+        helm,
+        "template",
+        "lessor",
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--set=createNamespace=true",
+        "--include-crds",
+        *skip,
+        *args,
     )
     return documents(rendered)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lessor import __version__
 from lessor.cli import manpages
 from lessor.controlplane.ports import PortReservation
 
@@ -162,7 +163,7 @@ def test_usage_errors_and_unreachable_endpoints_are_one_line_with_distinct_codes
     assert late.returncode == 2 and "--timeout" in one_line_error(late)
     version = lessor(tmp_path, "version", "-o", "json")
     assert version.returncode == 0
-    assert json.loads(version.stdout)["client"] == "0.1.0"
+    assert json.loads(version.stdout)["client"] == __version__
     closed.release()
 
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def test_containerd_config_restricts_oom_uses_the_wrapper_and_the_built_pause(
     assert "restrict_oom_score_adj = true" in text
     assert 'sandbox_image = "registry.k8s.io/pause:9.9"' in text
     assert 'BinaryName = "/usr/local/sbin/lessor-runc"' in text
+    # Registry hosts from certs.d (e2e/kind/registry.py trusts the session's registry there):
+    # without it containerd reads no hosts.toml, and a pull of a private CA's registry fails.
+    parsed = tomllib.loads(text)
+    registry = parsed["plugins"]["io.containerd.grpc.v1.cri"]["registry"]
+    assert registry["config_path"] == "/etc/containerd/certs.d"
 
 
 def test_containerd_config_says_what_changed_upstream(tmp_path: Path) -> None:

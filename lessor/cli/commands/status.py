@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import lessor
 from lessor import __version__
 from lessor.cli import context, output
 from lessor.cli.client import Client, Credential
@@ -110,8 +113,45 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+# `git rev-parse` answers in milliseconds; a hung filesystem or a credential prompt must not
+# hold `lessor version` up for longer than this.
+GIT_TIMEOUT = 2.0
+
+
+def source_commit(checkout: Path | None = None) -> str | None:
+    """The abbreviated commit of the checkout lessor runs from, else None.
+
+    Between releases every build says the same version, so a bug report from a checkout (or an
+    editable install) needs the commit to say which code it is. `checkout` is the directory
+    holding the `lessor` package; it must be the top of a git work tree itself (its own `.git`):
+    an installed wheel lives in site-packages, which may well be inside some other repository
+    (tox's environments are inside this one), whose commit says nothing about the wheel. No
+    git, no repository, or a git that fails or hangs: None, and `lessor version` still works.
+    """
+    if checkout is None:
+        checkout = Path(lessor.__file__).resolve().parent.parent
+    if not (checkout / ".git").exists():
+        return None
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = found.stdout.strip()
+    return commit if found.returncode == 0 and commit else None
+
+
 def version(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"client": __version__, "endpoint": None, "server": None}
+    commit = source_commit()
+    if commit is not None:
+        # Only from a checkout: an installed wheel's output is what it always was.
+        result["commit"] = commit
     try:
         _, target = context.target(args)
         result["endpoint"] = target.endpoint
@@ -125,7 +165,7 @@ def version(args: argparse.Namespace) -> int:
     if output.wants_json(args):
         output.emit(args, result)
         return 0
-    print(f"lessor {__version__}")
+    print(f"lessor {__version__}" + (f" (commit {commit})" if commit else ""))
     if result["server"]:
         print(f"endpoint {result['endpoint']}: lessor {result['server']}")
     elif result["endpoint"]:
