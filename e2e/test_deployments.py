@@ -171,8 +171,8 @@ def test_the_node_pulls_lessor_with_its_pull_secret_and_a_wrong_one_is_named(
 ) -> None:
     """lessor's pods run the image the node pulled from the registry, which refuses a pull
     without the session's credentials: a Deployment whose pull secret has a wrong password
-    fails at once with ErrImagePull or ImagePullBackOff and the registry's 401, named as such,
-    not after a rollout's timeout."""
+    keeps failing with ErrImagePull or ImagePullBackOff and the registry's 401, named as such,
+    within 30 s, not after a rollout's timeout."""
     registry = pods_installation.registry
     assert registry is not None
     pods = json.loads(

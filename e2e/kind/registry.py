@@ -110,6 +110,8 @@ OWNER_FILE = "lessor-registry.pid"
 START_TIMEOUT = 30.0
 # Why a container's image is not there: the kubelet's waiting reasons for a pull that failed.
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff")
+# How long a pull may keep failing before it is a failure (wait_pulled says why not at once).
+PULL_PATIENCE = 30.0
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -613,14 +615,23 @@ def _pulled(container: dict[str, Any]) -> bool:
 
 
 def wait_pulled(
-    kubectl: Kubectl, namespace: str, selector: str, timeout: float = 120.0
+    kubectl: Kubectl,
+    namespace: str,
+    selector: str,
+    timeout: float = 120.0,
+    patience: float = PULL_PATIENCE,
 ) -> list[str]:
     """Wait until every container of the pods `selector` selects (a Deployment's pods) has
-    its image; returns the pods' names. A pull that fails raises ImagePullError at once, naming
-    the pod, the image, the kubelet's reason (ErrImagePull, ImagePullBackOff) and the node's
-    error and events, where waiting for a rollout would only time out."""
+    its image; returns the pods' names. A pull that keeps failing for `patience` seconds raises
+    ImagePullError, naming the pod, the image, the kubelet's reason (ErrImagePull,
+    ImagePullBackOff) and the node's error and events, where waiting for a rollout would only
+    time out. Not at its first failure: a pod made a moment after its pull secret may be
+    pulled without it once (the kubelet may read only the secrets of pods it already knows:
+    `FailedToRetrieveImagePullSecret`, then a 401), and the kubelet's next try, about 10 s
+    later, succeeds."""
     deadline = time.monotonic() + timeout
     last = "no pod yet"
+    failing_since: dict[tuple[str, str], float] = {}
     while time.monotonic() < deadline:
         pods = json.loads(
             kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout
@@ -631,13 +642,19 @@ def wait_pulled(
             status = pod.get("status", {})
             statuses = status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
             for container in statuses:
+                key = (name, container["name"])
                 reason = container.get("state", {}).get("waiting", {}).get("reason", "")
-                if reason in PULL_FAILURES:
+                if reason not in PULL_FAILURES:
+                    failing_since.pop(key, None)
+                    continue
+                since = failing_since.setdefault(key, time.monotonic())
+                if time.monotonic() - since >= patience:
                     message = container["state"]["waiting"].get("message", "").strip()
                     events = "; ".join(_events(kubectl, namespace, name)) or "none"
                     raise ImagePullError(
                         f"pod {namespace}/{name}: container {container['name']} cannot pull "
-                        f"{container.get('image')}: {reason}: {message} (events: {events})"
+                        f"{container.get('image')} (for {patience:.0f}s): {reason}: {message} "
+                        f"(events: {events})"
                     )
             spec = pod.get("spec", {})
             wanted = len(spec.get("initContainers", [])) + len(spec.get("containers", []))
@@ -692,7 +709,7 @@ def deployment(name: str, namespace: str, image: str, secret: str) -> dict[str, 
 
 
 def assert_wrong_secret_is_refused(
-    registry: Registry, kubectl: Kubectl, namespace: str, image: str, timeout: float = 60.0
+    registry: Registry, kubectl: Kubectl, namespace: str, image: str, timeout: float = 90.0
 ) -> str:
     """A Deployment of `image` (pushed to `registry`) whose pull secret has a wrong password
     must not get its image: the node's pull is refused by the registry (401), and wait_pulled
