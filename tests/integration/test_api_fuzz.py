@@ -62,6 +62,9 @@ UPGRADE = {
 # Per operation; every case is sent once per credential. Enough to reach each documented
 # refusal, few enough to stay within minutes on a busy two-core machine.
 EXAMPLES = 20
+# A hang guard, not a figure: schemathesis' own 10 s was once outrun at the end of a CI run,
+# every worker busy, by a request the same case answered at once on its next try.
+REQUEST_CEILING = 60
 
 
 @dataclass
@@ -97,7 +100,7 @@ class Fuzz:
                     **(extra or {}),
                     **({"Authorization": f"Bearer {token}"} if token else {}),
                 }
-                response = case.call(base_url=self.base, headers=headers)
+                response = case.call(base_url=self.base, headers=headers, timeout=REQUEST_CEILING)
                 self.statuses[name, response.status_code] += 1
                 try:
                     case.validate_response(response, checks=CHECKS, headers=headers)
