@@ -46,7 +46,7 @@ from e2e.kind import registry as kind_registry
 from e2e.kind.components import KindVersions
 from e2e.kind.lessor_image import say
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import Cluster, ExistingCluster, run_kubectl, wait_established
+from lessor.controlplane.kubectl import Cluster, ExistingCluster, wait_established
 from lessor.controlplane.ports import PortReservation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,14 +287,7 @@ def install_kind(work: Path) -> Installation:
     cluster = kind_cluster.up(f"{KIND_PREFIX}{os.getpid()}", progress=say)
     cleanup: list[Callable[[], None]] = [lambda: kind_cluster.down(cluster.name, say)]
     try:
-
-        def kubectl(
-            *args: str, input: str | None = None, check: bool = True, timeout: float = 300
-        ) -> subprocess.CompletedProcess[str]:
-            return run_kubectl(
-                str(cluster.kubectl), cluster.kubeconfig, *args,
-                input=input, check=check, timeout=timeout,
-            )  # fmt: skip
+        kubectl = cluster.run
 
         # Enforcing from the start: lessor runs under its own policies, as on a real cluster.
         network_policies.install(kubectl, cluster, say)

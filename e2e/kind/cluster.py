@@ -20,6 +20,7 @@ from e2e.kind.docker_setup import exit_code
 from e2e.kind.node_image import build, kubeadm_images, say
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.kubectl import run_kubectl
 
 DEFAULT_NAME = "lessor-e2e"
 READY_TIMEOUT = "180s"
@@ -48,6 +49,15 @@ class KindCluster:
         if result.returncode != 0:
             raise ControlPlaneError(f"`kubectl {' '.join(args)}` failed: {result.stderr.strip()}")
         return result.stdout
+
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl against this cluster in the shape the scenarios' helpers take (the
+        CompletedProcess, `check` to raise on failure)."""
+        return run_kubectl(
+            str(self.kubectl), self.kubeconfig, *args, input=input, check=check, timeout=timeout
+        )
 
 
 def kubeconfig_path(name: str) -> Path:

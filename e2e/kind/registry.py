@@ -96,7 +96,6 @@ from e2e.kind.node_image import image_id
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
 from lessor.controlplane.helm import ensure_helm
-from lessor.controlplane.kubectl import run_kubectl
 from lessor.controlplane.watchdog import watch_over
 
 MODULE = "github.com/distribution/distribution/v3"
@@ -812,14 +811,7 @@ def check(name: str) -> None:
     pull it on the node with a pull secret, see a wrong secret refused, push and read back a
     chart."""
     cluster = kind_cluster.up(name, progress=say)
-
-    def kubectl(
-        *args: str, input: str | None = None, check: bool = True, timeout: float = 300
-    ) -> subprocess.CompletedProcess[str]:
-        return run_kubectl(
-            str(cluster.kubectl), cluster.kubeconfig, *args,
-            input=input, check=check, timeout=timeout,
-        )  # fmt: skip
+    kubectl = cluster.run
 
     image = local_image()
     scratch = kind_cache() / "registry-check"
