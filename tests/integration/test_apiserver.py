@@ -74,6 +74,7 @@ class Api:
         raw: bytes | None = None,
         content_type: str = "application/json",
         headers: dict[str, str] | None = None,
+        timeout: float = 30,
     ) -> Response:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         request = urllib.request.Request(self.base + path, data=data, method=method)
@@ -84,7 +85,7 @@ class Api:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 text = response.read().decode()
                 status, response_headers = response.status, response.headers
         except urllib.error.HTTPError as error:
