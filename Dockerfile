@@ -12,18 +12,29 @@ FROM ${BASE} AS build
 ARG PIP_FIND_LINKS
 ARG PIP_NO_INDEX
 WORKDIR /src
-COPY setup.cfg pyproject.toml README.md LICENSE ./
+# The dependencies first, as wheels, from the packaging metadata alone (a stand-in package of the
+# same name): their layers are rebuilt when setup.cfg or pyproject.toml change, not at every
+# change of lessor's code, which then costs one small wheel and one install.
+COPY setup.cfg pyproject.toml ./
+RUN python3 -m venv /opt/build \
+    && mkdir lessor && echo '__version__ = "0"' > lessor/__init__.py && touch README.md LICENSE \
+    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /deps ".[server]" \
+    && rm -r lessor README.md LICENSE build lessor.egg-info /deps/lessor-*.whl
+COPY README.md LICENSE ./
 COPY lessor ./lessor
 COPY man ./man
-RUN python3 -m venv /opt/build \
-    && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels ".[server]"
+RUN /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${BASE}
-COPY --from=build /wheels /wheels
+COPY --from=build /deps /deps
 RUN python3 -m venv /opt/lessor \
-    && /opt/lessor/bin/pip install --no-cache-dir --no-index --find-links /wheels "lessor[server]" \
-    && rm -rf /wheels \
+    && /opt/lessor/bin/pip install --no-cache-dir --no-index --find-links /deps /deps/*.whl \
+    && rm -rf /deps \
     && useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin lessor
+COPY --from=build /wheels /wheels
+RUN /opt/lessor/bin/pip install --no-cache-dir --no-index --no-deps /wheels/*.whl \
+    && /opt/lessor/bin/pip check \
+    && rm -rf /wheels
 USER 65532:65532
 # Writable paths are mounted (an emptyDir at /tmp); the root filesystem stays read-only.
 ENV PATH=/opt/lessor/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -97,6 +97,13 @@ def wheelhouse(progress: Progress) -> Path:
     minor version), made with this machine's pip, which reaches PyPI."""
     directory = kind_cache() / "wheelhouse"
     directory.mkdir(parents=True, exist_ok=True)
+    # What the wheels are for: the packaging metadata and this Python. pip's resolver takes half
+    # a minute of CPU to find them all present, so a wheelhouse filled for the same is used as is.
+    metadata = b"".join((ROOT / name).read_bytes() for name in ("setup.cfg", "pyproject.toml"))
+    key = hashlib.sha256(metadata + sys.version.encode()).hexdigest()[:16]
+    stamp = directory / ".filled-for"
+    if stamp.exists() and stamp.read_text() == key:
+        return directory
     progress("collecting lessor's dependencies as wheels (pip wheel)")
     # The build stage builds lessor's own wheel too: its build backend comes from here as well.
     backend = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
@@ -107,6 +114,7 @@ def wheelhouse(progress: Progress) -> Path:
     )  # fmt: skip
     if result.returncode != 0:
         raise ControlPlaneError(f"pip wheel failed: {result.stderr.strip()[-800:]}")
+    stamp.write_text(key)
     return directory
 
 

@@ -16,14 +16,11 @@ from lessor.config_file import apply_defaults
 from lessor.logs import configure as configure_logging
 from lessor.operator import (
     access_policies,
-    executions,
     instances,
     leases,
     local_orphans,
     namespace_orphans,
     pools,
-    sandbox_leases,
-    sandbox_pools,
 )
 from lessor.operator.context import Context
 from lessor.operator.runtime.client import KubeClient
@@ -42,13 +39,16 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     namespace_orphans.setup,
     access_policies.setup,
 )
-# SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
-# SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.
-SANDBOX_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
-    sandbox_pools.setup,
-    sandbox_leases.setup,
-    executions.setup,
-)
+
+
+def sandbox_controllers() -> tuple[Callable[[Context], Controller], ...]:
+    """SandboxPools into agent-sandbox objects, SandboxLeases into SandboxClaims, and
+    SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.
+    Imported only then: the runner's exec stream brings the kubernetes client, 0.4 s of CPU that
+    every start of an operator without sandboxes would otherwise pay."""
+    from lessor.operator import executions, sandbox_leases, sandbox_pools  # noqa: PLC0415
+
+    return (sandbox_pools.setup, sandbox_leases.setup, executions.setup)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -138,7 +138,7 @@ def build(
     for setup in CLUSTER_CONTROLLERS:
         setup(context)
     if settings.agent_sandbox_mode == "external":
-        for setup in SANDBOX_CONTROLLERS:
+        for setup in sandbox_controllers():
             setup(context)
     return manager
 
