@@ -328,13 +328,15 @@ def install_kind(work: Path) -> Installation:
 def enable_sandboxes(kubectl: Kubectl, helm: chart.Helm) -> None:
     """What docs/operations.md has an administrator do once agent-sandbox runs: the one
     configuration key, with Helm its value (`helm upgrade --reuse-values --set`), which rolls
-    both Deployments out anew (the pods carry a checksum of config.yaml)."""
+    both Deployments out anew (the pods carry a checksum of config.yaml). The same upgrade
+    halves the teardown grace to 60 s: the quarantine scenario waits it out whole, and every
+    other release still has a minute to be verified."""
     configmap = json.loads(
         kubectl("get", "configmap", "lessor-config", "-n", NAMESPACE, "-o", "json").stdout
     )
     if yaml.safe_load(configmap["data"]["config.yaml"])["agentSandbox"]["mode"] != "disabled":
         raise AssertionError("the chart's values no longer say agentSandbox.mode: disabled")
-    helm.set_values("config.agentSandbox.mode=external")
+    helm.set_values("config.agentSandbox.mode=external", "config.operator.teardownGrace=60")
     for deployment in ("lessor-operator", "lessor-apiserver"):
         kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s")
 

@@ -132,7 +132,7 @@ def test_an_unverifiable_teardown_quarantines_and_withholds_the_cluster(alice: P
     cluster_name = next(row["cluster_name"] for row in rows if row["id"] == lease["id"])
     with teardown_held(alice.installation, cluster_name):
         assert alice.run("release", lease["id"]).returncode == 0
-        # The shipped teardown grace (manifests/base/config.yaml) is 120 s on kind.
+        # The teardown grace is 5 s on local and 60 s on kind (e2e/installation.py).
         wait_for("Quarantined", lambda: alice.phase(lease["id"]) == "Quarantined", timeout=400)
         again = alice.run("release", lease["id"])
         assert again.returncode == 6 and "teardown_quarantined" in again.stderr
