@@ -55,13 +55,15 @@ NAMESPACE = "lessor-system"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120.0) -> Any:
+def wait_for(
+    what: str, probe: Callable[[], Any], timeout: float = 120.0, every: float = 0.2
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
