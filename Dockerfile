@@ -19,7 +19,7 @@ COPY setup.cfg pyproject.toml ./
 RUN python3 -m venv /opt/build \
     && mkdir lessor && echo '__version__ = "0"' > lessor/__init__.py && touch README.md LICENSE \
     && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /deps ".[server]" \
-    && rm -r lessor README.md LICENSE build lessor.egg-info /deps/lessor-*.whl
+    && rm -rf lessor README.md LICENSE build lessor.egg-info /deps/lessor-*.whl
 COPY README.md LICENSE ./
 COPY lessor ./lessor
 COPY man ./man
