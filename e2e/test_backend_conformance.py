@@ -321,10 +321,8 @@ def test_a_teardown_that_cannot_be_verified_is_quarantined(harness: Harness) -> 
         if objects.get("clusterinstance", name) is None:
             return True
         recheck = {"metadata": {"annotations": {"conformance/recheck": str(next(touches))}}}
-        objects.cluster.kubectl(  # may find it gone since the read: the next read says so
-            "patch", "clusterinstance", name, "-n", objects.namespace, "--type=merge",
-            "-p", json.dumps(recheck), check=False,
-        )  # fmt: skip
+        # It may be gone since the read: the next read says so.
+        objects.patch("clusterinstance", name, recheck, check=False)
         return False
 
     wait_for("the cleaned-up instance gone", gone, timeout=300, every=5)

@@ -146,10 +146,11 @@ class Objects:
         items: list[Json] = json.loads(result.stdout)["items"]
         return items
 
-    def patch(self, kind: str, name: str, patch: Json) -> None:
+    def patch(self, kind: str, name: str, patch: Json, *, check: bool = True) -> None:
         self.cluster.kubectl(
-            "patch", kind, name, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch)
-        )
+            "patch", kind, name, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch),
+            check=check,
+        )  # fmt: skip
 
     def pool(self, name: str, **spec: Any) -> None:
         self.apply(
