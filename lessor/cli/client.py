@@ -5,10 +5,13 @@ the target's own credential: a static token (`LESSOR_TOKEN` or the config) sent 
 or a signature by the ssh-agent's key over each request. An OIDC target has no credential of its
 own besides the session, so it needs `lessor login` first. When a session is refused (revoked,
 or the server's session key changed), it is dropped and the target's credential is used instead.
+A session that can renew itself (an OIDC refresh token, a CI job's token) is renewed instead,
+once it ends or is refused, without a browser.
 """
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import json
 import os
@@ -26,7 +29,7 @@ from urllib.parse import urlsplit
 
 from lessor import __version__
 from lessor.cli import debug, sessions
-from lessor.cli.config import Target
+from lessor.cli.config import CiSettings, Target
 from lessor.cli.errors import (
     AUTH,
     SERVER,
@@ -152,6 +155,8 @@ class Client:
         return self._session if self._session and self._session.usable else None
 
     def credential(self) -> Credential:
+        if self.session is None and self._renewable():
+            self._renew()
         if self.session is not None:
             return Bearer(self.session.token)
         credential = own_credential(self.target)
@@ -266,12 +271,81 @@ class Client:
         except ApiError as error:
             if error.status != 401 or self.session is None:
                 raise
+        if self._renewable():
+            self._renew()
+            return attempt(self.credential())
         sessions.forget(self.endpoint)
         self._session = None
         fallback = own_credential(self.target)
         if fallback is None:
             raise CliError(f"the session for {self.endpoint} ended: run `lessor login`", AUTH)
         return attempt(fallback)
+
+    def open_session(
+        self,
+        credentials: list[Credential],
+        ttl: str | None = None,
+        *,
+        refresh_token: str | None = None,
+        renew: str = "",
+    ) -> sessions.Session:
+        """POST /v1/login with the first of `credentials` the server accepts; the session is
+        stored for this endpoint with what renews it."""
+        refusal: ApiError | None = None
+        for credential in credentials:
+            answer = self.send("POST", "/v1/login", {"ttl": ttl} if ttl else None, credential)
+            if answer.status == 200:
+                break
+            refusal = ApiError(answer.status, answer.body)
+            if answer.status != 401:
+                raise refusal
+        else:
+            raise refusal or CliError("no credential to log in with", AUTH)
+        granted = answer.body
+        expires = datetime.datetime.fromisoformat(granted["expires_at"].replace("Z", "+00:00"))
+        session = sessions.Session(
+            token=granted["session_token"],
+            identity=granted["identity"],
+            method=granted["method"],
+            expires_at=granted["expires_at"],
+            expires=expires.timestamp(),
+            refresh_token=refresh_token,
+            renew=renew,
+        )
+        sessions.store(self.endpoint, session)
+        self._session = session
+        return session
+
+    def _renewable(self) -> bool:
+        old = self._session
+        return old is not None and bool(old.refresh_token or old.renew == "ci")
+
+    def _renew(self) -> None:
+        """A new session from what the ended one kept: an ID token for its refresh token, or
+        the CI job's token again. One line and `lessor login` when that is refused."""
+        old = self._session
+        assert old is not None
+        self._session = None  # renewed once per run at most
+        try:
+            if old.renew == "ci":
+                from lessor.cli import ci_tokens  # noqa: PLC0415 - only CI jobs need it
+
+                token = ci_tokens.job_token(self.target.ci or CiSettings())
+                self.open_session([Bearer(token)], renew="ci")
+            else:
+                from lessor.cli import oidc  # noqa: PLC0415 - a login's imports
+
+                if self.target.oidc is None or old.refresh_token is None:
+                    raise CliError("the target has no OIDC issuer", AUTH)
+                tokens = oidc.Provider(self.target.oidc, self._context).refresh(old.refresh_token)
+                self.open_session([Bearer(tokens.id_token)], refresh_token=tokens.refresh_token)
+        except CliError as error:
+            sessions.forget(self.endpoint)
+            raise CliError(
+                f"the login to {self.endpoint} ended and could not be renewed ({error}): "
+                "run `lessor login`",
+                AUTH,
+            ) from None
 
     def signed_target(self, path: str) -> str:
         """The request target a signature covers: the endpoint's path prefix, the path, the

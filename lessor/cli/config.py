@@ -43,12 +43,38 @@ class Model(BaseModel):
     )
 
 
+def secure_url(url: str) -> bool:
+    """https, or http on loopback: the issuer rule of AccessPolicies, for the same reason."""
+    parts = urlsplit(url)
+    loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+    return parts.scheme == "https" or (parts.scheme == "http" and loopback)
+
+
+def _issuer(url: str) -> str:
+    if not secure_url(url):
+        raise ValueError(
+            f"issuer {url!r} is not https: the login's codes and tokens would cross the network "
+            "in the clear (http is accepted on loopback only)"
+        )
+    return url
+
+
 class OidcSettings(Model):
     """The browser (authorization code with PKCE) and device flows both need only these."""
 
-    issuer: Endpoint
+    issuer: Annotated[Endpoint, AfterValidator(_issuer)]
     client_id: str = Field(min_length=1)
     scopes: list[str] = Field(default_factory=lambda: ["openid"])
+
+
+class CiSettings(Model):
+    """How `lessor login --ci` gets the job's ID token: the audience it asks GitHub Actions'
+    runner for, and the variable GitLab CI's `id_tokens:` puts the token in."""
+
+    audience: str = Field(default="lessor", min_length=1, max_length=256)
+    token_variable: str = Field(
+        default="LESSOR_ID_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+    )
 
 
 class Target(Model):
@@ -59,6 +85,7 @@ class Target(Model):
         default=None, description="which agent key signs: SHA256 fingerprint or key comment"
     )
     oidc: OidcSettings | None = None
+    ci: CiSettings | None = None
     ca_file: str | None = Field(default=None, description="PEM CA bundle to verify the endpoint")
 
 

@@ -2,8 +2,14 @@
 redirect (RFC 8252) when a browser can be opened, the device flow (RFC 8628) otherwise.
 
 The ID token is what lessor exchanges for a session, so the AccessPolicy's `audience` must list
-the CLI's client id (the ID token's `aud`). Nothing here stores a refresh token: the session
-is the only credential kept on disk.
+the CLI's client id (the ID token's `aud`). When the provider grants a refresh token (the
+`offline_access` scope, on most providers), it is kept with the session (sessions.json, mode
+0600) and renews it without the browser once it ends; a refresh token the provider refuses
+(revoked, expired) is deleted, and the next command asks for `lessor login`.
+
+The discovery document is checked as OpenID Connect Discovery 1.0 (4.3) requires: it must name
+the configured issuer, and every endpoint it names must be https (or http on loopback), since
+the browser, the device code and the tokens pass through them.
 """
 
 from __future__ import annotations
@@ -20,14 +26,22 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import webbrowser
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from lessor.cli.config import OidcSettings
+from lessor.cli.config import OidcSettings, secure_url
 from lessor.cli.errors import AUTH, SERVER, TIMEOUT, CliError
 
 LOGIN_TIMEOUT_SECONDS = 300
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+ENDPOINTS = ("authorization_endpoint", "token_endpoint", "device_authorization_endpoint")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    id_token: str
+    refresh_token: str | None = None
 
 
 def _fetch(url: str, form: dict[str, str] | None, context: ssl.SSLContext) -> tuple[int, Any]:
@@ -53,20 +67,46 @@ class Provider:
         status, self.discovery = _fetch(
             f"{settings.issuer}/.well-known/openid-configuration", None, context
         )
-        if status != 200 or "token_endpoint" not in self.discovery:
+        if status != 200 or not isinstance(self.discovery, dict):
             raise CliError(f"{settings.issuer} publishes no OpenID configuration", SERVER)
+        named = str(self.discovery.get("issuer", ""))
+        if named.rstrip("/") != settings.issuer.rstrip("/"):
+            raise CliError(
+                f"the OpenID configuration at {settings.issuer} is of another issuer "
+                f"({named[:200]!r}): check --oidc-issuer",
+                AUTH,
+            )
+        for name in ENDPOINTS:
+            url = self.discovery.get(name)
+            if url is not None and not (isinstance(url, str) and secure_url(url)):
+                raise CliError(f"{settings.issuer} names an insecure {name}: {url!r}", AUTH)
+        if "token_endpoint" not in self.discovery:
+            raise CliError(f"{settings.issuer} publishes no token endpoint", SERVER)
 
     @property
     def scope(self) -> str:
         return " ".join(self.settings.scopes)
 
-    def id_token(self, answer: dict[str, Any]) -> str:
+    def tokens(self, answer: dict[str, Any]) -> Tokens:
         token = answer.get("id_token")
         if not isinstance(token, str):
             raise CliError(
                 "the identity provider returned no ID token (is `openid` a scope?)", AUTH
             )
-        return token
+        refresh = answer.get("refresh_token")
+        return Tokens(token, refresh if isinstance(refresh, str) else None)
+
+    def refresh(self, refresh_token: str) -> Tokens:
+        """New tokens for a refresh token; CliError (AUTH) when the provider refuses it."""
+        status, answer = self.token({"grant_type": "refresh_token", "refresh_token": refresh_token})
+        if status != 200:
+            raise CliError(
+                f"the identity provider refused to renew the login ({answer.get('error', status)})",
+                AUTH,
+            )
+        tokens = self.tokens(answer)
+        # A provider that does not rotate refresh tokens answers without one: keep ours.
+        return tokens if tokens.refresh_token else Tokens(tokens.id_token, refresh_token)
 
     def token(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
         status, answer = _fetch(
@@ -78,7 +118,7 @@ class Provider:
 
     # -- browser ---------------------------------------------------------------------------
 
-    def browser_login(self) -> str:
+    def browser_login(self, timeout: float = LOGIN_TIMEOUT_SECONDS) -> Tokens:
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
         state = secrets.token_urlsafe(24)
@@ -120,8 +160,12 @@ class Provider:
         try:
             print(f"opening a browser to log in; if none opens, visit:\n  {url}", file=sys.stderr)
             webbrowser.open(url)
-            if not done.wait(LOGIN_TIMEOUT_SECONDS):
-                raise CliError("no answer from the browser login within 5 minutes", TIMEOUT)
+            if not done.wait(timeout):
+                raise CliError(
+                    f"no answer from the browser login within {timeout:g}s; "
+                    "run `lessor login` again, or `lessor login --device`",
+                    TIMEOUT,
+                )
         finally:
             server.shutdown()
             server.server_close()
@@ -138,11 +182,11 @@ class Provider:
         )
         if status != 200:
             raise CliError(f"the code exchange failed: {answer.get('error', status)}", AUTH)
-        return self.id_token(answer)
+        return self.tokens(answer)
 
     # -- device ----------------------------------------------------------------------------
 
-    def device_login(self) -> str:
+    def device_login(self) -> Tokens:
         endpoint = self.discovery.get("device_authorization_endpoint")
         if not endpoint:
             raise CliError(
@@ -163,13 +207,20 @@ class Provider:
                 {"grant_type": DEVICE_GRANT, "device_code": grant["device_code"]}
             )
             if status == 200:
-                return self.id_token(answer)
+                return self.tokens(answer)
             error = answer.get("error")
             if error == "slow_down":
                 interval += 5
+            elif error == "expired_token":
+                break
+            elif error == "access_denied":
+                raise CliError("the login was refused at the identity provider", AUTH)
             elif error != "authorization_pending":
                 raise CliError(f"device login failed: {error or status}", AUTH)
-        raise CliError("the device code expired before the login was approved", TIMEOUT)
+        raise CliError(
+            "the device code expired before the login was approved: run `lessor login` again",
+            TIMEOUT,
+        )
 
 
 def browser_available() -> bool:
@@ -180,8 +231,13 @@ def browser_available() -> bool:
     return True
 
 
-def login(settings: OidcSettings, context: ssl.SSLContext, device: bool) -> str:
+def login(
+    settings: OidcSettings,
+    context: ssl.SSLContext,
+    device: bool,
+    timeout: float = LOGIN_TIMEOUT_SECONDS,
+) -> Tokens:
     provider = Provider(settings, context)
     if device or not browser_available() or "authorization_endpoint" not in provider.discovery:
         return provider.device_login()
-    return provider.browser_login()
+    return provider.browser_login(timeout)

@@ -313,6 +313,14 @@ examples:
     put.add_argument(
         "--oidc-scope", action="append", metavar="SCOPE", help="repeatable; default openid"
     )
+    put.add_argument(
+        "--ci-audience", metavar="AUD", help="login --ci: the audience asked of GitHub (lessor)"
+    )
+    put.add_argument(
+        "--ci-token-variable",
+        metavar="NAME",
+        help="login --ci: GitLab's id_tokens variable (LESSOR_ID_TOKEN)",
+    )
     put.add_argument("--ca-file", metavar="PEM", help="CA bundle that signed the endpoint's cert")
     put.set_defaults(handler="lessor.cli.commands.config:set_target")
 
@@ -436,10 +444,21 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
   ssh    the ssh-agent's Ed25519 key signs the login request (SSH_AUTH_SOCK)
   token  the static token from LESSOR_TOKEN or the config
   oidc   a browser login (authorization code with PKCE, loopback redirect), or the device
-         flow with --device or when no browser can be opened""",
+         flow with --device or when no browser can be opened; with a refresh token from the
+         provider (scope offline_access), the session renews itself when it ends
+  --ci   the CI job's own ID token: GitHub Actions' runner is asked for one (audience from
+         the target's --ci-audience, default lessor; the job needs `permissions: id-token:
+         write`), GitLab CI's is read from the variable its `id_tokens:` names (the target's
+         --ci-token-variable, default LESSOR_ID_TOKEN); renewed from the job while it runs""",
     )
     login.add_argument("--ttl", metavar="DURATION", help="session lifetime (server default 12h)")
     login.add_argument("--device", action="store_true", help="oidc: use the device-code flow")
+    login.add_argument(
+        "--ci", action="store_true", help="log in with the CI job's ID token (GitHub, GitLab)"
+    )
+    login.add_argument(
+        "--timeout", metavar="DURATION", help="oidc: how long to wait for the browser (5m)"
+    )
     _command(
         commands,
         "logout",

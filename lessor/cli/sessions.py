@@ -1,5 +1,6 @@
 """Session tokens from `lessor login`, kept per endpoint in `sessions.json` (mode 0600) beside
-the config, so every target pointing at the same service shares one login."""
+the config, so every target pointing at the same service shares one login, with what renews
+them (an OIDC refresh token) when the provider grants one."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ class Session:
     method: str
     expires_at: str
     expires: float
+    # How the session renews itself once it ends, without a person: an OIDC refresh token, or
+    # "ci" for a session made from a CI job's token (a new one is asked of the job's runner).
+    refresh_token: str | None = None
+    renew: str = ""
 
     @property
     def usable(self) -> bool:

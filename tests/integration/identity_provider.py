@@ -32,6 +32,7 @@ class Provider:
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     exchanged: list[str] = field(default_factory=list)
+    device_lifetime: int = 120  # seconds a device code stays valid
 
     def id_token(self) -> str:
         now = int(time.time())
@@ -80,6 +81,8 @@ class Provider:
             device = self.devices.get(form.get("device_code", ""))
             if device is None:
                 return 400, {"error": "invalid_grant"}
+            if time.time() > device["expires"]:
+                return 400, {"error": "expired_token"}
             if not device["approved"]:
                 return 400, {"error": "authorization_pending"}
             self.exchanged.append("device_code")
@@ -88,14 +91,15 @@ class Provider:
 
     def device(self) -> dict[str, Any]:
         code, user_code = secrets.token_urlsafe(16), secrets.token_hex(4).upper()
-        self.devices[code] = {"approved": False, "user_code": user_code}
+        expires = time.time() + self.device_lifetime
+        self.devices[code] = {"approved": False, "user_code": user_code, "expires": expires}
         return {
             "device_code": code,
             "user_code": user_code,
             "verification_uri": f"{self.url}/activate",
             "verification_uri_complete": f"{self.url}/activate?user_code={user_code}",
             "interval": 1,
-            "expires_in": 120,
+            "expires_in": self.device_lifetime,
         }
 
     def activate(self, user_code: str) -> bool:

@@ -130,6 +130,7 @@ def start_api(
     extra: tuple[str, ...] = (),
     kubeconfig: Path | None = None,
     ssh_audiences: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], Api]:
     """An API server of its own on a reserved port; SSH signatures naming its own URL, or one of
     `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted."""
@@ -152,6 +153,7 @@ def start_api(
             ],
             stdout=output,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
     api = Api(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}")
 

@@ -452,6 +452,18 @@ def test_oidc_device_login_for_headless_hosts(user: User, provider: Provider) ->
     assert "as dana (oidc)" in stdout and provider.exchanged[-1] == "device_code"
 
 
+def test_a_device_code_that_expires_unapproved_is_one_line(user: User, provider: Provider) -> None:
+    _oidc_target(user, provider)
+    provider.device_lifetime = 2
+    try:
+        expired = user.run("login", "--device")
+    finally:
+        provider.device_lifetime = 120
+    assert expired.returncode == 5, expired.stderr
+    assert "the device code expired before the login was approved" in expired.stderr
+    assert not (user.home / ".config" / "lessor" / "sessions.json").exists()
+
+
 class Recorder:
     """An endpoint that is not the configured one (a typo, a phishing link, a tunnel), which
     answers 401 to everything and keeps every Authorization header it is sent."""

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
-from lessor.apiserver.auth.jwks import JwksCache, https_fetch
-from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+from lessor.apiserver.auth.jwks import JwksCache, KeySource, https_fetch
+from lessor.apiserver.auth.oidc import OidcIssuer, check_claims, verify_token
 
 
 @dataclass
@@ -32,6 +32,11 @@ class Issuer:
     keys: dict[str, Any] = field(default_factory=dict)
     jwks_requests: int = 0
     available: bool = True
+    # None serves the keys at every path (the derived default included); a path lays the
+    # issuer out as most providers are: keys there, named by its discovery document.
+    jwks_path: str | None = None
+    discovery: dict[str, Any] = field(default_factory=dict)  # overrides of the document
+    paths: list[str] = field(default_factory=list)
 
     def add_key(self, kid: str, kind: str = "rsa") -> None:
         self.keys[kid] = (
@@ -65,11 +70,20 @@ def issuer() -> Iterator[Issuer]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            state.jwks_requests += 1
+            state.paths.append(self.path)
             if not state.available:
                 self.send_error(503)
                 return
-            body = json.dumps(state.jwks()).encode()
+            if state.jwks_path is None or self.path == state.jwks_path:
+                state.jwks_requests += 1
+                document = state.jwks()
+            elif self.path == "/.well-known/openid-configuration":
+                jwks_uri = f"{state.url}{state.jwks_path}"
+                document = {"issuer": state.url, "jwks_uri": jwks_uri, **state.discovery}
+            else:
+                self.send_error(404)
+                return
+            body = json.dumps(document).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -227,7 +241,7 @@ def test_an_issuer_that_fails_is_not_asked_again_within_the_interval() -> None:
     is answered at once (unavailable), without another request to it."""
     calls: list[str] = []
 
-    def failing(url: str) -> bytes:
+    def failing(url: str, _ca: str | None) -> bytes:
         calls.append(url)
         raise OSError("connection refused")
 
@@ -235,11 +249,11 @@ def test_an_issuer_that_fails_is_not_asked_again_within_the_interval() -> None:
     keys = JwksCache(failing, refetch_interval=30, clock=lambda: now[0])
     for kid in ("a", "b", "c"):
         with pytest.raises(IssuerUnavailableError):
-            keys.key("https://down.example/jwks", kid)
+            keys.key(KeySource("https://down.example", "https://down.example/jwks"), kid)
     assert calls == ["https://down.example/jwks"]
     now[0] += 31
     with pytest.raises(IssuerUnavailableError):
-        keys.key("https://down.example/jwks", "d")
+        keys.key(KeySource("https://down.example", "https://down.example/jwks"), "d")
     assert len(calls) == 2
 
 
@@ -249,20 +263,20 @@ def test_a_slow_issuer_stalls_no_other_issuer() -> None:
     release = threading.Event()
     documents = {"https://fast.example/jwks": json.dumps({"keys": [_jwk("f")]}).encode()}
 
-    def fetch(url: str) -> bytes:
+    def fetch(url: str, _ca: str | None) -> bytes:
         if url == "https://slow.example/jwks":
             release.wait(120)
             raise OSError("gave up")
         return documents[url]
 
     keys = JwksCache(fetch)
-    slow = threading.Thread(target=lambda: _ignore(keys.key, "https://slow.example/jwks", "s"))
+    slow_source = KeySource("https://slow.example", "https://slow.example/jwks")
+    fast_source = KeySource("https://fast.example", "https://fast.example/jwks")
+    slow = threading.Thread(target=lambda: _ignore(keys.key, slow_source, "s"))
     slow.start()
     try:
         fast: list[Any] = []
-        reader = threading.Thread(
-            target=lambda: fast.append(keys.key("https://fast.example/jwks", "f"))
-        )
+        reader = threading.Thread(target=lambda: fast.append(keys.key(fast_source, "f")))
         reader.start()
         reader.join(60)  # a hang guard: the fast issuer must not wait for the slow one
         assert fast and not reader.is_alive(), "the fast issuer waited for the slow one"
@@ -279,3 +293,106 @@ def _jwk(kid: str) -> dict[str, Any]:
 def _ignore(function: Any, *args: Any) -> None:
     with contextlib.suppress(IssuerUnavailableError, AuthenticationError):
         function(*args)
+
+
+def test_keys_are_found_through_discovery_when_the_derived_default_has_none(
+    issuer: Issuer,
+) -> None:
+    """Laid out as GitHub Actions' issuer is (keys at /.well-known/jwks): the derived default
+    is asked first, as documented, then the discovery document; a rotation later refetches only
+    the keys, at the URL discovery gave."""
+    issuer.jwks_path = "/.well-known/jwks"
+    now = [1000.0]
+    keys = cache(refetch_interval=30, clock=lambda: now[0])
+    _, claims = verify_token(issuer.token(), settings(issuer), keys)
+    assert claims["sub"] == "alice"
+    assert issuer.paths == [
+        "/.well-known/jwks.json",
+        "/.well-known/openid-configuration",
+        "/.well-known/jwks",
+    ]
+    issuer.add_key("k2")
+    now[0] += 31
+    verify_token(issuer.token(kid="k2"), settings(issuer), keys)
+    assert issuer.paths[3:] == ["/.well-known/jwks"]
+
+
+def test_the_derived_default_is_used_without_discovery_when_it_has_the_keys(
+    issuer: Issuer,
+) -> None:
+    verify_token(issuer.token(), settings(issuer), cache())
+    assert issuer.paths == ["/.well-known/jwks.json"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        pytest.param({"issuer": "https://elsewhere.example"}, "another issuer", id="other-issuer"),
+        pytest.param({"jwks_uri": "http://10.0.0.7/keys"}, "no https jwks_uri", id="http-keys"),
+        pytest.param({"jwks_uri": None}, "no https jwks_uri", id="no-keys"),
+    ],
+)
+def test_a_discovery_document_that_cannot_be_trusted_is_refused(
+    issuer: Issuer, overrides: dict[str, Any], why: str
+) -> None:
+    """A document anyone can serve at the issuer's address must name that issuer exactly and
+    keys over https, or it could point us at keys of an attacker's choosing."""
+    issuer.jwks_path = "/keys"
+    issuer.discovery = overrides
+    with pytest.raises(IssuerUnavailableError, match=why):
+        verify_token(issuer.token(), settings(issuer), cache())
+    assert "/keys" not in issuer.paths
+
+
+@pytest.mark.parametrize(
+    ("policy", "claims", "accepted"),
+    [
+        pytest.param({}, {"aud": "lessor"}, True, id="unchanged"),
+        pytest.param({"audiences": ("ci",)}, {"aud": "lessor"}, False, id="audience-narrowed"),
+        pytest.param({"audiences": ("ci", "lessor")}, {"aud": ["x", "lessor"]}, True, id="list"),
+        pytest.param({"audiences": ()}, {"aud": "lessor"}, False, id="audience-emptied"),
+        pytest.param(
+            {"required_claims": (("email_verified", "true"),)},
+            {"aud": "lessor", "email_verified": False},
+            False,
+            id="claim-required",
+        ),
+        pytest.param(
+            {"authorized_parties": ("ci",)}, {"aud": "lessor", "azp": "cli"}, False, id="azp"
+        ),
+    ],
+)
+def test_a_sessions_claims_are_held_to_the_policy_as_it_is_now(
+    policy: dict[str, Any], claims: dict[str, Any], accepted: bool
+) -> None:
+    issuer = OidcIssuer(**{"issuer": "https://idp.example", "audiences": ("lessor",), **policy})
+    if accepted:
+        check_claims(issuer, claims)
+    else:
+        with pytest.raises(AuthenticationError):
+            check_claims(issuer, claims)
+
+
+def test_a_token_naming_one_of_the_issuers_keys_and_signed_by_another_is_accepted(
+    issuer: Issuer,
+) -> None:
+    """What ORY Hydra v2.3.0 issues on a refresh after a key rotation (ory/hydra#3573): the
+    old key's kid over the new key's signature. Only the issuer's own keys are tried."""
+    issuer.add_key("k2")
+    mislabelled = jwt.encode(
+        {"iss": issuer.url, "aud": "lessor", "sub": "alice", "exp": int(time.time()) + 300},
+        issuer.keys["k2"],
+        algorithm="RS256",
+        headers={"kid": "k1"},
+    )
+    _, claims = verify_token(mislabelled, settings(issuer), cache())
+    assert claims["sub"] == "alice"
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = jwt.encode(
+        {"iss": issuer.url, "aud": "lessor", "sub": "admin", "exp": int(time.time()) + 300},
+        stranger,
+        algorithm="RS256",
+        headers={"kid": "k1"},
+    )
+    with pytest.raises(AuthenticationError):
+        verify_token(forged, settings(issuer), cache())

@@ -50,6 +50,12 @@ def test_identities_are_escaped_only_where_they_could_collide() -> None:
     assert render_identity("{org}/{user}", {"org": "a/b", "user": "c"}) == "a%2Fb/c"
     assert render_identity("{org}/{user}", {"org": "a", "user": "b/c"}) == "a/b%2Fc"
     assert render_identity("{repository}", {"repository": "octo/repo"}) == "octo/repo"
+    # Text before the first placeholder and after the last escapes nothing: the shipped CI
+    # examples' identities read as the repositories they are.
+    repository = {"repository": "example-org/widgets"}
+    assert render_identity("github/{repository}", repository) == "github/example-org/widgets"
+    assert render_identity("<{a}>", {"a": "<x>"}) == "<<x>>"
+    assert render_identity("g:{a}/{b}:g", {"a": "g/", "b": "g"}) == "g:g%2F/g:g"
     assert render_identity("{email}", {"email": "a+b@x.org"}) == "a+b@x.org"
     assert render_identity("{sub}", {"sub": "50%\nroot"}) == "50%25%0Aroot", "% and controls"
 

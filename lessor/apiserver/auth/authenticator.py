@@ -23,7 +23,7 @@ from prometheus_client import Counter
 from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.nonces import ClusterNonces
-from lessor.apiserver.auth.oidc import OidcIssuer, verify_token
+from lessor.apiserver.auth.oidc import OidcIssuer, check_claims, verify_token
 from lessor.apiserver.auth.sessions import DEFAULT_MAX_PER_OWNER, KEY_TTL, LoginSession, Sessions
 from lessor.apiserver.auth.sessions import PREFIX as SESSION_PREFIX
 from lessor.apiserver.auth.ssh import (
@@ -82,8 +82,7 @@ class Authenticator:
         self.policies = policies
         self.kube = kube
         self.ssh_audiences = ssh_audiences
-        self._ca_by_jwks: dict[str, str] = {}
-        self.jwks = JwksCache(https_fetch(self._ca_by_jwks.get))
+        self.jwks = JwksCache(https_fetch())
         self.nonces = ClusterNonces(kube, ssh_limiter)
         self.sessions = Sessions(kube, session_key_ttl, max_sessions_per_owner)
         self._token_digests: cachetools.TTLCache[tuple[str, str], bytes | None] = (
@@ -183,7 +182,9 @@ class Authenticator:
         kind, _, which = credential.partition(":")
         auth = policy.spec.auth
         if kind == "oidc" and auth.oidc is not None and auth.oidc.issuer == which:
-            return claims  # the token's; a session ends when the token would
+            # The token's claims, held to the policy's rules as they are now.
+            check_claims(_issuer_of(policy), claims)
+            return claims
         if kind == "token":
             for entry in auth.static_tokens:
                 ref = entry.secret_ref
@@ -202,22 +203,11 @@ class Authenticator:
         by_issuer: dict[str, list[OidcIssuer]] = {}
         policies = {}
         for policy in self.policies.snapshot:
-            oidc = policy.spec.auth.oidc
-            if oidc is None:
+            if policy.spec.auth.oidc is None:
                 continue
-            issuer = OidcIssuer(
-                issuer=oidc.issuer,
-                audiences=tuple(oidc.audience),
-                authorized_parties=tuple(oidc.authorized_parties),
-                jwks_url=oidc.jwks_url,
-                algorithms=tuple(oidc.algorithms),
-                required_claims=tuple(sorted(oidc.required_claims.items())),
-                policy=policy.name,
-            )
-            by_issuer.setdefault(oidc.issuer, []).append(issuer)
+            issuer = _issuer_of(policy)
+            by_issuer.setdefault(issuer.issuer, []).append(issuer)
             policies[policy.name] = policy
-            if oidc.ca_bundle:
-                self._ca_by_jwks[issuer.jwks_endpoint] = oidc.ca_bundle
         issuer, claims = verify_token(token, by_issuer, self.jwks)
         return policies[issuer.policy], claims, f"oidc:{issuer.issuer}"
 
@@ -283,6 +273,21 @@ class Authenticator:
         )
         policy, claims = owners[request.key_blob]
         return policy, claims, _key_credential(request.key_blob)
+
+
+def _issuer_of(policy: NamedPolicy) -> OidcIssuer:
+    oidc = policy.spec.auth.oidc
+    assert oidc is not None
+    return OidcIssuer(
+        issuer=oidc.issuer,
+        audiences=tuple(oidc.audience),
+        authorized_parties=tuple(oidc.authorized_parties),
+        jwks_url=oidc.jwks_url,
+        algorithms=tuple(oidc.algorithms),
+        required_claims=tuple(sorted(oidc.required_claims.items())),
+        ca_bundle=oidc.ca_bundle,
+        policy=policy.name,
+    )
 
 
 def _token_credential(secret: str, key: str, digest: bytes) -> str:

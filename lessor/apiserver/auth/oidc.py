@@ -9,6 +9,7 @@ order given (the policies' names), and the first that accepts the token decides.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +17,13 @@ from typing import Any
 import jwt
 
 from lessor.apiserver.auth.errors import AuthenticationError
-from lessor.apiserver.auth.jwks import JwksCache
+from lessor.apiserver.auth.jwks import JwksCache, KeySource
 from lessor.apiserver.policy.evaluation import claim_text
 
+log = logging.getLogger(__name__)
+
 ALLOWED_ALGORITHMS = frozenset({"RS256", "RS384", "ES256", "ES384"})
+MAX_OTHER_KEYS = 4
 LEEWAY_SECONDS = 30
 
 
@@ -31,11 +35,12 @@ class OidcIssuer:
     jwks_url: str | None = None
     algorithms: tuple[str, ...] = ("RS256",)
     required_claims: tuple[tuple[str, str], ...] = ()
+    ca_bundle: str | None = None
     policy: str = ""  # the AccessPolicy these settings are of
 
     @property
-    def jwks_endpoint(self) -> str:
-        return self.jwks_url or f"{self.issuer.rstrip('/')}/.well-known/jwks.json"
+    def keys(self) -> KeySource:
+        return KeySource(self.issuer, self.jwks_url, self.ca_bundle)
 
 
 def verify_token(
@@ -68,25 +73,88 @@ def _verify(
         # Checked before any key is used, so `none` and HMAC tokens (HS256 "signed" with a
         # public key) are refused outright.
         raise AuthenticationError(f"algorithm {algorithm!r} not allowed")
-    key = _for_algorithm(jwks.key(issuer.jwks_endpoint, header.get("kid")), algorithm)
+    kid = header.get("kid")
+    key = _for_algorithm(jwks.key(issuer.keys, kid), algorithm)
     try:
-        claims: dict[str, Any] = jwt.decode(
+        claims = _decode(token, key, algorithms, issuer)
+    except jwt.InvalidSignatureError as error:
+        claims = _signed_by_another_key(
             token,
-            key,
+            algorithm=algorithm,
             algorithms=algorithms,
-            audience=list(issuer.audiences) or None,
-            issuer=issuer.issuer,
-            leeway=LEEWAY_SECONDS,
-            options={"require": ["exp", "iss"]},
+            issuer=issuer,
+            jwks=jwks,
+            kid=kid,
+            refusal=error,
         )
     except jwt.PyJWTError as error:
         raise AuthenticationError(f"invalid token: {error}") from error
+    check_claims(issuer, claims, audience=False)
+    return claims
+
+
+def _decode(
+    token: str, key: jwt.PyJWK, algorithms: list[str], issuer: OidcIssuer
+) -> dict[str, Any]:
+    claims: dict[str, Any] = jwt.decode(
+        token,
+        key,
+        algorithms=algorithms,
+        audience=list(issuer.audiences) or None,
+        issuer=issuer.issuer,
+        leeway=LEEWAY_SECONDS,
+        options={"require": ["exp", "iss"]},
+    )
+    return claims
+
+
+def _signed_by_another_key(
+    token: str,
+    *,
+    algorithm: str,
+    algorithms: list[str],
+    issuer: OidcIssuer,
+    jwks: JwksCache,
+    kid: str | None,
+    refusal: jwt.InvalidSignatureError,
+) -> dict[str, Any]:
+    """The claims of a token whose `kid` names one of the issuer's keys but which another of
+    its published keys signed. ORY Hydra does this to every ID token it issues on a refresh
+    after a key rotation (ory/hydra#3573, open in v2.3.0): the old key's id, the new key's
+    signature. Only the issuer's own keys are tried, at most MAX_OTHER_KEYS cached ones and as
+    many fetched again (within the refetch throttle, as for an unknown kid), so this accepts
+    nothing a key of the issuer did not sign and costs a forger a few verifications."""
+    tried: set[str | None] = set()
+    for refetch in (False, True):  # the cached keys, then (throttled) the issuer's current ones
+        others = jwks.keys_of(issuer.keys, excluding=kid, refetch=refetch)
+        for other in [key for key in others if key.key_id not in tried][:MAX_OTHER_KEYS]:
+            tried.add(other.key_id)
+            try:
+                claims = _decode(token, _for_algorithm(other, algorithm), algorithms, issuer)
+            except (jwt.PyJWTError, AuthenticationError):
+                continue
+            log.info("%s signed a token with key %r, named %r", issuer.issuer, other.key_id, kid)
+            return claims
+    raise AuthenticationError(f"invalid token: {refusal}") from refusal
+
+
+def check_claims(issuer: OidcIssuer, claims: Mapping[str, Any], *, audience: bool = True) -> None:
+    """AuthenticationError unless verified `claims` meet the issuer's settings: audience,
+    authorized party, required claims. A session made from a token is held to this on every use
+    against the policy as it is then, so tightening a policy ends the sessions it no longer
+    accepts (the signature and its algorithm were checked once, at login)."""
+    if audience:
+        aud = claims.get("aud")
+        presented = [aud] if isinstance(aud, str) else list(aud or [])
+        if issuer.audiences and not set(presented) & set(issuer.audiences):
+            raise AuthenticationError("audience not accepted")
+        if not issuer.audiences and presented:
+            raise AuthenticationError("the policy accepts only tokens without an audience")
     if issuer.authorized_parties and claims.get("azp") not in issuer.authorized_parties:
         raise AuthenticationError("authorized party not accepted")
     for claim, value in issuer.required_claims:
         if claim_text(claims, claim) != value:
             raise AuthenticationError(f"required claim {claim!r} is not {value!r}")
-    return claims
 
 
 def _for_algorithm(key: jwt.PyJWK, algorithm: str) -> jwt.PyJWK:

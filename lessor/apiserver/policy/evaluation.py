@@ -53,13 +53,16 @@ def claim_text(claims: Mapping[str, Any], path: str) -> str | None:
 
 def render_identity(template: str, claims: Mapping[str, Any]) -> str:
     """The template with each placeholder replaced by its claim's value, escaped so that the
-    result is injective: a character of a value that the template's literal text also uses
-    (its separators), `%` itself, and control characters are percent-encoded. With
-    placeholders always separated by literal text (the policy's schema requires it), a rendered
-    identity has exactly one set of claims behind it: `{org}/{user}` renders org "a/b" and user
-    "c" as `a%2Fb/c`, and org "a" and user "b/c" as `a/b%2Fc`, while `{repository}` keeps
-    GitHub's `octo-org/octo-repo` as it is."""
-    literal = set(_PLACEHOLDER.sub("", template)) | {"%"}
+    result is injective: a character of a value that a separator between two placeholders uses,
+    `%` itself, and control characters are percent-encoded. With placeholders always separated
+    by literal text (the policy's schema requires it), a rendered identity has exactly one set
+    of claims behind it: `{org}/{user}` renders org "a/b" and user "c" as `a%2Fb/c`, and org
+    "a" and user "b/c" as `a/b%2Fc`. Text before the first placeholder and after the last is
+    the same in every identity, so it cannot make two of them meet, and its characters stay as
+    they are in values: `github/{repository}` renders GitHub's `octo-org/octo-repo` as
+    `github/octo-org/octo-repo`."""
+    pieces = _PLACEHOLDER.split(template)[2:-1:2]  # the literal text between placeholders
+    literal = set("".join(pieces)) | {"%"}
 
     def escape(character: str) -> str:
         if character not in literal and character.isprintable():

@@ -102,6 +102,9 @@ def set_target(args: argparse.Namespace) -> int:
         if args.oidc_scope:
             oidc["scopes"] = args.oidc_scope
         fields["oidc"] = oidc
+    if args.ci_audience or args.ci_token_variable:
+        ci = {"audience": args.ci_audience, "tokenVariable": args.ci_token_variable}
+        fields["ci"] = {k: v for k, v in ci.items() if v}
     if args.auth == "oidc" and "oidc" not in fields:
         raise CliError("--auth oidc needs --oidc-issuer and --oidc-client-id", USAGE)
     if args.auth == "token" and "token" not in fields:

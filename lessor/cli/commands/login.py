@@ -5,57 +5,52 @@ target's stored static token with it."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import ssl
 
-from lessor.cli import config, context, oidc, output, sessions
+from lessor.cli import ci_tokens, config, context, oidc, output, sessions
 from lessor.cli.client import Bearer, Client, Credential, SshSignature, agent_keys, own_credential
 from lessor.cli.errors import USAGE, ApiError, CliError
+from lessor.protocol.durations import parse_duration
 from lessor.protocol.ssh_signature import audience_of
 
+Renewal = dict[str, str]  # Client.open_session's keywords: what renews the session
 
-def _credentials(client: Client, device: bool) -> list[Credential]:
-    """What to try, in order. Every key in the agent may be tried: the server says which one
-    it knows only by accepting it."""
+
+def _login_tokens(client: Client, args: argparse.Namespace) -> tuple[list[Credential], Renewal]:
+    """What to try, in order, and what renews the session (a refresh token, a CI job). Every
+    key in the agent may be tried: the server says which one it knows only by accepting it."""
     target = client.target
+    if args.ci:
+        return [Bearer(ci_tokens.job_token(target.ci or config.CiSettings()))], {"renew": "ci"}
     if target.auth == "ssh":
         agent, keys = agent_keys(target)
-        return [SshSignature(agent, key, audience_of(target.endpoint)) for key in keys]
+        return [SshSignature(agent, key, audience_of(target.endpoint)) for key in keys], {}
     if target.auth == "oidc":
         if target.oidc is None:
             raise CliError("this oidc target has no issuer: `lessor config set` it again", USAGE)
         tls = ssl.create_default_context(cafile=target.ca_file)
-        return [Bearer(oidc.login(target.oidc, tls, device))]
+        tokens = oidc.login(target.oidc, tls, args.device, parse_seconds(args.timeout))
+        renewal = {"refresh_token": tokens.refresh_token} if tokens.refresh_token else {}
+        return [Bearer(tokens.id_token)], renewal
     credential = own_credential(target)
     if credential is None or target.auth == "none":
         raise CliError("this target has no auth mode: set one with `lessor config set`", USAGE)
-    return [credential]
+    return [credential], {}
+
+
+def parse_seconds(text: str | None) -> float:
+    if not text:
+        return oidc.LOGIN_TIMEOUT_SECONDS
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as error:
+        raise CliError(f"--timeout: {error}", USAGE) from None
 
 
 def login(args: argparse.Namespace) -> int:
     client = Client(context.target(args)[1])
-    body = {"ttl": args.ttl} if args.ttl else None
-    refusal: ApiError | None = None
-    for credential in _credentials(client, args.device):
-        answer = client.send("POST", "/v1/login", body, credential)
-        if answer.status == 200:
-            break
-        refusal = ApiError(answer.status, answer.body)
-        if answer.status != 401:
-            raise refusal
-    else:
-        assert refusal is not None
-        raise refusal
-    granted = answer.body
-    expires = datetime.datetime.fromisoformat(granted["expires_at"].replace("Z", "+00:00"))
-    session = sessions.Session(
-        token=granted["session_token"],
-        identity=granted["identity"],
-        method=granted["method"],
-        expires_at=granted["expires_at"],
-        expires=expires.timestamp(),
-    )
-    sessions.store(client.endpoint, session)
+    credentials, renewal = _login_tokens(client, args)
+    session = client.open_session(credentials, args.ttl, **renewal)
     if output.wants_json(args):
         output.emit(
             args,
@@ -64,12 +59,14 @@ def login(args: argparse.Namespace) -> int:
                 "identity": session.identity,
                 "method": session.method,
                 "expires_at": session.expires_at,
+                "renews": bool(renewal),
             },
         )
     else:
+        renews = "; it renews itself without a login" if renewal else ""
         print(
             f"logged in to {client.endpoint} as {session.identity} ({session.method}); "
-            f"the session expires {output.until(session.expires_at)}"
+            f"the session expires {output.until(session.expires_at)}{renews}"
         )
     return 0
 
