@@ -122,6 +122,8 @@ class Installation:
     # Where lessor was installed from a registry (kind): the session's, and the doc's reader.
     registry: kind_registry.Registry | None = None
     platform: platform_install.PlatformInstall | None = None
+    # The kind cluster itself (kind): images of the tests' own components are loaded into it.
+    cluster: kind_cluster.KindCluster | None = None
 
     def apply(self, document: dict[str, Any]) -> None:
         document.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
@@ -318,7 +320,7 @@ def install_kind(work: Path) -> Installation:
             "kind", kubectl, endpoint, "apiserver", work, cleanup=cleanup,
             sandbox_image=sandbox_image, vcluster_image=vcluster_image, gateway=passthrough,
             host=ExistingCluster.from_kubeconfig(cluster.kubeconfig, cluster.kubectl), helm=helm,
-            registry=registry, platform=platform,
+            registry=registry, platform=platform, cluster=cluster,
         )  # fmt: skip
         wait_for("the API through its Service", lambda: healthy(endpoint), timeout=120)
     except BaseException:

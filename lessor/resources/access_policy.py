@@ -54,8 +54,10 @@ class OidcAuth(SpecModel):
         default=None,
         pattern=SECURE_URL,
         max_length=2048,
-        description="JWKS endpoint; default {issuer}/.well-known/jwks.json. https:// (or "
-        "http:// on loopback).",
+        description="JWKS endpoint; default {issuer}/.well-known/jwks.json, and where the "
+        "issuer has none there, the jwks_uri of its discovery document "
+        "({issuer}/.well-known/openid-configuration), which must name this issuer. https:// "
+        "(or http:// on loopback).",
     )
     algorithms: list[Algorithm] = Field(
         default_factory=_default_algorithms,

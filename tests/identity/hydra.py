@@ -72,14 +72,26 @@ def hydra_binary() -> Path:
     return directory / "hydra"
 
 
-def config(issuer: str, login_app: str, public_port: int, admin_port: int) -> dict[str, Any]:
-    """Hydra's configuration: an in-memory store, short token lifetimes (a test sees expiry
-    and refresh in seconds), login and consent at `login_app`."""
+def config(
+    issuer: str,
+    login_app: str,
+    public_port: int,
+    admin_port: int,
+    tls: tuple[bytes, bytes] | None = None,
+) -> dict[str, Any]:
+    """Hydra's configuration: an in-memory store, short token lifetimes, login and consent at
+    `login_app`; with `tls` (a certificate and its key, PEM), the public address serves https
+    (the admin API stays plain: only the tests' automation calls it). `--dev` lets the pages be
+    http, and serves plain http where no certificate is configured."""
+    public: dict[str, Any] = {"host": "0.0.0.0", "port": public_port}
+    if tls is not None:
+        cert, key = (base64.b64encode(pem).decode() for pem in tls)
+        public["tls"] = {"enabled": True, "cert": {"base64": cert}, "key": {"base64": key}}
     return {
         "dsn": "memory",
         "serve": {
-            "public": {"host": "0.0.0.0", "port": public_port},
-            "admin": {"host": "0.0.0.0", "port": admin_port},
+            "public": public,
+            "admin": {"host": "0.0.0.0", "port": admin_port, "tls": {"enabled": False}},
             "cookies": {"same_site_mode": "Lax"},
         },
         "urls": {

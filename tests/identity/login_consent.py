@@ -175,8 +175,8 @@ def main() -> None:
     parser.add_argument("--hydra-admin", required=True)
     parser.add_argument("--port", type=int, default=3000)
     args = parser.parse_args()
-    server = LoginConsent(args.hydra_admin).serve("0.0.0.0", args.port)
-    threading.Event().wait() if server else None
+    LoginConsent(args.hydra_admin).serve("0.0.0.0", args.port)
+    threading.Event().wait()  # the server answers in its thread until the pod stops
 
 
 if __name__ == "__main__":
