@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from tests.identity.login_consent import User as Person
 from tests.integration.operator_harness import wait_for
 from tests.integration.test_apiserver import Api, start_api
 from tests.integration.test_cli import (  # noqa: F401 - the fixtures
+    LESSOR,
     Stack,
     User,
     agent,
@@ -320,6 +322,22 @@ def test_bad_logins_get_one_line_and_store_nothing(
     assert redirect, closed.stderr
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", int(redirect.group(1))), timeout=5).close()
+
+    # The person gives up with Ctrl-C while the browser is open: the same, at once.
+    made = user.run(*base, "--oidc-issuer", sso.provider.issuer, "--oidc-client-id", sso.client_id)
+    assert made.returncode == 0, made.stderr
+    waiting = subprocess.Popen(
+        [*LESSOR, "--target", "bad", "login"], stderr=subprocess.PIPE, text=True,
+        env={**user.env, "BROWSER": "true %s"},
+    )  # fmt: skip
+    assert waiting.stderr is not None
+    printed = waiting.stderr.readline() + waiting.stderr.readline()  # the line, then the URL
+    port = re.search(r"redirect_uri=http%3A%2F%2F127\.0\.0\.1%3A(\d+)", printed)
+    assert port, printed
+    waiting.send_signal(signal.SIGINT)
+    assert waiting.wait(timeout=60) == 130, waiting.stderr.read()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(port.group(1))), timeout=5).close()
 
     # The person refuses consent at the provider.
     denied = login_at(sso.provider.issuer, **sso.person(LESSOR_TEST_CHOICE="deny"))
