@@ -33,6 +33,7 @@ from lessor.cli.config import CiSettings, Target
 from lessor.cli.errors import (
     AUTH,
     SERVER,
+    USAGE,
     AnswerLostError,
     ApiError,
     CliError,
@@ -142,11 +143,54 @@ def server_id(answer: Any, what: str = "lease") -> str:
     return value
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The TLS context for a target's endpoint (and its OIDC issuer): the system's CAs, or the
+    target's `caFile`; a file that is gone or holds no PEM certificate is one line."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as error:
+        reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or error
+        raise CliError(
+            f"the CA file {ca_file} cannot be used ({reason}): "
+            "set a PEM bundle with `lessor config set ... --ca-file`",
+            USAGE,
+        ) from None
+
+
+class _CredentialsStayAtHome(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed, but the credential goes only where it was meant for: never to
+    another origin (scheme, host, port) and never from https to http. A bearer token, a session
+    token or a request signature must not reach a host the user never named (review N12)."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        follow = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if follow is not None and _origin(newurl) != _origin(req.full_url):
+            follow.remove_header("Authorization")
+        return follow
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
 class Client:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.endpoint = target.endpoint
-        self._context = ssl.create_default_context(cafile=target.ca_file)
+        self._context = tls_context(target.ca_file)
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=self._context), _CredentialsStayAtHome()
+        )
         self._session = sessions.load(self.endpoint)
         self.debug = debug.enabled()
 
@@ -183,9 +227,7 @@ class Client:
             debug.trace(f"> {method} {url} ({len(data)} bytes, {type(signer).__name__})")
         started = time.monotonic()
         try:
-            with urllib.request.urlopen(  # noqa: S310 - the scheme is checked in config
-                request, timeout=TIMEOUT_SECONDS, context=self._context
-            ) as answer:
+            with self._opener.open(request, timeout=TIMEOUT_SECONDS) as answer:
                 status, headers = answer.status, dict(answer.headers)
                 content_type = answer.headers.get("Content-Type", "")
                 raw = self._body(answer, status)
@@ -207,10 +249,9 @@ class Client:
         except ValueError:
             parsed = None
         if raw and (parsed is None or "json" not in content_type):
+            # Never an API error: an HTML 404 from a wrong URL is not "no such lease".
             detail = _not_ours(url, status, content_type, raw)
-            if status < 400:
-                raise CliError(f"{detail}: is the endpoint right?", SERVER)
-            parsed = {"error": f"HTTP {status}", "detail": detail}
+            raise CliError(f"{detail}: is the endpoint right?", SERVER)
         return Response(status, parsed, headers)
 
     def _body(self, answer: Any, status: int) -> bytes:

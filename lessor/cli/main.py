@@ -38,7 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if completion.requested():
         completion.complete(parser)  # answers the shell's Tab and exits
-    args = parser.parse_args(arguments)
+    if not arguments:  # `lessor` alone is a question: what can this do?
+        parser.print_help()
+        return 0
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:  # named, rather than a missing COMMAND when the flag came first
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("a COMMAND is required")
     if getattr(args, "verbose", False):
         os.environ[DEBUG_ENV] = "1"  # every client this run makes traces its exchanges
     try:

@@ -296,7 +296,7 @@ examples:
   lessor config set prod --endpoint https://lessor.example.com --auth oidc \\
       --oidc-issuer https://login.example.com --oidc-client-id lessor-cli
   lessor config set dev --endpoint http://127.0.0.1:8000 --auth ssh
-  echo "$TOKEN" | lessor config set ci --endpoint https://lessor.example.com \
+  echo "$TOKEN" | lessor config set ci --endpoint https://lessor.example.com \\
       --auth token --token-stdin""",
     )
     put.add_argument("name", metavar="NAME")
@@ -415,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.set_defaults(target=None, endpoint=None)
     parser.add_argument("--version", action="version", version=f"lessor {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _command(
         commands,
         "status",

@@ -243,3 +243,122 @@ def test_a_lease_id_from_the_server_never_leaves_the_kubeconfig_directory(
     assert bashrc.read_text() == "# mine\n"
     assert leased.returncode == 1 and "malformed lease id" in one_line_error(leased)
     assert not (tmp_path / ".kube").exists() or not any((tmp_path / ".kube").iterdir())
+
+
+def test_the_command_alone_helps_and_an_unknown_flag_is_named(tmp_path: Path) -> None:
+    alone = lessor(tmp_path)
+    assert alone.returncode == 0 and "usage: lessor" in alone.stdout, alone.stderr
+    assert "lease" in alone.stdout
+    bogus = lessor(tmp_path, "--bogus")
+    assert bogus.returncode == 2 and "unrecognized arguments: --bogus" in bogus.stderr
+    late = lessor(tmp_path, "status", "--bogus")
+    assert late.returncode == 2 and "unrecognized arguments: --bogus" in late.stderr
+    example = lessor(tmp_path, "config", "set", "--help")
+    assert "https://lessor.example.com \\\n      --auth token --token-stdin" in example.stdout
+
+
+def test_a_ca_file_that_cannot_be_used_is_refused_when_set_and_named_when_met(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config" / "lessor" / "config.json"
+    base = ["config", "set", "x", "--endpoint", "https://lessor.example", "--auth", "none"]
+    missing = lessor(tmp_path, *base, "--ca-file", str(tmp_path / "nowhere.pem"))
+    assert missing.returncode == 2 and "cannot be used" in one_line_error(missing)
+    not_pem = tmp_path / "hostname"
+    not_pem.write_text("not a certificate\n")
+    garbage = lessor(tmp_path, *base, "--ca-file", str(not_pem))
+    assert garbage.returncode == 2 and "cannot be used" in one_line_error(garbage)
+    assert not config.exists(), "a refused target is not saved"
+    # A file that went away after it was set: one line, not a traceback.
+    config.parent.mkdir(parents=True)
+    target = {"endpoint": "https://lessor.example", "auth": "none", "caFile": str(not_pem)}
+    config.write_text(json.dumps({"current": "x", "targets": {"x": target}}))
+    later = lessor(tmp_path, "get", "lease-1")
+    assert later.returncode == 2 and "cannot be used" in one_line_error(later)
+
+
+class Origin:
+    """An HTTP server that redirects every request to `to` (when set) and records the
+    Authorization header each request carried."""
+
+    def __init__(self, to: str = "") -> None:
+        self.seen: list[str | None] = []
+        origin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                origin.seen.append(self.headers.get("Authorization"))
+                if origin.to:
+                    self.send_response(302)
+                    self.send_header("Location", f"{origin.to}{self.path}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = b'{"error": "not_found", "detail": "no lease lease-1", "code": "not_found"}'
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.to = to
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_redirect_carries_the_credential_to_the_same_origin_only(tmp_path: Path) -> None:
+    """N12: a bearer token followed a redirect to any host. Another port is another origin."""
+    elsewhere = Origin()
+    endpoint = Origin(to=elsewhere.url)
+    token = {"LESSOR_TOKEN": "tok-" + "x" * 20}
+    try:
+        result = lessor(tmp_path, "--endpoint", endpoint.url, "get", "lease-1", env=token)
+        assert result.returncode == 4, result.stderr  # the redirect was followed
+        assert endpoint.seen and set(endpoint.seen) == {f"Bearer {token['LESSOR_TOKEN']}"}
+        assert elsewhere.seen and set(elsewhere.seen) == {None}, "the token went elsewhere"
+        # Within one origin the credential stays: a path moved behind the same address.
+        endpoint.to = endpoint.url + "/moved"
+        endpoint.seen.clear()
+        lessor(tmp_path, "--endpoint", endpoint.url, "get", "lease-1", env=token)
+        assert endpoint.seen[1] == f"Bearer {token['LESSOR_TOKEN']}", endpoint.seen
+    finally:
+        endpoint.server.shutdown()
+        elsewhere.server.shutdown()
+
+
+def test_a_bundle_url_that_is_not_http_is_never_opened(tmp_path: Path) -> None:
+    """N11: `diagnostics --download` opened any scheme the server sent (file:, ftp:, data:)."""
+    secret = tmp_path / "secret"
+    secret.write_text("a local file\n")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({
+                "url": secret.as_uri(), "expires_at": "2030-01-01T00:00:00Z", "size_bytes": 13,
+            }).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    bundle = tmp_path / "bundle.tar.gz"
+    try:
+        result = lessor(
+            tmp_path, "--endpoint", endpoint, "diagnostics", "lease-1", "--download", str(bundle),
+            env={"LESSOR_TOKEN": "tok-" + "y" * 20},
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert result.returncode == 1 and "not http(s)" in one_line_error(result)
+    assert not bundle.exists()

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lessor.cli import config, output
+from lessor.cli.client import tls_context
 from lessor.cli.errors import USAGE, CliError
 from lessor.protocol.validation_errors import describe
 
@@ -97,6 +98,7 @@ def set_target(args: argparse.Namespace) -> int:
         fields["sshKey"] = args.ssh_key
     if args.ca_file:
         fields["caFile"] = str(Path(args.ca_file).expanduser().resolve())
+        tls_context(fields["caFile"])  # refused now, not by every later command
     if args.oidc_issuer or args.oidc_client_id:
         oidc: dict[str, Any] = {"issuer": args.oidc_issuer, "clientId": args.oidc_client_id}
         if args.oidc_scope:

@@ -13,11 +13,12 @@ import os
 import secrets
 import shutil
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from lessor.cli import context, output
-from lessor.cli.errors import CliError
+from lessor.cli.errors import SERVER, CliError
 
 DOWNLOAD_TIMEOUT = 60.0
 
@@ -43,6 +44,10 @@ def diagnostics(args: argparse.Namespace) -> int:
 
 
 def _download(url: str, path: Path) -> None:
+    if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
+        # urllib would open file:, ftp: and data: URLs as well: a server's answer must not
+        # make the CLI read a local file into the bundle's place (review N11).
+        raise CliError("the server's bundle URL is not http(s); not downloading it", SERVER)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as answer:  # noqa: S310 - the server's https or http store URL

@@ -5,7 +5,6 @@ target's stored static token with it."""
 from __future__ import annotations
 
 import argparse
-import ssl
 
 from lessor.cli import ci_tokens, config, context, oidc, output, sessions
 from lessor.cli.client import Bearer, Client, Credential, SshSignature, agent_keys, own_credential
@@ -28,8 +27,7 @@ def _login_tokens(client: Client, args: argparse.Namespace) -> tuple[list[Creden
     if target.auth == "oidc":
         if target.oidc is None:
             raise CliError("this oidc target has no issuer: `lessor config set` it again", USAGE)
-        tls = ssl.create_default_context(cafile=target.ca_file)
-        tokens = oidc.login(target.oidc, tls, args.device, parse_seconds(args.timeout))
+        tokens = oidc.login(target.oidc, client.tls, args.device, parse_seconds(args.timeout))
         renewal = {"refresh_token": tokens.refresh_token} if tokens.refresh_token else {}
         return [Bearer(tokens.id_token)], renewal
     credential = own_credential(target)
