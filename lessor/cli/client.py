@@ -12,6 +12,7 @@ once it ends or is refused, without a browser.
 from __future__ import annotations
 
 import datetime
+import email.utils
 import http.client
 import json
 import os
@@ -39,11 +40,17 @@ from lessor.cli.errors import (
     CliError,
     UnreachableError,
 )
+from lessor.cli.limits import (
+    REQUEST_TIMEOUT_ENV,
+    RETRY_BUDGET_ENV,
+    RETRY_BUDGET_SECONDS,
+    TIMEOUT_SECONDS,
+)
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
+from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import LEASE_ID
 from lessor.protocol.ssh_signature import audience_of
 
-TIMEOUT_SECONDS = 30.0
 T = TypeVar("T")
 USER_AGENT = f"lessor/{__version__} (Python {platform.python_version()}; {sys.platform})"
 _TITLE = re.compile(rb"<title[^>]*>([^<]{1,200})</title>", re.IGNORECASE)
@@ -177,6 +184,42 @@ class _CredentialsStayAtHome(urllib.request.HTTPRedirectHandler):
         return follow
 
 
+def retry_after(headers: dict[str, str]) -> float | None:
+    """Seconds a `Retry-After` asks for (delta-seconds or an HTTP date), None when absent."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(int(value))
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    """A duration (`90s`, `2m`) or a number of seconds from the environment."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(value).total_seconds()
+    except ValueError as error:
+        raise CliError(f"{name}: {error}", USAGE) from None
+
+
+def _say(line: str) -> None:
+    print(f"lessor: {line}", file=sys.stderr, flush=True)
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     default = {"http": 80, "https": 443}.get(parts.scheme)
@@ -193,6 +236,8 @@ class Client:
         )
         self._session = sessions.load(self.endpoint)
         self.debug = debug.enabled()
+        self.request_timeout = _seconds_from_env(REQUEST_TIMEOUT_ENV, TIMEOUT_SECONDS)
+        self.retry_budget = _seconds_from_env(RETRY_BUDGET_ENV, RETRY_BUDGET_SECONDS)
 
     @property
     def session(self) -> sessions.Session | None:
@@ -211,7 +256,37 @@ class Client:
     def send(
         self, method: str, path: str, body: Any = None, credential: Credential | None = None
     ) -> Response:
+        """One request, retried while that is safe and within the retry budget: a 429 or 503
+        that says when to come back (`Retry-After`: a rate limit, load shedding, an identity
+        provider away) was refused before anything was done, so any request is sent again
+        then, a create too; a request that got no answer is sent again only when it is a read
+        (a create that may have been received is recovered from its Location, never resent).
+        The concurrency 429 names no time: it is final, as the spec says."""
         data = json.dumps(body).encode() if body is not None else b""
+        deadline = time.monotonic() + self.retry_budget
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                # Signed again each time: an SSH signature's nonce is good for one request.
+                response = self._exchange(method, path, data, credential)
+            except UnreachableError as error:
+                pause = float(tries)
+                if method != "GET" or tries > 3 or time.monotonic() + pause > deadline:
+                    raise
+                _say(f"{error}; trying again in {pause:g}s")
+                time.sleep(pause)
+                continue
+            wait = retry_after(response.headers) if response.status in (429, 503) else None
+            if wait is None or time.monotonic() + wait > deadline:
+                return response
+            why = (response.body or {}).get("detail") if isinstance(response.body, dict) else None
+            _say(f"the server answered {response.status} ({why or 'busy'}); retrying in {wait:g}s")
+            time.sleep(wait)
+
+    def _exchange(
+        self, method: str, path: str, data: bytes, credential: Credential | None
+    ) -> Response:
         url = self.endpoint + path
         signed_target = self.signed_target(path)
         request = urllib.request.Request(url, data=data or None, method=method)  # noqa: S310
@@ -227,7 +302,7 @@ class Client:
             debug.trace(f"> {method} {url} ({len(data)} bytes, {type(signer).__name__})")
         started = time.monotonic()
         try:
-            with self._opener.open(request, timeout=TIMEOUT_SECONDS) as answer:
+            with self._opener.open(request, timeout=self.request_timeout) as answer:
                 status, headers = answer.status, dict(answer.headers)
                 content_type = answer.headers.get("Content-Type", "")
                 raw = self._body(answer, status)

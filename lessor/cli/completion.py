@@ -17,6 +17,8 @@ import argparse
 import os
 from typing import Any
 
+from lessor.cli.limits import REQUEST_TIMEOUT_ENV, RETRY_BUDGET_ENV
+
 SHELLS = ("bash", "zsh", "fish")
 COMPLETION_TIMEOUT = 5.0
 TIMEOUT_ENV = "LESSOR_COMPLETION_TIMEOUT"
@@ -43,9 +45,11 @@ def complete(parser: argparse.ArgumentParser) -> None:
 
 
 def _ask(parsed_args: argparse.Namespace, path: str) -> Any:
-    from lessor.cli import client, context  # noqa: PLC0415 - only when the shell asks
+    from lessor.cli import context  # noqa: PLC0415 - only when the shell asks
 
-    client.TIMEOUT_SECONDS = timeout()  # this process only completes, then exits
+    # This process only completes, then exits: a short wait, and no retries.
+    os.environ[REQUEST_TIMEOUT_ENV] = str(timeout())
+    os.environ[RETRY_BUDGET_ENV] = "0"
     try:
         return context.client(parsed_args).call("GET", path)
     except Exception:

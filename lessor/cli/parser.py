@@ -86,6 +86,19 @@ def _common() -> argparse.ArgumentParser:
         help="one-off endpoint override (env LESSOR_ENDPOINT)",
     )
     common.add_argument(
+        "--request-timeout",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="give up on a request with no answer after this long (30s; env "
+        "LESSOR_REQUEST_TIMEOUT)",
+    )
+    common.add_argument(
+        "--retry-budget",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="how long to wait out refusals that say when to retry (2m; env LESSOR_RETRY_BUDGET)",
+    )
+    common.add_argument(
         "-v",
         "--verbose",
         action="store_true",

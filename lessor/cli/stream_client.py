@@ -36,8 +36,9 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from lessor.cli.client import TIMEOUT_SECONDS, Client, Credential
+from lessor.cli.client import Client, Credential
 from lessor.cli.errors import SERVER, ApiError, CliError, UnreachableError
+from lessor.cli.limits import TIMEOUT_SECONDS
 from lessor.protocol.stream_frames import ERROR, SUBPROTOCOL, decode, encode, parse_error
 
 READ = 65536

@@ -362,3 +362,115 @@ def test_a_bundle_url_that_is_not_http_is_never_opened(tmp_path: Path) -> None:
         server.shutdown()
     assert result.returncode == 1 and "not http(s)" in one_line_error(result)
     assert not bundle.exists()
+
+
+class Scripted:
+    """A server answering each request with the next of `script`: (status, headers, body) or
+    "drop" (the connection closed with no answer); records each request's method and path."""
+
+    def __init__(self, script: list[object]) -> None:
+        self.script = list(script)
+        self.seen: list[str] = []
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                state.seen.append(f"{self.command} {self.path}")
+                step = state.script.pop(0) if state.script else (404, {}, {"error": "x"})
+                if step == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                status, headers, body = step  # type: ignore[misc]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+LIMITED = (429, {"Retry-After": "1"}, {"error": "too many requests", "code": "rate_limited"})
+SHED = (503, {"Retry-After": "1"}, {"error": "service unavailable", "code": "overloaded"})
+MISSING = (404, {}, {"error": "not found", "detail": "no lease lease-1", "code": "not_found"})
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "code", "requests", "retried"),
+    [
+        pytest.param([LIMITED, LIMITED, MISSING], ["get", "lease-1"], 4, 3, 2, id="rate-limited"),
+        pytest.param(
+            [(429, {}, {"error": "x", "code": "concurrency_limit"})],
+            ["get", "lease-1"],
+            6,
+            1,
+            0,
+            id="concurrency-is-final",
+        ),
+        pytest.param(
+            [(429, {"Retry-After": "100"}, {"error": "x", "code": "rate_limited"})],
+            ["--retry-budget", "5s", "get", "lease-1"],
+            6,
+            1,
+            0,
+            id="beyond-the-budget",
+        ),
+        pytest.param(
+            [SHED, (400, {}, {"error": "bad request", "code": "invalid_request"})],
+            ["lease", "pool-a", "--no-wait"],
+            2,
+            2,
+            1,
+            id="shed-create-resent",
+        ),
+        pytest.param(["drop", MISSING], ["get", "lease-1"], 4, 2, 1, id="read-without-answer"),
+    ],
+)
+def test_refusals_that_say_when_are_waited_out_and_reads_without_an_answer_retried(
+    tmp_path: Path, script: list[object], args: list[str], code: int, requests: int, retried: int
+) -> None:
+    server = Scripted(script)
+    if args[0] == "lease":  # `lease` reads the pool first
+        server.script.insert(0, (200, {}, {"name": "pool-a", "resourceKind": "Cluster"}))
+        requests += 1
+    try:
+        result = lessor(
+            tmp_path, "--endpoint", server.url, *args, env={"LESSOR_TOKEN": "tok-" + "z" * 20}
+        )
+    finally:
+        server.server.shutdown()
+    assert result.returncode == code, (result.stderr, server.seen)
+    # `get` looks among sandbox leases as well once the cluster lease is not found.
+    asked = [seen for seen in server.seen if "/v1/sandbox-leases/" not in seen]
+    assert len(asked) == requests, server.seen
+    assert result.stderr.count("retrying in") + result.stderr.count("trying again") == retried
+
+
+def test_a_create_that_got_no_answer_is_not_sent_again(tmp_path: Path) -> None:
+    server = Scripted([(200, {}, {"name": "pool-a", "resourceKind": "Cluster"}), "drop"])
+    try:
+        result = lessor(
+            tmp_path, "--endpoint", server.url, "lease", "pool-a", "--no-wait",
+            env={"LESSOR_TOKEN": "tok-" + "z" * 20},
+        )  # fmt: skip
+    finally:
+        server.server.shutdown()
+    assert result.returncode == 1, result.stderr
+    assert [seen.split()[0] for seen in server.seen] == ["GET", "POST"]
