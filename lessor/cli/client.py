@@ -272,7 +272,8 @@ class Client:
                 response = self._exchange(method, path, data, credential)
             except UnreachableError as error:
                 pause = float(tries)
-                if method != "GET" or tries > 3 or time.monotonic() + pause > deadline:
+                retry = error.transient and method == "GET" and tries <= 3
+                if not retry or time.monotonic() + pause > deadline:
                     raise
                 _say(f"{error}; trying again in {pause:g}s")
                 time.sleep(pause)
@@ -315,7 +316,12 @@ class Client:
             reason = getattr(error, "reason", error) or type(error).__name__
             if self.debug:
                 debug.trace(f"< no answer after {time.monotonic() - started:.3f}s: {reason}")
-            raise UnreachableError(f"cannot reach {self.endpoint}: {reason}", SERVER) from None
+            transient = isinstance(
+                reason, ConnectionResetError | ConnectionAbortedError | TimeoutError
+            )
+            raise UnreachableError(
+                f"cannot reach {self.endpoint}: {reason}", SERVER, transient=transient
+            ) from None
         if self.debug:
             request_id = next((v for k, v in headers.items() if k.lower() == "x-request-id"), "-")
             debug.trace(f"< {status} in {time.monotonic() - started:.3f}s, request id {request_id}")

@@ -32,7 +32,12 @@ class CliError(Exception):
 
 class UnreachableError(CliError):
     """The server could not be reached, or the connection failed before an answer: a request
-    sent may or may not have arrived."""
+    sent may or may not have arrived. `transient` when the connection was reset or timed out
+    (worth another try for a read), not when nothing listens or the name does not resolve."""
+
+    def __init__(self, message: str, code: int = SERVER, *, transient: bool = False) -> None:
+        super().__init__(message, code)
+        self.transient = transient
 
 
 class AnswerLostError(CliError):

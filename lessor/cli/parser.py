@@ -207,6 +207,41 @@ examples:
     )
 
 
+def _with_lease(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    wrap = _command(
+        commands,
+        "with-lease",
+        "lessor.cli.commands.with_lease:run",
+        "lease a cluster, run a command with it, release it however the command ends",
+        """\
+Lease a cluster from POOL and wait until it is Bound (as `lease` does), run COMMAND with
+KUBECONFIG (the lease's kubeconfig) and LESSOR_LEASE_ID set, and release the lease when COMMAND
+ends: by exiting, or after SIGINT, SIGTERM or SIGHUP, which are passed on to it first (a second
+Ctrl-C stops waiting for it). Exits with COMMAND's status (128+N for signal N); a lease that
+could not be had exits as `lease` does, without running COMMAND.
+
+While COMMAND runs, the lease is extended before it expires, by its TTL each time, as long as
+its policy allows; then one warning says when it will expire (--no-keepalive: never).
+
+examples:
+  lessor with-lease ci-small -- make e2e
+  lessor with-lease ci-small --ttl 30m --name "pr-$PR" -- ./run-tests.sh --fast""",
+    )
+    _pool_argument(wrap, help="pool to lease from")
+    wrap.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m (pool default)")
+    wrap.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
+    wrap.add_argument(
+        "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
+    )
+    wrap.add_argument(
+        "--wait-timeout", metavar="DURATION", help="give up waiting for the lease (exit 5)"
+    )
+    wrap.add_argument(
+        "--no-keepalive", action="store_true", help="never extend the lease while COMMAND runs"
+    )
+    wrap.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+
+
 def _coming_back(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """What a lease's owner runs after `lessor lease`: get, kubeconfig, wait."""
     get = _command(
@@ -483,6 +518,7 @@ $XDG_CONFIG_HOME/lessor/sessions.json (mode 0600) and used by later commands.
         prints=False,
     )
     _lease(commands)
+    _with_lease(commands)
     release = _command(
         commands,
         "release",

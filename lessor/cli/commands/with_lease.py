@@ -1,0 +1,223 @@
+"""`lessor with-lease POOL -- CMD ARGS...`: lease a cluster, run CMD with it, release it however
+CMD ends. What a CI job otherwise writes itself (lease, export the kubeconfig, run, release in
+an `always()` step, hope the lease outlives the tests), in one command:
+
+- CMD runs with `KUBECONFIG` (the lease's kubeconfig, mode 0600) and `LESSOR_LEASE_ID` set, and
+  its exit status is the command's. A lease that could not be had is the `lease` command's exit
+  codes; CMD is then never run.
+- SIGINT, SIGTERM and SIGHUP are passed on to CMD, which decides when to stop; the lease is
+  released once it has. A second Ctrl-C stops waiting for it (it is killed). On a terminal the
+  terminal already sends Ctrl-C to CMD, so it is not sent twice.
+- Keepalive: while CMD runs, the lease is extended before it expires, by its own TTL each time,
+  for as long as its policy allows (`maxExtensions`, `maxTtl`); then one warning says when it
+  will expire, and CMD runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from lessor.cli import context, kubeconfigs
+from lessor.cli.client import Client, server_id
+from lessor.cli.commands import lease as leasing
+from lessor.cli.errors import INTERRUPTED, TIMEOUT, USAGE, ApiError, CliError
+from lessor.cli.progress import Progress
+from lessor.protocol.durations import format_duration, parse_duration
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _command_line(args: argparse.Namespace) -> list[str]:
+    """The command after `--`. argparse hands everything after POOL to the command, so options
+    written between POOL and `--` are read here."""
+    argv = list(args.argv)
+    if argv[:1] != ["--"] and argv and argv[0].startswith("-"):
+        if "--" not in argv:
+            raise CliError("end the options with --, then give the command: -- make e2e", USAGE)
+        split = argv.index("--")
+        late = argparse.ArgumentParser(prog="lessor with-lease", add_help=False)
+        for flag in ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--target"):
+            late.add_argument(flag)
+        late.add_argument("--endpoint")
+        late.add_argument("--no-keepalive", action="store_true", default=None)
+        try:
+            parsed = late.parse_args(argv[:split])
+        except SystemExit:
+            raise CliError(f"unknown options before --: {' '.join(argv[:split])}", USAGE) from None
+        for name, value in vars(parsed).items():
+            if value is not None:
+                setattr(args, name, value)
+        argv = argv[split:]
+    command = argv[1:] if argv[:1] == ["--"] else argv
+    if not command:
+        raise CliError("give the command after --: lessor with-lease POOL -- make e2e", USAGE)
+    return command
+
+
+def run(args: argparse.Namespace) -> int:
+    command = _command_line(args)
+    if shutil.which(command[0]) is None:  # said before a cluster is taken for nothing
+        raise CliError(f"cannot run {command[0]}: no such command", USAGE)
+    timeout = leasing._seconds("--wait-timeout", args.wait_timeout)
+    leasing._seconds("--ttl", args.ttl)
+    metadata = leasing._metadata(args.metadata_json)
+    client = context.client(args)
+    pool = client.call("GET", f"/v1/pools/{args.pool}")
+    if pool.get("resourceKind") == "Sandbox":
+        raise CliError(f"{args.pool} is a Sandbox pool: `lessor run` runs a command there", USAGE)
+    request = argparse.Namespace(pool=args.pool, ttl=args.ttl, name=args.name, ensure=False)
+    lease, _ = leasing._create(client, request, metadata)
+    lease_id = server_id(lease)
+    progress = Progress()
+    # A CI runner cancels with SIGTERM or SIGHUP as well as SIGINT: any of them, while the
+    # lease is awaited, gives it up and releases it.
+    previous = {signum: signal.signal(signum, _interrupt) for signum in FORWARDED[1:]}
+    try:
+        progress.update(f"lease {lease_id}: {lease['phase']}")
+        bound = leasing._wait(client, lease_id, timeout, progress)
+    except KeyboardInterrupt:
+        progress.clear()
+        raise leasing._give_up(client, lease_id, False, "interrupted", INTERRUPTED) from None
+    except TimeoutError:
+        progress.clear()
+        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+        raise leasing._give_up(client, lease_id, False, why, TIMEOUT) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    progress.clear()
+    path = kubeconfigs.write(lease_id, bound["kubeconfig"])
+    keepalive = Keepalive(client, lease_id, bound, lease.get("effective_ttl") or args.ttl)
+    if not args.no_keepalive:
+        keepalive.start()
+    try:
+        env = {**os.environ, "KUBECONFIG": str(path), "LESSOR_LEASE_ID": lease_id}
+        return _run(command, env)
+    finally:
+        keepalive.stop()
+        _release(client, lease_id)
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(command: list[str], env: dict[str, str]) -> int:
+    """CMD's exit status (128 + N when signal N ended it), the signals passed on meanwhile."""
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as error:
+        raise CliError(f"cannot run {command[0]}: {error.strerror}", USAGE) from None
+    interactive = sys.stdin.isatty()
+    interrupts = 0
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        nonlocal interrupts
+        if signum == signal.SIGINT:
+            interrupts += 1
+            if interrupts > 1:  # a second Ctrl-C: stop waiting for CMD
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+                return
+            if interactive:  # the terminal sent it to CMD as well
+                return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    try:
+        status = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if interrupts > 1:
+        return INTERRUPTED
+    return status if status >= 0 else 128 - status
+
+
+def _release(client: Client, lease_id: str) -> None:
+    try:
+        client.call("DELETE", f"/v1/leases/{lease_id}")
+    except CliError as error:
+        print(
+            f"lessor: releasing lease {lease_id} failed ({error}): `lessor release {lease_id}`",
+            file=sys.stderr,
+        )
+    else:
+        print(f"lessor: released lease {lease_id}", file=sys.stderr)
+    kubeconfigs.remove(lease_id)
+
+
+class Keepalive:
+    """Extends the lease before it expires, by its TTL each time, until its policy allows no
+    more; then says once when it will expire. A failed extension is tried again after a while:
+    a network blip must not let the lease lapse under a running job."""
+
+    def __init__(self, client: Client, lease_id: str, bound: dict[str, Any], ttl: str | None):
+        self.client = client
+        self.lease_id = lease_id
+        self.expires = _moment(bound["expires_at"])
+        remaining = max(60.0, self.expires - time.time())
+        self.step = ttl or format_duration(datetime.timedelta(seconds=int(remaining)))
+        self.extensions = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="keepalive")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _margin(self) -> float:
+        """How long before the expiry to extend: a third of the TTL, 20 s to 5 min."""
+        return min(300.0, max(20.0, parse_duration(self.step).total_seconds() / 3))
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(max(0.0, self.expires - self._margin() - time.time())):
+            try:
+                answer = self.client.call(
+                    "PATCH", f"/v1/leases/{self.lease_id}", {"extend_ttl": self.step}
+                )
+            except ApiError as error:
+                if error.status == 409:  # the policy's budget or ceiling: nothing more to do
+                    self._warn(f"cannot be extended further ({error.reason or error})")
+                    return
+                self._stopped.wait(10)
+                continue
+            except CliError:
+                self._stopped.wait(10)
+                continue
+            later = _moment(answer["expires_at"])
+            self.extensions += 1
+            if later <= self.expires:
+                self._warn("reached the longest its policy allows")
+                return
+            self.expires = later
+
+    def _warn(self, why: str) -> None:
+        left = max(0, int(self.expires - time.time()))
+        when = datetime.datetime.fromtimestamp(self.expires, datetime.UTC).strftime("%H:%M:%SZ")
+        print(
+            f"lessor: warning: lease {self.lease_id} {why}; it expires at {when} "
+            f"(in {format_duration(datetime.timedelta(seconds=left))})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _moment(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
