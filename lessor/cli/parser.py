@@ -186,7 +186,7 @@ examples:
   lessor lease ci-small --no-wait -o json | jq -r .id""",
     )
     _pool_argument(lease, help="pool to lease from")
-    lease.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m, 2h (pool default)")
+    _lease_options(lease)
     lease.add_argument(
         "--kubeconfig", metavar="PATH", help="where to write the kubeconfig (~/.kube/lessor-<id>)"
     )
@@ -194,17 +194,22 @@ examples:
         "--no-wait", action="store_true", help="return once the lease is created (Pending)"
     )
     lease.add_argument(
-        "--wait-timeout", metavar="DURATION", help="give up waiting after this long (exit 5)"
-    )
-    lease.add_argument(
-        "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
-    )
-    lease.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
-    lease.add_argument(
         "--ensure",
         action="store_true",
         help="reuse your active lease named --name instead of creating one",
     )
+
+
+def _lease_options(parser: argparse.ArgumentParser) -> None:
+    """What `lease` and `with-lease` both take to make a lease and wait for it."""
+    parser.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m, 2h (pool default)")
+    parser.add_argument(
+        "--wait-timeout", metavar="DURATION", help="give up waiting after this long (exit 5)"
+    )
+    parser.add_argument(
+        "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
+    )
+    parser.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
 
 
 def _with_lease(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -228,14 +233,7 @@ examples:
   lessor with-lease ci-small --ttl 30m --name "pr-$PR" -- ./run-tests.sh --fast""",
     )
     _pool_argument(wrap, help="pool to lease from")
-    wrap.add_argument("--ttl", metavar="DURATION", help="lease time, e.g. 30m (pool default)")
-    wrap.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
-    wrap.add_argument(
-        "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
-    )
-    wrap.add_argument(
-        "--wait-timeout", metavar="DURATION", help="give up waiting for the lease (exit 5)"
-    )
+    _lease_options(wrap)
     wrap.add_argument(
         "--no-keepalive", action="store_true", help="never extend the lease while COMMAND runs"
     )
