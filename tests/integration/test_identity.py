@@ -24,22 +24,17 @@ from typing import Any
 
 import jwt
 import pytest
-import yaml
 
-from lessor.controlplane.pki import CertificateAuthority
 from tests.identity import form_browser
 from tests.identity.ci_issuers import (
-    GITHUB,
-    GITLAB,
-    CiIssuer,
     GithubRunner,
-    NameRoutingProxy,
     gitlab,
 )
 from tests.identity.hydra import IdentityProvider
 from tests.identity.login_consent import User as Person
+from tests.integration.ci_world import CiWorld, ci_world  # noqa: F401 - the fixture
 from tests.integration.operator_harness import wait_for
-from tests.integration.test_apiserver import Api, start_api
+from tests.integration.test_apiserver import Api
 from tests.integration.test_cli import (  # noqa: F401 - the fixtures
     LESSOR,
     Stack,
@@ -346,57 +341,9 @@ def test_bad_logins_get_one_line_and_store_nothing(
     assert _stored_session(user) is None
 
 
-@dataclass
-class CiWorld:
-    api: Api
-    github: CiIssuer
-    gitlab: CiIssuer
-    proxy: NameRoutingProxy
-
-
-@pytest.fixture(scope="module")
-def ci_world(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiWorld]:  # noqa: F811
-    """The CI systems' issuers under their real names, an API server that reaches them only
-    through a proxy that knows just those names, the shipped example policies as they are (in
-    the stack's namespace), and the pool they grant."""
-    directory = tmp_path_factory.mktemp("ci")
-    authority = CertificateAuthority("ci-issuers-test-ca")
-    trusted = directory / "ca.pem"
-    trusted.write_bytes(authority.cert_pem)
-    github = CiIssuer(GITHUB, "/.well-known/jwks")
-    gitlab_issuer = CiIssuer(GITLAB, "/oauth/discovery/keys")
-    servers = [github.serve(authority), gitlab_issuer.serve(authority)]
-    proxy = NameRoutingProxy({github.host: github.port, gitlab_issuer.host: gitlab_issuer.port})
-    for name in ("accesspolicy-ci-issuer.yaml", "accesspolicy-gitlab-ci.yaml"):
-        document = yaml.safe_load((EXAMPLES / name).read_text())
-        document["metadata"]["namespace"] = stack.namespace  # where it is installed, only
-        stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
-    pool = {
-        "apiVersion": "lessor.dev/v1alpha1",
-        "kind": "ClusterPool",
-        "metadata": {"name": "ci-virtual", "namespace": stack.namespace},
-        "spec": {"warmTarget": 1, "ttl": "30m", "backend": {"type": "local"}},
-    }
-    stack.cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
-    environment = {
-        "HTTPS_PROXY": proxy.url,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "SSL_CERT_FILE": str(trusted),
-    }
-    process, api = start_api(stack.cluster, stack.namespace, directory / "api.log", env=environment)
-    try:
-        yield CiWorld(api, github, gitlab_issuer, proxy)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-        proxy.close()
-        for server in servers:
-            server.shutdown()
-
-
 def test_a_github_actions_job_leases_through_the_shipped_policy(
     user: User,  # noqa: F811
-    ci_world: CiWorld,
+    ci_world: CiWorld,  # noqa: F811
 ) -> None:
     runner = GithubRunner(ci_world.github, "example-org/widgets")
     server = runner.serve()
@@ -444,7 +391,7 @@ def test_a_github_actions_job_leases_through_the_shipped_policy(
 
 def test_a_gitlab_ci_job_leases_through_the_shipped_policy(
     user: User,  # noqa: F811
-    ci_world: CiWorld,
+    ci_world: CiWorld,  # noqa: F811
 ) -> None:
     token = ci_world.gitlab.token("lessor", **gitlab("example-org/widgets"))
     job = {"GITLAB_CI": "true", "LESSOR_ID_TOKEN": token, "LESSOR_ENDPOINT": ci_world.api.base}
