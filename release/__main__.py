@@ -2,7 +2,8 @@
 
 version [X.Y.Z]      print the version and check every place agrees; or write X.Y.Z
 build [DIR]          the artifacts in dist/ (or DIR), with SHA256SUMS
-actionlint [FILE...] lint .github/workflows (actionlint built from its Go module on first use)
+actionlint [FILE...] lint .github/workflows and docs/examples/github-* (actionlint is built
+                     from its Go module on first use)
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ ACTIONLINT_MODULE = "github.com/rhysd/actionlint"
 ACTIONLINT_VERSION = "v1.7.12"
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
+# The documented example of the GitHub Action (actions/lease): actionlint also checks its use of
+# the action against actions/lease/action.yml (inputs, runtime).
+EXAMPLES = ROOT / "docs" / "examples"
 
 
 def actionlint_dir(version: str = ACTIONLINT_VERSION) -> Path:
@@ -91,10 +94,10 @@ def lint(paths: Sequence[Path], progress: Progress = print) -> subprocess.Comple
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m release actionlint [FILE...]`: .github/workflows/*.y*ml by default."""
-    paths = [Path(arg) for arg in argv] or sorted(
-        p for p in WORKFLOWS.glob("*") if p.suffix in {".yml", ".yaml"}
-    )
+    """`python -m release actionlint [FILE...]`: the workflows in .github/workflows and
+    docs/examples (github-*) by default."""
+    found = [*WORKFLOWS.glob("*"), *EXAMPLES.glob("github-*")]
+    paths = [Path(arg) for arg in argv] or sorted(p for p in found if p.suffix in {".yml", ".yaml"})
     if not paths:
         print(f"actionlint: no workflow in {WORKFLOWS}", file=sys.stderr)
         return 1
