@@ -230,12 +230,19 @@ its policy allows; then one warning says when it will expire (--no-keepalive: ne
 
 examples:
   lessor with-lease ci-small -- make e2e
-  lessor with-lease ci-small --ttl 30m --name "pr-$PR" -- ./run-tests.sh --fast""",
+  lessor with-lease ci-small --ttl 30m --name "pr-$PR" -- ./run-tests.sh --fast
+  lessor with-lease ci-small --diagnostics-on-failure artifacts/ -- make e2e""",
     )
     _pool_argument(wrap, help="pool to lease from")
     _lease_options(wrap)
     wrap.add_argument(
         "--no-keepalive", action="store_true", help="never extend the lease while COMMAND runs"
+    )
+    wrap.add_argument(
+        "--diagnostics-on-failure",
+        metavar="DIR",
+        help="when COMMAND fails, save the lease's diagnostics bundle into DIR (on pools that "
+        "capture them)",
     )
     wrap.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
 

@@ -164,12 +164,14 @@ def _kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
     return result.stdout
 
 
-def _cli(stack: Stack, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    stack: Stack, token: str, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LESSOR_ENDPOINT": stack.api.base, "LESSOR_TOKEN": token}
     env["HOME"] = str(stack.directory)
     return subprocess.run(
         [sys.executable, "-m", "lessor.cli.main", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
 
@@ -304,6 +306,35 @@ def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
     stack.minio.client().delete_object(Bucket=BUCKET, Key=record["key"])
     gone = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
     assert gone.status == 404 and "gone" in gone.body["detail"], gone.body
+
+
+def test_with_lease_saves_the_bundle_of_a_failed_command_and_none_of_a_passing_one(
+    stack: Stack,
+) -> None:
+    """What a CI job keeps as its artifact: the cluster as the failed tests left it."""
+    stack.pool("dx-ci", 1)
+    wait_for("DiagnosticsReady", lambda: _condition(stack, "dx-ci"), timeout=60)
+    artifacts = stack.directory / "artifacts"
+    artifacts.mkdir()
+    marker = f"marker-{uuid.uuid4().hex}"
+    kubectl = ensure_binaries() / "kubectl"
+    failing = f'{kubectl} create namespace "{marker}" >/dev/null && echo "$LESSOR_LEASE_ID"; exit 3'
+    run = _cli(
+        stack, ALICE, "with-lease", "dx-ci", "--diagnostics-on-failure", str(artifacts),
+        "--", "sh", "-c", failing, timeout=420,
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr  # the command's status, bundle or not
+    lease_id = run.stdout.strip()
+    bundle = artifacts / f"lessor-diagnostics-{lease_id}.tar.gz"
+    assert f"wrote {bundle}" in run.stderr, run.stderr
+    assert marker in _listed(_files(bundle.read_bytes()), "namespaces").decode()
+
+    passing = _cli(
+        stack, ALICE, "with-lease", "dx-ci", "--diagnostics-on-failure", str(artifacts),
+        "--", "sh", "-c", 'echo "$LESSOR_LEASE_ID"', timeout=420,
+    )  # fmt: skip
+    assert passing.returncode == 0, passing.stderr
+    assert list(artifacts.iterdir()) == [bundle], "nothing is fetched for a command that passed"
 
 
 def test_a_lease_that_expires_is_captured_with_the_clusters_credential_not_its_own(

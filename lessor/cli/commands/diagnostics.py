@@ -29,7 +29,7 @@ def diagnostics(args: argparse.Namespace) -> int:
     written = None
     if args.download is not None:
         written = Path(args.download or f"lessor-diagnostics-{args.lease_id}.tar.gz")
-        _download(str(answer["url"]), written)
+        download(str(answer["url"]), written)
     if output.wants_json(args):
         output.emit(args, {**answer, **({"file": str(written)} if written else {})})
         return 0
@@ -43,7 +43,7 @@ def diagnostics(args: argparse.Namespace) -> int:
     return 0
 
 
-def _download(url: str, path: Path) -> None:
+def download(url: str, path: Path) -> None:
     if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
         # urllib would open file:, ftp: and data: URLs as well: a server's answer must not
         # make the CLI read a local file into the bundle's place (review N11).

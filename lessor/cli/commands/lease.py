@@ -28,7 +28,7 @@ _FIRST_POLL, _MAX_POLL = 0.1, 1.0
 _LONG_POLL = 20
 
 
-def _metadata(value: str | None) -> dict[str, Any] | None:
+def metadata_from(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
     source = "--metadata-json"
@@ -49,7 +49,7 @@ def _metadata(value: str | None) -> dict[str, Any] | None:
     return parsed
 
 
-def _seconds(flag: str, value: str | None) -> float | None:
+def seconds(flag: str, value: str | None) -> float | None:
     if value is None:
         return None
     try:
@@ -72,7 +72,7 @@ def _existing(client: Client, pool: str, alias: str) -> dict[str, Any] | None:
     return None
 
 
-def _create(
+def create(
     client: Client, args: argparse.Namespace, metadata: dict[str, Any] | None
 ) -> tuple[dict[str, Any], bool]:
     """(the lease, whether it was reused)."""
@@ -99,7 +99,7 @@ def _create(
         raise
 
 
-def _wait(
+def wait_bound(
     client: Client, lease_id: str, timeout: float | None, progress: Progress
 ) -> dict[str, Any]:
     """Long polls (`waitSeconds`): each answer comes when the lease changed, so the kubeconfig
@@ -131,7 +131,7 @@ def _wait(
             pause = min(pause * 1.5, _MAX_POLL)
 
 
-def _give_up(client: Client, lease_id: str, reused: bool, why: str, code: int) -> CliError:
+def give_up(client: Client, lease_id: str, reused: bool, why: str, code: int) -> CliError:
     if reused:
         return CliError(f"{why}; lease {lease_id} (reused) is left as it was", code)
     try:
@@ -147,14 +147,14 @@ def _give_up(client: Client, lease_id: str, reused: bool, why: str, code: int) -
 def run(args: argparse.Namespace) -> int:
     if args.ensure and not args.name:
         raise CliError("--ensure needs --name: it reuses your active lease with that name", USAGE)
-    timeout = _seconds("--wait-timeout", args.wait_timeout)
-    _seconds("--ttl", args.ttl)  # a typo fails here, before any request
-    metadata = _metadata(args.metadata_json)
+    timeout = seconds("--wait-timeout", args.wait_timeout)
+    seconds("--ttl", args.ttl)  # a typo fails here, before any request
+    metadata = metadata_from(args.metadata_json)
     client = context.client(args)
     pool = client.call("GET", f"/v1/pools/{args.pool}")
     if pool.get("resourceKind") == "Sandbox":
         return _sandbox(client, args, pool, metadata, timeout)
-    lease, reused = _create(client, args, metadata)
+    lease, reused = create(client, args, metadata)
     lease_id = server_id(lease)
     progress = Progress()
     # From the moment the lease exists, an interrupt releases it (unless it was reused): the
@@ -163,11 +163,11 @@ def run(args: argparse.Namespace) -> int:
         return _finish(client, args, pool, lease, reused=reused, timeout=timeout, progress=progress)
     except KeyboardInterrupt:
         progress.clear()
-        raise _give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
+        raise give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
     except TimeoutError:
         progress.clear()
         why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
-        raise _give_up(client, lease_id, reused, why, TIMEOUT) from None
+        raise give_up(client, lease_id, reused, why, TIMEOUT) from None
 
 
 def _finish(
@@ -195,7 +195,7 @@ def _finish(
         result.update(phase=lease["phase"], queue_position=lease.get("queue_position"))
         return _report(args, result)
     progress.update(f"lease {lease_id}: {lease['phase']}")
-    bound = _wait(client, lease_id, timeout, progress)
+    bound = wait_bound(client, lease_id, timeout, progress)
     progress.clear()
     path = kubeconfigs.write(lease_id, bound["kubeconfig"], args.kubeconfig)
     result.update(phase=bound["phase"], expires_at=bound.get("expires_at"), kubeconfig=str(path))

@@ -11,6 +11,8 @@ an `always()` step, hope the lease outlives the tests), in one command:
 - Keepalive: while CMD runs, the lease is extended before it expires, by its own TTL each time,
   for as long as its policy allows (`maxExtensions`, `maxTtl`); then one warning says when it
   will expire, and CMD runs on.
+- `--diagnostics-on-failure DIR`: when CMD fails, the lease's diagnostics bundle (captured by
+  the operator as the lease is released, on pools that configure it) is saved into DIR.
 """
 
 from __future__ import annotations
@@ -25,17 +27,21 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from lessor.cli import context, kubeconfigs
 from lessor.cli.client import Client, server_id
 from lessor.cli.commands import lease as leasing
+from lessor.cli.commands.diagnostics import download
 from lessor.cli.errors import INTERRUPTED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import format_duration, parse_duration
+from lessor.protocol.phases import CLUSTER_LEASE
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DIAGNOSTICS_WAIT_SECONDS = 300.0  # for the release that captures the bundle
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:
@@ -47,9 +53,9 @@ def _command_line(args: argparse.Namespace) -> list[str]:
             raise CliError("end the options with --, then give the command: -- make e2e", USAGE)
         split = argv.index("--")
         late = argparse.ArgumentParser(prog="lessor with-lease", add_help=False)
-        for flag in ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--target"):
+        late_flags = ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--target")
+        for flag in (*late_flags, "--endpoint", "--diagnostics-on-failure"):
             late.add_argument(flag)
-        late.add_argument("--endpoint")
         late.add_argument("--no-keepalive", action="store_true", default=None)
         try:
             parsed = late.parse_args(argv[:split])
@@ -69,44 +75,52 @@ def run(args: argparse.Namespace) -> int:
     command = _command_line(args)
     if shutil.which(command[0]) is None:  # said before a cluster is taken for nothing
         raise CliError(f"cannot run {command[0]}: no such command", USAGE)
-    timeout = leasing._seconds("--wait-timeout", args.wait_timeout)
-    leasing._seconds("--ttl", args.ttl)
-    metadata = leasing._metadata(args.metadata_json)
+    timeout = leasing.seconds("--wait-timeout", args.wait_timeout)
+    leasing.seconds("--ttl", args.ttl)
+    metadata = leasing.metadata_from(args.metadata_json)
+    bundles = _bundle_directory(args.diagnostics_on_failure)
     client = context.client(args)
     pool = client.call("GET", f"/v1/pools/{args.pool}")
     if pool.get("resourceKind") == "Sandbox":
         raise CliError(f"{args.pool} is a Sandbox pool: `lessor run` runs a command there", USAGE)
     request = argparse.Namespace(pool=args.pool, ttl=args.ttl, name=args.name, ensure=False)
-    lease, _ = leasing._create(client, request, metadata)
+    lease, _ = leasing.create(client, request, metadata)
     lease_id = server_id(lease)
     progress = Progress()
-    # A CI runner cancels with SIGTERM or SIGHUP as well as SIGINT: any of them, while the
-    # lease is awaited, gives it up and releases it.
+    # A CI runner cancels with SIGTERM or SIGHUP as well as SIGINT: from the moment the lease
+    # exists until COMMAND runs (when they are passed on to it), any of them releases it.
     previous = {signum: signal.signal(signum, _interrupt) for signum in FORWARDED[1:]}
     try:
-        progress.update(f"lease {lease_id}: {lease['phase']}")
-        bound = leasing._wait(client, lease_id, timeout, progress)
-    except KeyboardInterrupt:
+        try:
+            progress.update(f"lease {lease_id}: {lease['phase']}")
+            bound = leasing.wait_bound(client, lease_id, timeout, progress)
+        except KeyboardInterrupt:
+            progress.clear()
+            raise leasing.give_up(client, lease_id, False, "interrupted", INTERRUPTED) from None
+        except TimeoutError:
+            progress.clear()
+            why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+            raise leasing.give_up(client, lease_id, False, why, TIMEOUT) from None
         progress.clear()
-        raise leasing._give_up(client, lease_id, False, "interrupted", INTERRUPTED) from None
-    except TimeoutError:
-        progress.clear()
-        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
-        raise leasing._give_up(client, lease_id, False, why, TIMEOUT) from None
+        keepalive = Keepalive(client, lease_id, bound, lease.get("effective_ttl") or args.ttl)
+        status = INTERRUPTED
+        try:
+            path = kubeconfigs.write(lease_id, bound["kubeconfig"])
+            if not args.no_keepalive:
+                keepalive.start()
+            env = {**os.environ, "KUBECONFIG": str(path), "LESSOR_LEASE_ID": lease_id}
+            status = _run(command, env)
+        except KeyboardInterrupt:  # before COMMAND started: it never runs
+            pass
+        finally:
+            keepalive.stop()
+            _release(client, lease_id)
+        if status != 0 and bundles is not None:
+            _save_diagnostics(client, lease_id, bundles, progress)
+        return status
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    progress.clear()
-    path = kubeconfigs.write(lease_id, bound["kubeconfig"])
-    keepalive = Keepalive(client, lease_id, bound, lease.get("effective_ttl") or args.ttl)
-    if not args.no_keepalive:
-        keepalive.start()
-    try:
-        env = {**os.environ, "KUBECONFIG": str(path), "LESSOR_LEASE_ID": lease_id}
-        return _run(command, env)
-    finally:
-        keepalive.stop()
-        _release(client, lease_id)
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -114,11 +128,10 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
-    """CMD's exit status (128 + N when signal N ended it), the signals passed on meanwhile."""
-    try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as error:
-        raise CliError(f"cannot run {command[0]}: {error.strerror}", USAGE) from None
+    """CMD's exit status (128 + N when signal N ended it), the signals passed on meanwhile. The
+    handlers are in place before CMD starts: a signal in between reaches it once it exists."""
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
     interactive = sys.stdin.isatty()
     interrupts = 0
 
@@ -126,17 +139,26 @@ def _run(command: list[str], env: dict[str, str]) -> int:
         nonlocal interrupts
         if signum == signal.SIGINT:
             interrupts += 1
-            if interrupts > 1:  # a second Ctrl-C: stop waiting for CMD
+            if interrupts > 1 and child is not None:  # a second Ctrl-C: stop waiting for CMD
                 with contextlib.suppress(ProcessLookupError):
                     child.kill()
                 return
-            if interactive:  # the terminal sent it to CMD as well
+            if interactive and child is not None:  # the terminal sent it to CMD as well
                 return
+        if child is None:
+            pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
     try:
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as error:
+            raise CliError(f"cannot run {command[0]}: {error.strerror}", USAGE) from None
+        for signum in pending:
+            child.send_signal(signum)
         status = child.wait()
     finally:
         for signum, handler in previous.items():
@@ -147,6 +169,9 @@ def _run(command: list[str], env: dict[str, str]) -> int:
 
 
 def _release(client: Client, lease_id: str) -> None:
+    """Release, with SIGTERM and SIGHUP held off meanwhile: a runner's second signal must not
+    cut the release short and leave the cluster held until it expires."""
+    held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in FORWARDED[1:]}
     try:
         client.call("DELETE", f"/v1/leases/{lease_id}")
     except CliError as error:
@@ -156,7 +181,44 @@ def _release(client: Client, lease_id: str) -> None:
         )
     else:
         print(f"lessor: released lease {lease_id}", file=sys.stderr)
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
     kubeconfigs.remove(lease_id)
+
+
+def _bundle_directory(value: str | None) -> Path | None:
+    """--diagnostics-on-failure DIR, checked before a lease is taken."""
+    if value is None:
+        return None
+    directory = Path(value)
+    if not directory.is_dir() or not os.access(directory, os.W_OK):
+        raise CliError(f"--diagnostics-on-failure: {value} is not a directory it can write", USAGE)
+    return directory
+
+
+def _save_diagnostics(client: Client, lease_id: str, directory: Path, progress: Progress) -> None:
+    """The bundle of a lease whose command failed, into DIRECTORY. The operator captures it
+    while the lease is released, so it is there once the lease is: waited for (bounded), then
+    downloaded. A bundle that cannot be had is one line; COMMAND's status stays the exit."""
+    deadline = time.monotonic() + DIAGNOSTICS_WAIT_SECONDS
+    try:
+        while True:
+            lease = client.call("GET", f"/v1/leases/{lease_id}?waitSeconds=20")
+            if lease.get("phase") in CLUSTER_LEASE.finished:
+                break
+            if time.monotonic() > deadline:
+                raise CliError(f"lease {lease_id} was not released within 5m")
+            progress.update(f"lease {lease_id}: {lease.get('phase')}, its diagnostics captured")
+        progress.clear()
+        answer = client.call("GET", f"/v1/leases/{lease_id}/diagnostics")
+        path = directory / f"lessor-diagnostics-{lease_id}.tar.gz"
+        download(str(answer["url"]), path)
+    except CliError as error:
+        progress.clear()
+        print(f"lessor: no diagnostics for lease {lease_id}: {error}", file=sys.stderr)
+        return
+    print(f"lessor: wrote {path} ({answer.get('size_bytes', 0)} bytes)", file=sys.stderr)
 
 
 class Keepalive:
