@@ -238,6 +238,7 @@ class Client:
         self.debug = debug.enabled()
         self.request_timeout = _seconds_from_env(REQUEST_TIMEOUT_ENV, TIMEOUT_SECONDS)
         self.retry_budget = _seconds_from_env(RETRY_BUDGET_ENV, RETRY_BUDGET_SECONDS)
+        self._waited = 0.0  # of the retry budget, by all this command's requests
 
     @property
     def session(self) -> sessions.Session | None:
@@ -261,9 +262,9 @@ class Client:
         provider away) was refused before anything was done, so any request is sent again
         then, a create too; a request that got no answer is sent again only when it is a read
         (a create that may have been received is recovered from its Location, never resent).
-        The concurrency 429 names no time: it is final, as the spec says."""
+        The concurrency 429 names no time: it is final, as the spec says. The budget is the
+        command's: what all its requests have waited counts (a poll's GETs share it)."""
         data = json.dumps(body).encode() if body is not None else b""
-        deadline = time.monotonic() + self.retry_budget
         tries = 0
         while True:
             tries += 1
@@ -273,17 +274,24 @@ class Client:
             except UnreachableError as error:
                 pause = float(tries)
                 retry = error.transient and method == "GET" and tries <= 3
-                if not retry or time.monotonic() + pause > deadline:
+                if not retry or not self._may_wait(pause):
                     raise
                 _say(f"{error}; trying again in {pause:g}s")
                 time.sleep(pause)
                 continue
             wait = retry_after(response.headers) if response.status in (429, 503) else None
-            if wait is None or time.monotonic() + wait > deadline:
+            if wait is None or not self._may_wait(wait):
                 return response
             why = (response.body or {}).get("detail") if isinstance(response.body, dict) else None
             _say(f"the server answered {response.status} ({why or 'busy'}); retrying in {wait:g}s")
             time.sleep(wait)
+
+    def _may_wait(self, seconds: float) -> bool:
+        """Whether the command may wait this much more; counted as spent when it may."""
+        if self._waited + seconds > self.retry_budget:
+            return False
+        self._waited += seconds
+        return True
 
     def _exchange(
         self, method: str, path: str, data: bytes, credential: Credential | None

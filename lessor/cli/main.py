@@ -5,14 +5,12 @@ components, imported only when asked for, so the client never loads server code.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
 
 from lessor.cli import completion
-from lessor.cli.debug import DEBUG_ENV
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
-from lessor.cli.limits import REQUEST_TIMEOUT_ENV, RETRY_BUDGET_ENV
+from lessor.cli.late_options import apply_shared
 from lessor.cli.parser import build_parser
 
 
@@ -47,14 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.error("a COMMAND is required")
-    if getattr(args, "verbose", False):
-        os.environ[DEBUG_ENV] = "1"  # every client this run makes traces its exchanges
-    for flag, variable in (
-        ("request_timeout", REQUEST_TIMEOUT_ENV),
-        ("retry_budget", RETRY_BUDGET_ENV),
-    ):
-        if getattr(args, flag, None):
-            os.environ[variable] = getattr(args, flag)  # read by every client this run makes
+    apply_shared(args)  # read by every client this run makes
     try:
         return _handler(args.handler)(args)
     except CliError as error:

@@ -441,6 +441,14 @@ MISSING = (404, {}, {"error": "not found", "detail": "no lease lease-1", "code":
             id="shed-create-resent",
         ),
         pytest.param(["drop", MISSING], ["get", "lease-1"], 4, 2, 1, id="read-without-answer"),
+        pytest.param(  # the budget is the command's: the second request finds it spent
+            [LIMITED, MISSING, LIMITED],
+            ["--retry-budget", "1s", "get", "lease-1"],
+            6,
+            2,
+            1,
+            id="one-budget-for-the-command",
+        ),
     ],
 )
 def test_refusals_that_say_when_are_waited_out_and_reads_without_an_answer_retried(
@@ -461,6 +469,27 @@ def test_refusals_that_say_when_are_waited_out_and_reads_without_an_answer_retri
     asked = [seen for seen in server.seen if "/v1/sandbox-leases/" not in seen]
     assert len(asked) == requests, server.seen
     assert result.stderr.count("retrying in") + result.stderr.count("trying again") == retried
+
+
+def test_options_between_the_pool_and_the_command_mean_what_they_mean_before_it(
+    tmp_path: Path,
+) -> None:
+    """`with-lease POOL --retry-budget 1s -v -- CMD`: the shared options count there too (the
+    pool's read is refused past the budget), and an unknown one is one line."""
+    server = Scripted([LIMITED, LIMITED, MISSING])
+    token = {"LESSOR_TOKEN": "tok-" + "z" * 20}
+    try:
+        late = lessor(
+            tmp_path, "--endpoint", server.url, "with-lease", "pool-a",
+            "--retry-budget", "1s", "-v", "--", "true", env=token,
+        )  # fmt: skip
+    finally:
+        server.server.shutdown()
+    assert late.returncode == 6, late.stderr
+    assert late.stderr.count("retrying in") == 1 and "> GET" in late.stderr, late.stderr
+    bogus = lessor(tmp_path, "with-lease", "pool-a", "--bogus", "--", "true", env=token)
+    assert bogus.returncode == 2
+    assert bogus.stderr == "lessor: unknown options before --: --bogus\n", bogus.stderr
 
 
 def test_a_create_that_got_no_answer_is_not_sent_again(tmp_path: Path) -> None:

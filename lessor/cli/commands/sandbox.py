@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlencode
 
-from lessor.cli import context, output
+from lessor.cli import context, late_options, output
 from lessor.cli.client import Client, server_id
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
@@ -32,35 +32,10 @@ FOLLOW_PAUSE = 0.2
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
-    """The command after `--`. argparse hands everything after the first positional to the
-    command (REMAINDER), so options written between it and `--` are read here."""
-    argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    elif argv and argv[0].startswith("-"):
-        if "--" not in argv:
-            raise CliError("end the options with --, then give the command: -- make test", USAGE)
-        split = argv.index("--")
-        options, argv = argv[:split], argv[split + 1 :]
-        late = argparse.ArgumentParser(prog=f"lessor {args.command}", add_help=False)
-        for flag in ("--ttl", "--timeout", "--cwd"):
-            if hasattr(args, flag[2:]):
-                late.add_argument(flag)
-        if hasattr(args, "detach"):
-            late.add_argument("--detach", action="store_true", default=None)
-        late.add_argument("-o", "--output", choices=("text", "json"))
-        late.add_argument("--target")
-        late.add_argument("--endpoint")
-        try:
-            parsed = late.parse_args(options)
-        except SystemExit:
-            raise CliError(f"unknown options before --: {' '.join(options)}", USAGE) from None
-        for name, value in vars(parsed).items():
-            if value is not None:
-                setattr(args, name, value)
-    if not argv:
-        raise CliError("give the command after --, for example: -- make test", USAGE)
-    return argv
+    """The command after `--`, the options before it read (lessor.cli.late_options)."""
+    values = tuple(flag for flag in ("--ttl", "--timeout", "--cwd") if hasattr(args, flag[2:]))
+    switches = ("--detach",) if hasattr(args, "detach") else ()
+    return late_options.command_line(args, values, switches, example="make test", output=True)
 
 
 def _check_duration(flag: str, value: str | None) -> None:

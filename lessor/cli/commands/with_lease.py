@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lessor.cli import context, kubeconfigs
+from lessor.cli import context, kubeconfigs, late_options
 from lessor.cli.client import Client, server_id
 from lessor.cli.commands import lease as leasing
 from lessor.cli.commands.diagnostics import download
@@ -44,35 +44,13 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DIAGNOSTICS_WAIT_SECONDS = 300.0  # for the release that captures the bundle
 
 
-def _command_line(args: argparse.Namespace) -> list[str]:
-    """The command after `--`. argparse hands everything after POOL to the command, so options
-    written between POOL and `--` are read here."""
-    argv = list(args.argv)
-    if argv[:1] != ["--"] and argv and argv[0].startswith("-"):
-        if "--" not in argv:
-            raise CliError("end the options with --, then give the command: -- make e2e", USAGE)
-        split = argv.index("--")
-        late = argparse.ArgumentParser(prog="lessor with-lease", add_help=False)
-        late_flags = ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--target")
-        for flag in (*late_flags, "--endpoint", "--diagnostics-on-failure"):
-            late.add_argument(flag)
-        late.add_argument("--no-keepalive", action="store_true", default=None)
-        try:
-            parsed = late.parse_args(argv[:split])
-        except SystemExit:
-            raise CliError(f"unknown options before --: {' '.join(argv[:split])}", USAGE) from None
-        for name, value in vars(parsed).items():
-            if value is not None:
-                setattr(args, name, value)
-        argv = argv[split:]
-    command = argv[1:] if argv[:1] == ["--"] else argv
-    if not command:
-        raise CliError("give the command after --: lessor with-lease POOL -- make e2e", USAGE)
-    return command
-
-
 def run(args: argparse.Namespace) -> int:
-    command = _command_line(args)
+    command = late_options.command_line(
+        args,
+        ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--diagnostics-on-failure"),
+        ("--no-keepalive",),
+        example="make e2e",
+    )
     if shutil.which(command[0]) is None:  # said before a cluster is taken for nothing
         raise CliError(f"cannot run {command[0]}: no such command", USAGE)
     timeout = leasing.seconds("--wait-timeout", args.wait_timeout)
