@@ -216,14 +216,21 @@ class Api {
     this.endpoint = endpoint;
     this.jobToken = jobToken;
     this.ca = ca;
+    this.waitedMs = 0; // of the retry budget, by all this step's requests
+  }
+
+  /** Whether the step may wait this much more; counted as spent when it may. */
+  mayWait(ms) {
+    if (this.waitedMs + ms > RETRY_BUDGET_MS) return false;
+    this.waitedMs += ms;
+    return true;
   }
 
   /** A request; { status, body } for any answer lessor gave, an ActionError otherwise. 429 and
    * 503 with Retry-After were refused before anything was done: sent again after the wait,
-   * within the budget. A request with no answer is sent again only when it is a read. The
+   * within the step's budget. A request with no answer is sent again only when it is a read. The
    * concurrency 429 names no time: final, as the spec says. */
   async call(method, path, body, { timeoutMs } = {}) {
-    const deadline = Date.now() + RETRY_BUDGET_MS;
     const payload = body === undefined ? undefined : JSON.stringify(body);
     for (let tries = 1; ; tries += 1) {
       const headers = {
@@ -241,7 +248,7 @@ class Api {
           return this.call("GET", new URL(error.headers.location, this.endpoint).pathname);
         }
         const transient = ["ECONNRESET", "ETIMEDOUT", "EPIPE"].includes(error.code);
-        if (!(method === "GET" && transient && tries <= 3 && Date.now() + tries * 1000 < deadline)) {
+        if (!(method === "GET" && transient && tries <= 3 && this.mayWait(tries * 1000))) {
           throw new ActionError(`cannot reach ${this.endpoint}: ${error.code || error.message}`);
         }
         info(`lessor: ${error.code}; trying again in ${tries}s`);
@@ -250,7 +257,7 @@ class Api {
       }
       const wait = [429, 503].includes(answer.status) ? retryAfter(answer.headers) : null;
       const parsed = parse(this.endpoint + path, answer);
-      if (wait === null || Date.now() + wait * 1000 > deadline) return { status: answer.status, body: parsed };
+      if (wait === null || !this.mayWait(wait * 1000)) return { status: answer.status, body: parsed };
       info(`lessor: the server answered ${answer.status} (${(parsed && parsed.detail) || "busy"}); retrying in ${wait}s`);
       await sleep(wait * 1000);
     }

@@ -6,10 +6,14 @@ releases it at once; what the action cannot do is one `::error::` line, never a 
 
 from __future__ import annotations
 
+import http.client
 import json
 import stat
 import subprocess
+import threading
+import urllib.parse
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -161,3 +165,80 @@ def test_what_the_action_cannot_do_is_one_error_line_and_leaves_nothing(
     # A job without `permissions: id-token: write` has no token request variables.
     token_runner.url = ""
     assert "id-token: write" in refused("no-permission", pool="ci-virtual")
+
+
+class BusyFront:
+    """In front of the API: refuses what `refusals` lists ((method, path prefix, status) each
+    once, in order) as the API's load shedding does (its status, Retry-After and body), and
+    passes everything else on. A stand-in only for when the refusals come: real shedding
+    depends on how busy a worker is, which a test cannot time."""
+
+    def __init__(self, api_base: str, refusals: list[tuple[str, str, int]]) -> None:
+        self.refusals = refusals
+        self.seen: list[str] = []
+        upstream = urllib.parse.urlsplit(api_base)
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                front.seen.append(f"{self.command} {self.path}")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                refusal = front.refusals[0] if front.refusals else None
+                if refusal and self.command == refusal[0] and self.path.startswith(refusal[1]):
+                    front.refusals.pop(0)
+                    detail = {"error": "busy", "detail": "the server is overloaded; retry shortly"}
+                    self._send(refusal[2], {"Retry-After": "1"}, json.dumps(detail).encode())
+                    return
+                connection = http.client.HTTPConnection(upstream.netloc, timeout=90)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                connection.request(self.command, self.path, body or None, headers)
+                answer = connection.getresponse()
+                self._send(answer.status, dict(answer.getheaders()), answer.read())
+                connection.close()
+
+            def _send(self, status: int, headers: dict[str, str], data: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in ("content-length", "connection", "date", "server"):
+                        self.send_header(name, value)
+                if "content-type" not in {name.lower() for name in headers}:
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _handle  # noqa: N815 - http.server names them
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_refusals_that_say_when_are_waited_out_and_a_refused_create_sent_again(
+    stack: Stack,  # noqa: F811
+    ci_world: CiWorld,  # noqa: F811
+    token_runner: GithubRunner,
+    tmp_path: Path,
+) -> None:
+    front = BusyFront(
+        ci_world.api.base,
+        [("POST", "/v1/leases", 429), ("POST", "/v1/leases", 503), ("GET", "/v1/leases/", 429)],
+    )
+    try:
+        action = job(ci_world, token_runner, tmp_path, pool="ci-virtual", endpoint=front.base)
+        main = action.main()
+        assert main.returncode == 0, main.log
+        assert main.stdout.count("retrying in 1s") == 3, main.stdout
+        # Refused before anything was done, the create was sent again; one lease came of it.
+        assert [s for s in front.seen if s.startswith("POST")] == ["POST /v1/leases"] * 3
+        lease_id = main.outputs["lease-id"]
+        assert lease_phase(stack, lease_id) == "Bound"
+        assert action.post().returncode == 0
+        assert ended(stack, lease_id) in ENDED | {"Deleted"}
+    finally:
+        front.server.shutdown()
