@@ -95,9 +95,11 @@ def test_the_keepalive_holds_the_lease_past_its_first_ttl(
 ) -> None:
     user.target("token")
     record = tmp_path / "lease"
-    # A 1 minute lease and a 75 s command: without the keepalive the lease expires under it.
-    script = f'echo "$LESSOR_LEASE_ID" > {record}; sleep 75'
-    result = user.run("with-lease", "cli-warm", "--ttl", "1m", "--", "sh", "-c", script)
+    # A 30 s lease and a 45 s command: without the keepalive the lease expires under it. With
+    # it, extended 20 s before each expiry (the least margin), by 30 s: twice, the policy's
+    # maxExtensions, before the command ends.
+    script = f'echo "$LESSOR_LEASE_ID" > {record}; sleep 45'
+    result = user.run("with-lease", "cli-warm", "--ttl", "30s", "--", "sh", "-c", script)
     assert result.returncode == 0, result.stderr
     lease_id = record.read_text().strip()
     body = user.stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).body
