@@ -1,6 +1,6 @@
 """Shell completion (bash, zsh, fish) by argcomplete: commands and flags from the parser itself,
-and, where a lease or a pool goes, the caller's lease ids and aliases and the pools it may
-lease from, asked of the server.
+where a target goes the config's target names, and, where a lease or a pool goes, the caller's
+lease ids and aliases and the pools it may lease from, asked of the server.
 
 `lessor completion SHELL` prints the script to load (`source <(lessor completion bash)`). The
 shell then runs `lessor` with argcomplete's environment at every Tab; main() hands that run to
@@ -65,6 +65,17 @@ def leases(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
 def pools(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     names = [pool["name"] for pool in _ask(parsed_args, "/v1/pools")]
     return [name for name in names if name.startswith(prefix)]
+
+
+def targets(prefix: str, **_: Any) -> list[str]:
+    """The config's target names (`--target`, `config use/rename/delete`): local, no server."""
+    from lessor.cli import config  # noqa: PLC0415 - only when the shell asks
+
+    try:
+        names = config.load().targets
+    except Exception:
+        return []
+    return [name for name in sorted(names) if name.startswith(prefix)]
 
 
 def script(args: argparse.Namespace) -> int:

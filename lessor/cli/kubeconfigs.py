@@ -8,6 +8,13 @@ what was written, so that `lessor release` removes exactly what it wrote: a file
 since replaced (its digest differs) is left alone, and a merged kubeconfig loses only the
 lease's three entries. A released cluster's credentials are worthless, and a stale context is
 the kind of thing that sends `kubectl delete` to the wrong place.
+
+What the server hands out is checked before anything is written (review N11): a kubeconfig
+whose users run a program (`exec`, `auth-provider`), read a local file and send it
+(`tokenFile`), or whose clusters go through another host (`proxy-url`) or are not verified
+(`insecure-skip-tls-verify: true`) is refused, unless the user passes
+--allow-unsafe-kubeconfig. lessor's own backends never publish any of them; a server (or a
+tenant of a warm cluster) that does would run code, or read files, on the user's machine.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 import yaml
 
 from lessor.cli.config import config_dir
-from lessor.cli.errors import USAGE, CliError
+from lessor.cli.errors import SERVER, USAGE, CliError
 from lessor.cli.files import write_private
 
 
@@ -57,9 +64,60 @@ def context_name(lease_id: str) -> str:
     return f"lessor-{lease_id}"
 
 
-def write(lease_id: str, kubeconfig: str, path: str | None = None) -> Path:
+ALLOW_FLAG = "--allow-unsafe-kubeconfig"
+UNSAFE = (
+    ("users", "user", ("exec", "auth-provider", "tokenFile")),
+    ("clusters", "cluster", ("proxy-url", "insecure-skip-tls-verify")),
+)
+
+
+def _unsafe(document: dict[str, Any]) -> list[str]:
+    """Where `document` has what kubectl would run, read, route through or not verify."""
+    found: list[str] = []
+    for kind, key, names in UNSAFE:
+        for index, entry in enumerate(document.get(kind) or []):
+            fields = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(fields, dict):
+                continue
+            for name in names:
+                value = fields.get(name)
+                skips = name == "insecure-skip-tls-verify"  # false is what a kubeconfig means
+                if (value is True) if skips else (value is not None):
+                    found.append(f"{kind}[{index}].{key}.{name}")
+    return found
+
+
+def checked(lease_id: str, kubeconfig: str, *, allow_unsafe: bool = False) -> dict[str, Any]:
+    """The server's kubeconfig for the lease, parsed; refused (one line, SERVER) when it is no
+    kubeconfig, or has an unsafe entry and `allow_unsafe` is not given."""
+    try:
+        document = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        document = None
+    lists = ("clusters", "users", "contexts")
+    if not isinstance(document, dict) or not all(
+        isinstance(document.get(kind) or [], list)
+        and all(isinstance(e, dict) for e in document.get(kind) or [])
+        for kind in lists
+    ):
+        raise CliError(f"the server's kubeconfig for lease {lease_id} is not a kubeconfig", SERVER)
+    found = [] if allow_unsafe else _unsafe(document)
+    if found:
+        raise CliError(
+            f"refused the server's kubeconfig for lease {lease_id}: it has {', '.join(found)}, "
+            f"which kubectl would run, read, route through or not verify ({ALLOW_FLAG} takes it "
+            "as it is)",
+            SERVER,
+        )
+    return document
+
+
+def write(
+    lease_id: str, kubeconfig: str, path: str | None = None, *, allow_unsafe: bool = False
+) -> Path:
     """Write the lease's kubeconfig to a file of its own (mode 0600; `path`, else
-    ~/.kube/lessor-<id>) and record it."""
+    ~/.kube/lessor-<id>) and record it; an unsafe one only with `allow_unsafe`."""
+    checked(lease_id, kubeconfig, allow_unsafe=allow_unsafe)
     target = Path(path).expanduser() if path else default_path(lease_id)
     write_private(target, kubeconfig)
     _record(lease_id, {"path": str(target), "sha256": _digest(kubeconfig)})
@@ -93,10 +151,11 @@ def _without(entries: Any, name: str) -> list[Any]:
     return [e for e in entries or [] if not (isinstance(e, dict) and e.get("name") == name)]
 
 
-def merge(lease_id: str, kubeconfig: str) -> tuple[Path, str]:
+def merge(lease_id: str, kubeconfig: str, *, allow_unsafe: bool = False) -> tuple[Path, str]:
     """Merge the lease's cluster, user and context into the user's kubeconfig under one unique
-    name, leaving everything else in it (current-context included) as it was."""
-    source = yaml.safe_load(kubeconfig)
+    name, leaving everything else in it (current-context included) as it was; an unsafe
+    kubeconfig only with `allow_unsafe`."""
+    source = checked(lease_id, kubeconfig, allow_unsafe=allow_unsafe)
     name = context_name(lease_id)
     path = merged_path()
     config = _read_config(path)

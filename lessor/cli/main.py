@@ -8,7 +8,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from lessor.cli import completion
+from lessor.cli import completion, progress
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.late_options import apply_shared
 from lessor.cli.parser import build_parser
@@ -49,11 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _handler(args.handler)(args)
     except CliError as error:
+        progress.clear_all()  # a wait that failed: its line is not left under the error
         print(f"lessor: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
+        progress.clear_all()
         print("lessor: interrupted", file=sys.stderr)
         return INTERRUPTED
+    finally:
+        progress.clear_all()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 
 `jsonpath` takes kubectl's form, `{.id}` or `{.items[*].id}` (the braces may be left out), as
 jsonpath-ng reads it: each match is printed, separated by spaces, an object or a list as JSON.
+
+The commands that list things (`status`, `get`, `config list`) also take `-o name`, kubectl's:
+one `kind/id` a line (`lease/l0123abcd4567`, `sandbox/s...`, `pool/ci-small`), and
+`--no-headers`, their text tables without the header row.
+
+Escape codes (the progress line's erase, any colour to come) go only where `ansi()` allows.
 """
 
 from __future__ import annotations
@@ -10,20 +16,23 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 DATA_FORMATS = ("json", "yaml")
+NAME = "name"
 
 
-def output_format(value: str, *, wide: bool = False) -> str:
-    """`-o`'s value, checked: text, json, yaml, jsonpath=EXPR (and wide where offered)."""
+def output_format(value: str, *, wide: bool = False, names: bool = False) -> str:
+    """`-o`'s value, checked: text, json, yaml, jsonpath=EXPR (and wide, name where offered)."""
     if value.startswith("jsonpath="):
         _expression(value)  # a typo fails before any request
         return value
-    if value in ("text", *DATA_FORMATS) or (wide and value == "wide"):
+    offered = ("text", *(["wide"] if wide else []), *DATA_FORMATS, *([NAME] if names else []))
+    if value in offered:
         return value
-    choices = "text, " + ("wide, " if wide else "") + "json, yaml, jsonpath=EXPR"
+    choices = ", ".join((*offered, "jsonpath=EXPR"))
     raise argparse.ArgumentTypeError(f"{value!r} is not one of {choices}")
 
 
@@ -37,6 +46,30 @@ def _expression(value: str) -> Any:
         return parse_jsonpath("$" + text if text.startswith((".", "[")) else text)
     except Exception as error:
         raise argparse.ArgumentTypeError(f"jsonpath: {error}") from None
+
+
+def wants_names(args: argparse.Namespace) -> bool:
+    """Whether the output is `-o name`: `kind/id` lines."""
+    return bool(getattr(args, "output", "text") == NAME)
+
+
+def names(kinds_and_ids: Sequence[tuple[str | None, str]]) -> None:
+    """`-o name`: one `kind/id` a line, as kubectl prints them; a `None` kind prints the id
+    alone (a config target, which `--target` takes as it is)."""
+    for kind, name in kinds_and_ids:
+        print(name if kind is None else f"{kind}/{name}")
+
+
+def ansi(stream: TextIO) -> bool:
+    """Whether escape codes may be written to `stream`: a terminal, not TERM=dumb (a terminal
+    that interprets none, as Emacs' shell), and no NO_COLOR (https://no-color.org: set and not
+    empty). Every escape the CLI writes asks this first."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except ValueError:  # closed
+        return False
 
 
 def wants_json(args: argparse.Namespace) -> bool:
@@ -65,9 +98,14 @@ def fields(rows: Sequence[tuple[str, object]]) -> None:
         print(f"{name:<{width}}  {value}")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, no_headers: bool = False
+) -> None:
+    """Aligned columns; `no_headers` (`--no-headers`) leaves the header row out, and the
+    columns are as wide as their cells only."""
+    cells = [] if no_headers else [[str(h) for h in headers]]
+    cells += [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max((len(row[i]) for row in cells), default=0) for i in range(len(headers))]
     for row in cells:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

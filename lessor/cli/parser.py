@@ -38,7 +38,8 @@ EXAMPLES = {
     "release": "lessor release pr-1234\nlessor release l3f2a9c1d0e4b -o json",
     "extend": "lessor extend pr-1234 --ttl 30m",
     "config": "lessor config set dev --endpoint https://lessor.example.com --auth ssh\n"
-    "lessor config use dev\nlessor config list -o yaml",
+    "lessor config use dev\nlessor config list -o yaml\n"
+    "lessor config rename dev staging\nlessor config delete staging",
     "run": "lessor run agents -- python3 -c 'print(1)'\n"
     "lessor run agents --timeout 5m -- make test",
     "exec": "lessor exec sb-1 -- ls /workspace\nlessor exec sb-1 --detach -- sleep 600",
@@ -63,7 +64,11 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def lease_name(value: str) -> str:
     """A lease id or alias (both DNS labels): anything else could never name a lease, and is
-    never put in a request's path."""
+    never put in a request's path. `lease/ID` and `sandbox/ID`, as `-o name` prints them, are
+    taken too (`lessor get -o name | xargs -n1 lessor release`)."""
+    kind, slash, rest = value.partition("/")
+    if slash and kind in ("lease", "sandbox"):
+        value = rest
     if not LEASE_ID.match(value):
         raise argparse.ArgumentTypeError(
             f"{value[:80]!r} is no lease id or alias (lowercase letters, digits and '-')"
@@ -76,9 +81,10 @@ def _common() -> argparse.ArgumentParser:
     from overwriting what was given before it with the default."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("target selection")
-    group.add_argument(
+    target = group.add_argument(
         "--target", default=argparse.SUPPRESS, metavar="NAME", help="named target from the config"
     )
+    target.completer = completion.targets  # type: ignore[attr-defined]
     group.add_argument(
         "--endpoint",
         default=argparse.SUPPRESS,
@@ -119,18 +125,26 @@ def _pool_argument(parser: argparse.ArgumentParser, **options: Any) -> None:
     action.completer = completion.pools  # type: ignore[attr-defined]
 
 
-def _output(*, wide: bool = False) -> argparse.ArgumentParser:
+def _output(*, wide: bool = False, names: bool = False) -> argparse.ArgumentParser:
+    """-o FORMAT; `names`: a command that lists things, which also takes `-o name` (one
+    kind/id a line) and `--no-headers` (lessor.cli.output)."""
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "-o",
         "--output",
-        type=functools.partial(output_format, wide=wide),
+        type=functools.partial(output_format, wide=wide, names=names),
         default="text",
         metavar="FORMAT",
         help="text for people (default)"
         + (", wide with more columns" if wide else "")
-        + "; json, yaml or jsonpath={.field} for scripts",
+        + "; json, yaml"
+        + (", name (kind/id lines)" if names else "")
+        + " or jsonpath={.field} for scripts",
     )
+    if names:
+        output.add_argument(
+            "--no-headers", action="store_true", help="text tables without their header row"
+        )
     return output
 
 
@@ -150,8 +164,9 @@ def _command(
     *,
     prints: bool = True,
     wide: bool = False,
+    names: bool = False,
 ) -> argparse.ArgumentParser:
-    parents = [_common()] + ([_output(wide=wide)] if prints else [])
+    parents = [_common()] + ([_output(wide=wide, names=names)] if prints else [])
     parser = commands.add_parser(
         name,
         help=summary,
@@ -210,6 +225,17 @@ def _lease_options(parser: argparse.ArgumentParser) -> None:
         "--metadata-json", metavar="JSON|@FILE", help="descriptive metadata: a JSON object"
     )
     parser.add_argument("--name", metavar="ALIAS", help="name the lease (unique among yours)")
+    _unsafe_kubeconfig_option(parser)
+
+
+def _unsafe_kubeconfig_option(parser: argparse.ArgumentParser) -> None:
+    """What every command that writes a lease's kubeconfig takes (review N11)."""
+    parser.add_argument(
+        "--allow-unsafe-kubeconfig",
+        action="store_true",
+        help="write the server's kubeconfig even if it runs a program (exec, auth-provider), "
+        "reads a file (tokenFile), uses a proxy-url or skips TLS verification; refused otherwise",
+    )
 
 
 def _with_lease(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -265,8 +291,10 @@ examples:
   lessor get
   lessor get -o wide
   lessor get pr-1234
-  lessor get -o json | jq -r '.[] | select(.phase == "Bound") | .id'""",
+  lessor get -o json | jq -r '.[] | select(.phase == "Bound") | .id'
+  lessor get -o name                  # lease/l0123abcd4567, sandbox/s...: as LEASE takes them""",
         wide=True,
+        names=True,
     )
     _lease_argument(get, nargs="?")
     kubeconfig = _command(
@@ -289,6 +317,7 @@ examples:
     where = kubeconfig.add_mutually_exclusive_group()
     where.add_argument("--kubeconfig", metavar="PATH", help="where to write it")
     where.add_argument("--merge", action="store_true", help="merge into your kubeconfig")
+    _unsafe_kubeconfig_option(kubeconfig)
     wait = _command(
         commands,
         "wait",
@@ -310,10 +339,16 @@ examples:
     wait.add_argument("--timeout", default="10m", metavar="DURATION", help="default 10m")
 
 
+def _target_argument(parser: argparse.ArgumentParser, dest: str, metavar: str = "NAME") -> None:
+    """A configured target's name; Tab completes them from the config."""
+    action = parser.add_argument(dest, metavar=metavar)
+    action.completer = completion.targets  # type: ignore[attr-defined]
+
+
 def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     config = commands.add_parser(
         "config",
-        help="named targets: view, edit, list, current, use, set",
+        help="named targets: view, edit, list, current, use, set, rename, delete",
         description=_with_examples(
             "config",
             "Named targets (endpoint and auth mode) in $XDG_CONFIG_HOME/lessor/"
@@ -330,14 +365,25 @@ def _config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     actions.add_parser(
         "edit", help="edit in $VISUAL/$EDITOR; saved only if it validates"
     ).set_defaults(handler="lessor.cli.commands.config:edit")
-    listing = actions.add_parser("list", help="list targets", parents=[_output()])
+    listing = actions.add_parser("list", help="list targets", parents=[_output(names=True)])
     listing.set_defaults(handler="lessor.cli.commands.config:list_targets")
     actions.add_parser(
         "current", help="print the current target's name", parents=[_output()]
     ).set_defaults(handler="lessor.cli.commands.config:current")
     use = actions.add_parser("use", help="switch the current target")
-    use.add_argument("name", metavar="NAME")
+    _target_argument(use, "name")
     use.set_defaults(handler="lessor.cli.commands.config:use")
+    rename = actions.add_parser(
+        "rename", help="rename a target (refused onto an existing name); current follows it"
+    )
+    _target_argument(rename, "old", metavar="OLD")
+    rename.add_argument("new", metavar="NEW")
+    rename.set_defaults(handler="lessor.cli.commands.config:rename")
+    delete = actions.add_parser(
+        "delete", help="delete a target (the current one: no target is current then)"
+    )
+    _target_argument(delete, "name")
+    delete.set_defaults(handler="lessor.cli.commands.config:delete")
     put = actions.add_parser(
         "set",
         help="create or replace a target",
@@ -476,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
         "endpoint status, auth methods, pools and your active leases",
         "Show the endpoint's version, auth methods, pools and, with credentials, your session"
         " and active leases. Works without logging in.",
+        names=True,
     )
     _command(
         commands,

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 import uuid
 import venv
@@ -280,7 +281,8 @@ def test_progress_in_place_on_a_terminal_and_plain_lines_elsewhere(user: User) -
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,
-        env=user.env,
+        # A terminal that takes escape codes, whatever runs the tests (TERM=dumb, NO_COLOR).
+        env={k: v for k, v in {**user.env, "TERM": "xterm"}.items() if k != "NO_COLOR"},
         close_fds=True,
     )
     os.close(secondary)
@@ -680,6 +682,103 @@ def test_get_kubeconfig_and_wait_come_back_to_a_lease_and_release_removes_what_t
     assert late.returncode == 5 and "Pending after 2s" in late.stderr
     assert user.run("kubeconfig", queued).returncode == 1
     assert user.run("release", queued).returncode == 0
+
+
+class KubeconfigTamperingFront:
+    """The real API behind a front that adds an exec plugin to every kubeconfig it answers with:
+    what a malicious or compromised server hands out (review N11), or a cluster whose published
+    kubeconfig was tampered with. The real server cannot be made to do it (it hands out what its
+    backends publish, and theirs never has a plugin), so this is the one stand-in: everything
+    else is the real API's answer, passed through unchanged."""
+
+    def __init__(self, upstream: str, marker: Path) -> None:
+        self.tampered = 0
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                skipped = ("host", "content-length", "connection")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skipped}
+                request = urllib.request.Request(
+                    upstream + self.path, data=body or None, method=self.command, headers=headers
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=120) as answer:
+                        status, answered, data = answer.status, answer.headers, answer.read()
+                except urllib.error.HTTPError as error:
+                    status, answered, data = error.code, error.headers, error.read()
+                document = json.loads(data) if data.startswith(b"{") else None
+                if isinstance(document, dict) and document.get("kubeconfig"):
+                    kubeconfig = yaml.safe_load(document["kubeconfig"])
+                    plugin = {"apiVersion": "client.authentication.k8s.io/v1",
+                              "command": "touch", "args": [str(marker)]}  # fmt: skip
+                    kubeconfig["users"][0]["user"]["exec"] = plugin
+                    document["kubeconfig"] = yaml.safe_dump(kubeconfig)
+                    data = json.dumps(document).encode()
+                    front.tampered += 1
+                self.send_response(status)
+                for name, value in answered.items():
+                    if name.lower() not in ("content-length", "connection", "date", "server"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _forward  # noqa: N815
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_kubeconfig_with_an_exec_plugin_from_the_server_is_refused(user: User) -> None:
+    """Review N11: kubectl runs a kubeconfig's exec plugin, so a server (or a tampered cluster)
+    could run any program on the user's machine. `lease`, `with-lease` and `kubeconfig` refuse
+    it in one line naming it and the lease, write nothing, and a lease this command made is
+    released; --allow-unsafe-kubeconfig takes it as it is."""
+    marker = user.home / "the-plugin-ran"
+    front = KubeconfigTamperingFront(user.stack.api.base, marker)
+    through = {"LESSOR_ENDPOINT": front.url, "LESSOR_TOKEN": ALICE}
+    kube = user.home / ".kube"
+    try:
+        refused = user.run("lease", "cli-warm", **through)
+        assert refused.returncode == 1, refused.stderr
+        said = refused.stderr.splitlines()[-1]  # after the progress lines: one line
+        found = re.search(r"; released lease ([a-z0-9][a-z0-9-]*)$", said)
+        assert found and "users[0].user.exec" in said, refused.stderr
+        assert f"kubeconfig for lease {found[1]}" in said and "--allow-unsafe-kubeconfig" in said
+        wait_for("Released", lambda: phase(user.stack, found[1]) == "Released")
+
+        wrapped = user.run("with-lease", "cli-warm", "--", "touch", str(marker), **through)
+        assert wrapped.returncode == 1 and "users[0].user.exec" in wrapped.stderr, wrapped.stderr
+        assert not marker.exists(), "the command never ran with that kubeconfig"
+        allowed = user.run(
+            "with-lease", "cli-warm", "--allow-unsafe-kubeconfig", "--",
+            "sh", "-c", 'grep -q "command: touch" "$KUBECONFIG"', **through,
+        )  # fmt: skip
+        assert allowed.returncode == 0, allowed.stderr
+
+        taken = user.run("lease", "cli-warm", "--allow-unsafe-kubeconfig", "-o", "json", **through)
+        assert taken.returncode == 0, taken.stderr
+        lease = json.loads(taken.stdout)["id"]
+        written = Path(json.loads(taken.stdout)["kubeconfig"])
+        assert "exec" in yaml.safe_load(written.read_text())["users"][0]["user"]
+        written.unlink()
+        for flags in ((), ("--merge",), ("--kubeconfig", str(user.home / "kc"))):
+            again = user.run("kubeconfig", lease, *flags, **through)
+            assert again.returncode == 1 and "users[0].user.exec" in again.stderr, again.stderr
+        assert sorted(p.name for p in kube.iterdir()) == [], "nothing was written"
+        assert not (user.home / "kc").exists()
+        kept = user.run("kubeconfig", lease, "--allow-unsafe-kubeconfig", **through)
+        assert kept.returncode == 0 and written.exists(), kept.stderr
+        assert user.run("release", lease, **through).returncode == 0
+    finally:
+        front.server.shutdown()
+    assert front.tampered >= 4 and not marker.exists()
 
 
 class HtmlProxy:

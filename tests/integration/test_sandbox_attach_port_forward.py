@@ -28,6 +28,7 @@ import re
 import select
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from lessor.cli.config import Target
 from lessor.cli.errors import ApiError
 from lessor.cli.stream_client import Closed, StreamClient
 from lessor.controlplane.cluster import FORWARDED_PORTS, LocalControlPlane
+from lessor.controlplane.pki import CertificateAuthority
 from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     DURATION_LIMIT,
@@ -59,6 +61,7 @@ from lessor.protocol.stream_frames import (
 )
 from tests.integration.http_proxy import HttpProxy
 from tests.integration.operator_harness import wait_for
+from tests.integration.tcp_relay import _pump
 from tests.integration.test_apiserver import Api, start_api
 from tests.integration.test_sandbox_leases import (  # noqa: F401
     ALICE,
@@ -73,6 +76,7 @@ from tests.integration.test_sandbox_leases import (  # noqa: F401
     scanned,
 )
 from tests.unit.test_logs import parse_logfmt
+from tests.unit.test_stream_client_proxy import ConnectProxy, server_context
 
 pytestmark = pytest.mark.integration
 WEB, UNDECLARED = FORWARDED_PORTS[11], FORWARDED_PORTS[12]
@@ -751,3 +755,82 @@ def test_the_cli_forwards_through_the_proxy_the_environment_names(
         forward.wait(timeout=30)
         proxy.close()
     assert f"CONNECT {api.hostname}:{api.port}" in proxy.seen, proxy.seen
+
+
+class TlsFront:
+    """TLS ahead of the API server, as an ingress or load balancer terminates it in a
+    deployment: each connection is decrypted and its bytes relayed to the API unchanged."""
+
+    def __init__(self, context: ssl.SSLContext, upstream: tuple[str, int]) -> None:
+        self.context, self.upstream = context, upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(raw,), daemon=True).start()
+
+    def _relay(self, raw: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            client = self.context.wrap_socket(raw, server_side=True)
+            api = socket.create_connection(self.upstream, timeout=60)
+            threading.Thread(target=_pump, args=(api, client), daemon=True).start()
+            _pump(client, api)
+
+
+def test_a_session_through_an_https_proxy_is_tls_in_tls_end_to_end(
+    env: Env,  # noqa: F811
+    lease: str,
+    echo_server: EchoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review N13 on the real API: the endpoint is https (TlsFront), the proxy an `https://` one
+    with credentials. The CLI speaks TLS to the proxy (its CA from SSL_CERT_FILE), sends the
+    CONNECT and its Basic credentials inside that TLS, and the session's own TLS to the endpoint
+    runs inside the tunnel: a port-forward session carries its bytes both ways and ends with the
+    server's close; the network in front of the proxy saw neither the credentials nor the
+    CONNECT."""
+    proxy_ca, endpoint_ca = CertificateAuthority("proxy CA"), CertificateAuthority("endpoint CA")
+    (tmp_path / "proxy-ca.pem").write_bytes(proxy_ca.cert_pem)
+    (tmp_path / "endpoint-ca.pem").write_bytes(endpoint_ca.cert_pem)
+    api = urlsplit(env.api.api.base)
+    front = TlsFront(
+        server_context(endpoint_ca, tmp_path, "front"), (api.hostname or "", api.port or 80)
+    )
+    proxy = ConnectProxy(server_context(proxy_ca, tmp_path, "proxy"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "proxy-ca.pem"))
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, f"https://alice:pass%20word@localhost:{proxy.port}")
+    endpoint = f"https://localhost:{front.port}"
+    client = Client(
+        Target(
+            endpoint=endpoint, auth="token", token=ALICE, ca_file=str(tmp_path / "endpoint-ca.pem")
+        )
+    )
+    try:
+        session = StreamClient.open(client, f"/v1/sandbox-leases/{lease}/port-forward?port=web")
+        reader = Reader(session)
+        payload = os.urandom(200_000)
+        for start in range(0, len(payload), 50_000):
+            session.send(STDIN, payload[start : start + 50_000])
+        assert reader.size(STDOUT, len(payload)) == payload, "every byte back, in order"
+        session.end()
+        assert reader.end().code == 1000
+    finally:
+        proxy.close()
+        front.listener.close()
+    login = base64.b64encode(b"alice:pass word").decode()
+    (head,) = proxy.heads
+    assert proxy.tls == [True] and head.startswith(f"CONNECT localhost:{front.port} HTTP/1.1")
+    assert f"Proxy-Authorization: Basic {login}" in head, head
+    for secret in (login.encode(), b"pass word", b"CONNECT", ALICE.encode()):
+        assert secret not in proxy.tapped, secret

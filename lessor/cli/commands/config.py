@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lessor.cli import config, output
+from lessor.cli import config, output, sessions
 from lessor.cli.client import tls_context
 from lessor.cli.errors import USAGE, CliError
 from lessor.protocol.validation_errors import describe
@@ -43,6 +43,10 @@ def view(args: argparse.Namespace) -> int:
 
 def list_targets(args: argparse.Namespace) -> int:
     settings = config.load()
+    if output.wants_names(args):
+        # Bare names, as `kubectl config get-contexts -o name`: what --target takes.
+        output.names([(None, name) for name in sorted(settings.targets)])
+        return 0
     if output.wants_json(args):
         output.emit(
             args,
@@ -63,6 +67,7 @@ def list_targets(args: argparse.Namespace) -> int:
             ["*" if name == settings.current else "", name, t.endpoint, t.auth]
             for name, t in sorted(settings.targets.items())
         ],
+        no_headers=args.no_headers,
     )
     return 0
 
@@ -86,6 +91,55 @@ def use(args: argparse.Namespace) -> int:
     settings.target(args.name)
     config.save(settings.model_copy(update={"current": args.name}))
     print(f"current target: {args.name}")
+    return 0
+
+
+def rename(args: argparse.Namespace) -> int:
+    """`config rename OLD NEW`: the target keeps everything it holds (a static token
+    included), and stays the current one if it was. NEW must be free (exit 2 otherwise, as
+    `kubectl config rename-context`): replacing a target is `config set`'s job, never a rename's
+    side effect. A session needs nothing: it is kept per endpoint, not per target name."""
+    settings = config.load()
+    settings.target(args.old)  # exit 4 when there is none
+    if args.new in settings.targets:
+        raise CliError(f"a target named {args.new!r} already exists: delete it first", USAGE)
+    # The same order, the name changed in place.
+    targets = {args.new if n == args.old else n: t for n, t in settings.targets.items()}
+    current = args.new if settings.current == args.old else settings.current
+    try:
+        updated = config.Config.model_validate({"current": current, "targets": targets})
+    except ValidationError as error:
+        raise CliError(describe(error, root="config"), USAGE) from None
+    config.save(updated)
+    print(f"target {args.old} renamed {args.new}" + (" (current)" if current == args.new else ""))
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    """`config delete NAME`: the target leaves the config (with its static token, if it kept
+    one); if it was the current target, none is current afterwards (commands then need
+    --target, LESSOR_TARGET or `config use`), rather than some other target picked for the
+    user.
+
+    The session of its endpoint (sessions.json) is left alone: sessions are kept per endpoint,
+    shared by every target and every `--endpoint` run addressed there, and deleting a local
+    copy would not revoke it on the server; `config` never talks to the server. When no target
+    is left pointing at that endpoint and a session for it is stored, a note on stderr says how
+    to revoke it (`lessor --endpoint URL logout`)."""
+    settings = config.load()
+    target = settings.target(args.name)
+    targets = {n: t for n, t in settings.targets.items() if n != args.name}
+    current = None if settings.current == args.name else settings.current
+    config.save(config.Config(current=current, targets=targets))
+    was_current = settings.current == args.name
+    print(f"target {args.name} deleted" + (": no target is current now" if was_current else ""))
+    shared = any(t.endpoint == target.endpoint for t in targets.values())
+    if not shared and sessions.load(target.endpoint) is not None:
+        print(
+            f"note: the session for {target.endpoint} is kept; "
+            f"`lessor --endpoint {target.endpoint} logout` revokes it",
+            file=sys.stderr,
+        )
     return 0
 
 

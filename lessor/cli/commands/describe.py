@@ -34,6 +34,12 @@ def _path(sandbox: bool, lease_id: str) -> str:
     return f"/v1/{'sandbox-leases' if sandbox else 'leases'}/{lease_id}"
 
 
+def _name(sandbox: bool, lease_id: str) -> tuple[str, str]:
+    """`-o name`'s kind/id: `lease/l...` for a cluster lease, `sandbox/s...` for a Sandbox
+    lease; LEASE takes either form back (lessor.cli.parser.lease_name)."""
+    return ("sandbox" if sandbox else "lease"), lease_id
+
+
 def get(args: argparse.Namespace) -> int:
     client = context.client(args)
     if args.lease_id is None:
@@ -42,6 +48,9 @@ def get(args: argparse.Namespace) -> int:
     lease: dict[str, Any] = client.call("GET", _path(sandbox, lease_id))
     # A credential is never printed: `lessor kubeconfig` writes it to a private file.
     has_kubeconfig = bool(lease.pop("kubeconfig", None))
+    if output.wants_names(args):
+        output.names([_name(sandbox, lease["id"])])
+        return 0
     if output.wants_json(args):
         output.emit(args, {**lease, "kind": "Sandbox" if sandbox else "Cluster"})
         return 0
@@ -78,6 +87,9 @@ def _list(client: Client, args: argparse.Namespace) -> int:
             raise
         sandboxes = []
     leases += [{**lease, "kind": "Sandbox"} for lease in sandboxes]
+    if output.wants_names(args):
+        output.names([_name(lease["kind"] == "Sandbox", lease["id"]) for lease in leases])
+        return 0
     if output.wants_json(args):
         output.emit(args, leases)
         return 0
@@ -100,7 +112,7 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         if wide:
             row += [expires or "-", ", ".join(written.get(lease["id"], [])) or "-"]
         rows.append(row)
-    output.table(headers, rows)
+    output.table(headers, rows, no_headers=args.no_headers)
     return 0
 
 
@@ -116,12 +128,13 @@ def kubeconfig(args: argparse.Namespace) -> int:
             + (f" (`lessor wait {lease_id} --for Bound`)" if lease["phase"] == "Pending" else ""),
         )
     result: dict[str, Any] = {"id": lease_id}
+    allow = args.allow_unsafe_kubeconfig  # review N11: refused unless the user says otherwise
     if args.merge:
-        path, name = kubeconfigs.merge(lease_id, lease["kubeconfig"])
+        path, name = kubeconfigs.merge(lease_id, lease["kubeconfig"], allow_unsafe=allow)
         result.update(kubeconfig=str(path), context=name)
         message = f"merged into {path} as context {name}: kubectl --context {name} get nodes"
     else:
-        path = kubeconfigs.write(lease_id, lease["kubeconfig"], args.kubeconfig)
+        path = kubeconfigs.write(lease_id, lease["kubeconfig"], args.kubeconfig, allow_unsafe=allow)
         result.update(kubeconfig=str(path))
         message = f"wrote {path}: KUBECONFIG={path} kubectl get nodes"
     if output.wants_json(args):

@@ -197,7 +197,12 @@ def _finish(
     progress.update(f"lease {lease_id}: {lease['phase']}")
     bound = wait_bound(client, lease_id, timeout, progress)
     progress.clear()
-    path = kubeconfigs.write(lease_id, bound["kubeconfig"], args.kubeconfig)
+    allow = args.allow_unsafe_kubeconfig
+    try:  # a kubeconfig refused (review N11) is a lease nobody can use: released as on timeout
+        kubeconfigs.checked(lease_id, bound["kubeconfig"], allow_unsafe=allow)
+    except CliError as error:
+        raise give_up(client, lease_id, reused, str(error), error.code) from None
+    path = kubeconfigs.write(lease_id, bound["kubeconfig"], args.kubeconfig, allow_unsafe=allow)
     result.update(phase=bound["phase"], expires_at=bound.get("expires_at"), kubeconfig=str(path))
     return _report(args, result)
 
@@ -213,7 +218,8 @@ def _sandbox(
     connection fails, so a retry never makes two), then wait until Ready. No kubeconfig: the
     sandbox is used through exec, logs, attach and port-forward."""
     for flag, given in (("--kubeconfig", args.kubeconfig), ("--metadata-json", metadata),
-                        ("--ensure", args.ensure)):  # fmt: skip
+                        ("--ensure", args.ensure),
+                        (kubeconfigs.ALLOW_FLAG, args.allow_unsafe_kubeconfig)):  # fmt: skip
         if given:
             raise CliError(f"{flag} is for cluster pools; {args.pool} is a Sandbox pool", USAGE)
     body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}

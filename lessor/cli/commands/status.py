@@ -73,6 +73,13 @@ def status(args: argparse.Namespace) -> int:
         "leases": leases,
         "sandbox_leases": sandbox_leases,
     }
+    if output.wants_names(args):
+        output.names(
+            [("pool", pool["name"]) for pool in body.get("pools", [])]
+            + [("lease", lease["id"]) for lease in leases or []]
+            + [("sandbox", lease["id"]) for lease in sandbox_leases or []]
+        )
+        return 0
     if output.wants_json(args):
         output.emit(args, result)
         return 0
@@ -95,7 +102,9 @@ def status(args: argparse.Namespace) -> int:
         ["PHASE", "QUARANTINED"] if detailed else []
     )
     keys = ["name", "ready", "leased", "creating"] + (["phase", "quarantined"] if detailed else [])
-    output.table(headers, [[pool.get(key) for key in keys] for pool in pools])
+    output.table(
+        headers, [[pool.get(key) for key in keys] for pool in pools], no_headers=args.no_headers
+    )
     if leases is not None:
         print()
         rows = [
@@ -107,7 +116,9 @@ def status(args: argparse.Namespace) -> int:
             for row in sandbox_leases or []
         ]
         if rows:
-            output.table(["LEASE", "POOL", "PHASE", "NAME", "EXPIRES"], rows)
+            output.table(
+                ["LEASE", "POOL", "PHASE", "NAME", "EXPIRES"], rows, no_headers=args.no_headers
+            )
         else:
             print("no active leases")
     return 0

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     command = late_options.command_line(
         args,
         ("--ttl", "--name", "--metadata-json", "--wait-timeout", "--diagnostics-on-failure"),
-        ("--no-keepalive",),
+        ("--no-keepalive", "--allow-unsafe-kubeconfig"),
         example="make e2e",
     )
     if shutil.which(command[0]) is None:  # said before a cluster is taken for nothing
@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
         keepalive = Keepalive(client, lease_id, bound, lease.get("effective_ttl") or args.ttl)
         status = INTERRUPTED
         try:
-            path = kubeconfigs.write(lease_id, bound["kubeconfig"])
+            path = kubeconfigs.write(
+                lease_id, bound["kubeconfig"], allow_unsafe=args.allow_unsafe_kubeconfig
+            )
             if not args.no_keepalive:
                 keepalive.start()
             env = {**os.environ, "KUBECONFIG": str(path), "LESSOR_LEASE_ID": lease_id}
