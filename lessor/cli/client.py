@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from lessor import __version__
-from lessor.cli import debug, sessions
+from lessor.cli import debug, proxy_tunnel, sessions
 from lessor.cli.config import CiSettings, Target
 from lessor.cli.errors import (
     AUTH,
@@ -164,6 +164,32 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
         ) from None
 
 
+class _TunnelledHTTPSConnection(http.client.HTTPSConnection):
+    """An https connection made by lessor.cli.proxy_tunnel: direct, or a CONNECT tunnel through
+    the environment's proxy that is TLS to an `https://` proxy (urllib's is plaintext there,
+    Basic credentials included: review N13), with this connection's TLS inside it."""
+
+    def connect(self) -> None:
+        sock = proxy_tunnel.connect("https", self.host, self.port or 443, self.timeout or 30.0)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+
+
+class _TunnellingHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_TunnelledHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+def _opener(context: ssl.SSLContext) -> urllib.request.OpenerDirector:
+    """https through proxy_tunnel, which applies HTTPS_PROXY and NO_PROXY itself (so urllib's
+    proxy handler keeps only plain http's); redirects that keep the credential at home."""
+    plain = {k: v for k, v in urllib.request.getproxies().items() if k == "http"}
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler(plain),
+        _TunnellingHTTPSHandler(context=context),
+        _CredentialsStayAtHome(),
+    )
+
+
 class _CredentialsStayAtHome(urllib.request.HTTPRedirectHandler):
     """Redirects are followed, but the credential goes only where it was meant for: never to
     another origin (scheme, host, port) and never from https to http. A bearer token, a session
@@ -231,9 +257,7 @@ class Client:
         self.target = target
         self.endpoint = target.endpoint
         self._context = tls_context(target.ca_file)
-        self._opener = urllib.request.build_opener(
-            urllib.request.HTTPSHandler(context=self._context), _CredentialsStayAtHome()
-        )
+        self._opener = _opener(self._context)
         self._session = sessions.load(self.endpoint)
         self.debug = debug.enabled()
         self.request_timeout = _seconds_from_env(REQUEST_TIMEOUT_ENV, TIMEOUT_SECONDS)

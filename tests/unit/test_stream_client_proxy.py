@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -218,6 +220,48 @@ def test_an_https_proxy_is_spoken_to_in_tls_with_the_credentials_inside(
     assert head.startswith(f"CONNECT localhost:{endpoint.port} HTTP/1.1\r\n"), head
     assert f"Proxy-Authorization: Basic {login}\r\n" in head, head
     for secret in (login.encode(), PASSWORD.encode(), b"CONNECT", b"hello through"):
+        assert secret not in proxy.tapped, secret  # the network saw TLS only
+
+
+def test_a_rest_request_goes_through_an_https_proxy_in_tls_too(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's every other request (lessor.cli.client) takes the same tunnel: urllib's own
+    speaks plaintext to an https:// proxy, Basic credentials in the clear."""
+    answer = json.dumps({"id": "x", "phase": "Bound"}).encode()
+
+    class Lease(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), Lease)
+    endpoint.socket = pki.context(pki.endpoint, "endpoint").wrap_socket(
+        endpoint.socket, server_side=True
+    )
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    proxy = ConnectProxy(pki.context(pki.proxy, "proxy"))
+    _through(monkeypatch, f"https://{USER}:{PASSWORD}@localhost:{proxy.port}")
+    port = endpoint.server_address[1]
+    target = Target(
+        endpoint=f"https://localhost:{port}", auth="token", token="t0k",
+        ca_file=str(pki.endpoint_ca_file),
+    )  # fmt: skip
+    try:
+        assert Client(target).call("GET", "/v1/leases/x") == {"id": "x", "phase": "Bound"}
+    finally:
+        proxy.close()
+        endpoint.shutdown()
+    assert proxy.tls == [True], proxy.tls
+    (head,) = proxy.heads
+    assert head.startswith(f"CONNECT localhost:{port} HTTP/1.1\r\n"), head
+    for secret in (PASSWORD.encode(), b"CONNECT", b"t0k", b"/v1/leases/x"):
         assert secret not in proxy.tapped, secret  # the network saw TLS only
 
 
