@@ -335,6 +335,7 @@ def test_with_lease_saves_the_bundle_of_a_failed_command_and_none_of_a_passing_o
     )  # fmt: skip
     assert passing.returncode == 0, passing.stderr
     assert list(artifacts.iterdir()) == [bundle], "nothing is fetched for a command that passed"
+    stack.pool("dx-ci", 0)  # no warm cluster left running under the module's later timings
 
 
 def test_a_lease_that_expires_is_captured_with_the_clusters_credential_not_its_own(

@@ -351,6 +351,36 @@ def test_the_cli_runs_execs_and_propagates_exit_codes(
     assert json.loads(cancel.stdout)["state"] == "Cancelled"
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_run_cancelled_by_a_ci_runner_stops_the_command_and_releases_the_lease(
+    env: Env,  # noqa: F811
+    tmp_path: Path,
+    signum: signal.Signals,
+) -> None:
+    """What a CI system sends a cancelled job: the execution is cancelled and the lease
+    released, as on Ctrl-C (they used to end `lessor run` with the lease held)."""
+    before = sandbox_leases(env)
+    environment = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                   "LESSOR_ENDPOINT": env.api.api.base, "LESSOR_TOKEN": ALICE}  # fmt: skip
+    running = subprocess.Popen(
+        [sys.executable, "-m", "lessor.cli.main", "run", "sb-run", "--", "sh", "-c",
+         "echo started; sleep 300"],
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert running.stdout is not None
+        assert running.stdout.readline() == "started\n"  # the command runs in the sandbox
+        running.send_signal(signum)
+        _, stderr = running.communicate(timeout=120)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 130 and "released" in stderr, stderr
+    [made] = sandbox_leases(env) - before
+    phase = env.objects.status("sandboxlease", made).get("phase")
+    assert phase in ("Releasing", "Released"), phase
+
+
 # -- issue 18, item 3: the runner's answer is the tenant's, so it is bounded and validated ----
 
 EVIL_RUNNER = r"""

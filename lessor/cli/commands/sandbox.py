@@ -12,9 +12,11 @@ a signal ended it, or its outcome is unknown).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 import uuid
+from types import FrameType
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,6 +31,7 @@ LOG_TAIL_MAX = 5000  # the API's bound of tailLines (docs/api-reference.md)
 
 TIMED_OUT, CANCELLED = 124, 125
 FOLLOW_PAUSE = 0.2
+CANCELS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
@@ -168,7 +171,9 @@ def wait_ready(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Lease, run, release: the release happens whatever the command or the caller does."""
+    """Lease, run, release: the release happens whatever the command or the caller does. A CI
+    runner cancels with SIGTERM or SIGHUP as well as SIGINT: each cancels the execution and
+    releases the lease, as Ctrl-C does."""
     argv = _argv(args)
     _check_duration("--ttl", args.ttl)
     _check_duration("--timeout", args.timeout)
@@ -176,18 +181,30 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"pool": args.pool, "idempotencyKey": str(uuid.uuid4())}
     if args.ttl:
         body["ttl"] = args.ttl
-    lease_id = server_id(client.create("/v1/sandbox-leases", body))  # keyed: one lease
-    progress = Progress()
+    previous = {signum: signal.signal(signum, _interrupt) for signum in CANCELS}
     try:
-        wait_ready(client, lease_id, progress)
-        progress.clear()
-        return _run_in(client, lease_id, argv, args)
-    except KeyboardInterrupt:
-        progress.clear()
-        raise CliError(f"interrupted; sandbox lease {lease_id} released", INTERRUPTED) from None
-    finally:
-        progress.clear()
+        lease_id = server_id(client.create("/v1/sandbox-leases", body))  # keyed: one lease
+        progress = Progress()
         try:
-            client.call("DELETE", f"/v1/sandbox-leases/{lease_id}")
-        except CliError as error:
-            print(f"lessor: releasing sandbox lease {lease_id} failed: {error}", file=sys.stderr)
+            wait_ready(client, lease_id, progress)
+            progress.clear()
+            return _run_in(client, lease_id, argv, args)
+        except KeyboardInterrupt:
+            progress.clear()
+            raise CliError(f"interrupted; sandbox lease {lease_id} released", INTERRUPTED) from None
+        finally:
+            progress.clear()
+            for signum in CANCELS:  # a second signal must not cut the release short
+                signal.signal(signum, signal.SIG_IGN)
+            try:
+                client.call("DELETE", f"/v1/sandbox-leases/{lease_id}")
+            except CliError as error:
+                why = f"releasing sandbox lease {lease_id} failed: {error}"
+                print(f"lessor: {why}", file=sys.stderr)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
