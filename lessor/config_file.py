@@ -18,7 +18,8 @@ components keeps a deployment's settings in one reviewed place. Keys (see docs/o
                 sshSignedRate, sshSignedBurst, sessionKeyTtl,
                 defaultMaxConcurrentLeases, executionAdmissionRate, executionAdmissionBurst,
                 maxCommandBytesPerLease, loginRate, loginBurst, maxSessionsPerOwner,
-                maxInFlight, maxWaitsPerIdentity, trustedProxies}
+                maxInFlight, maxWaitsPerIdentity, trustedProxies, hidePoolStatus,
+                publicPoolStatus (deprecated)}
     operator:  {workers, httpPort, leaseDuration, renewDeadline, retryPeriod, teardownGrace,
                 leaseRetention, localBackendDir, allowPrivilegedBackends}
 """
@@ -70,6 +71,8 @@ class ApiServer(_Section):
     session_key_ttl: float | None = Field(default=None, gt=0)
     ssh_signed_burst: int | None = Field(default=None, ge=1)
     default_max_concurrent_leases: int | None = Field(default=None, ge=1)
+    hide_pool_status: bool | None = None
+    # Deprecated (lessor.apiserver.server._hide_pool_status): true does nothing, false hides.
     public_pool_status: bool | None = None
     lease_admission_rate: float | None = Field(default=None, gt=0)
     lease_admission_burst: int | None = Field(default=None, ge=1)

@@ -26,6 +26,8 @@ from lessor.logs import configure as configure_logging
 from lessor.logs import gunicorn_config as gunicorn_logging
 from lessor.protocol.ssh_signature import audience_of
 
+log = logging.getLogger(__name__)
+
 
 class RequestLinesOnly(Logger):  # type: ignore[misc]
     """gunicorn's logger without its access lines: each request is logged once, by lessor
@@ -60,8 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--metrics-bind",
         metavar="HOST:PORT",
-        help="a second listener serving GET /metrics only (Prometheus, inside the cluster; the "
-        "--bind port serves no /metrics); default: none, /metrics is not served",
+        help="a second listener serving GET /metrics only (Prometheus, inside the cluster), "
+        "and then the --bind port serves no /metrics (404); default: none, /metrics is served "
+        "at the API's address without credentials, as the spec lists it",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worker-connections", type=int, default=1000)
@@ -175,11 +178,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="requests one worker serves at once; beyond, 429 with Retry-After (overloaded)",
     )
     parser.add_argument(
+        "--hide-pool-status",
+        action=argparse.BooleanOptionalAction,
+        default=Settings.hide_pool_status,
+        help="list no pools in GET /v1/status to callers without credentials (default: every "
+        "pool's name, ready, leased and creating, as the spec's anonymous rows; authenticated "
+        "callers get their own pools either way)",
+    )
+    parser.add_argument(
         "--public-pool-status",
         action=argparse.BooleanOptionalAction,
-        default=Settings.public_pool_status,
-        help="list every pool's name and counts in GET /v1/status to callers without "
-        "credentials (default: only to authenticated callers, their own pools)",
+        default=None,
+        help="deprecated: listing the pools to anyone is the default now, so this does "
+        "nothing; --no-public-pool-status is read as --hide-pool-status",
     )
     parser.add_argument(
         "--ssh-audience",
@@ -237,6 +248,32 @@ def _metrics_port(bind: str, metrics_bind: str | None) -> int | None:
     return port
 
 
+def _hide_pool_status(args: argparse.Namespace) -> bool:
+    """--hide-pool-status, or what the deprecated --public-pool-status said: `true` asks for
+    the default now (a no-op), `false` (hiding, the old default) is kept as hiding, so no
+    configuration that asked for the pools to be kept from strangers starts telling them."""
+    public: bool | None = args.public_pool_status
+    hide: bool = args.hide_pool_status
+    if public is None:
+        return hide
+    if public and hide:
+        raise SystemExit(
+            "--public-pool-status and --hide-pool-status contradict each other: drop "
+            "--public-pool-status (apiserver.publicPoolStatus), which is deprecated"
+        )
+    if public:
+        log.warning(
+            "--public-pool-status (apiserver.publicPoolStatus) is deprecated and does nothing: "
+            "GET /v1/status lists the pools to anyone by default (--hide-pool-status hides them)"
+        )
+        return hide
+    log.warning(
+        "--no-public-pool-status (apiserver.publicPoolStatus: false) is deprecated: read as "
+        "--hide-pool-status (apiserver.hidePoolStatus: true); say that instead"
+    )
+    return True
+
+
 # (rate, burst) flag pairs of the token buckets: a rate must be positive, a burst at least 1.
 BUCKETS = (
     ("sandbox_admission_rate", "sandbox_admission_burst"),
@@ -289,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         raise SystemExit(f"--ssh-audience: {error}") from None
     if not ssh_audiences:
-        logging.getLogger(__name__).warning(
+        log.warning(
             "no --ssh-audience (apiserver.sshAudiences): SSH request signatures are refused"
         )
     try:
@@ -297,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         raise SystemExit(f"--trusted-proxy: {error}") from None
     metrics_port = _metrics_port(args.bind, args.metrics_bind)
+    hide_pool_status = _hide_pool_status(args)
     options = {
         "bind": [args.bind, args.metrics_bind] if args.metrics_bind else [args.bind],
         "workers": args.workers,
@@ -328,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         session_key_ttl=args.session_key_ttl,
         ssh_signed_burst=args.ssh_signed_burst,
         default_max_concurrent_leases=args.default_max_concurrent_leases,
-        public_pool_status=args.public_pool_status,
+        hide_pool_status=hide_pool_status,
         lease_admission_rate=args.lease_admission_rate,
         lease_admission_burst=args.lease_admission_burst,
         execution_admission_rate=args.execution_admission_rate,

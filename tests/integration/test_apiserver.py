@@ -55,11 +55,13 @@ class Response:
 @dataclass
 class Api:
     base: str
-    metrics_base: str | None = None  # the metrics listener (--metrics-bind), if it has one
+    # Where /metrics is served: the metrics listener (--metrics-bind), or without one the API's
+    # own address.
+    metrics_base: str | None = None
 
     def metrics(self) -> str:
-        """The Prometheus text of the metrics listener (the API's own port serves none)."""
-        assert self.metrics_base is not None, "started without --metrics-bind"
+        """The Prometheus text of the server, all workers' counts."""
+        assert self.metrics_base is not None
         with urllib.request.urlopen(self.metrics_base + "/metrics", timeout=30) as response:
             text: str = response.read().decode()
         return text
@@ -131,11 +133,15 @@ def start_api(
     kubeconfig: Path | None = None,
     ssh_audiences: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    metrics_listener: bool = True,
 ) -> tuple[subprocess.Popen[bytes], Api]:
     """An API server of its own on a reserved port; SSH signatures naming its own URL, or one of
-    `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted."""
+    `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted. With
+    `metrics_listener` it has a second listener for /metrics (--metrics-bind, as the shipped
+    manifests set it); without, /metrics is at its own address (the spec's default)."""
     port, reservation = reserved_port()
     metrics_port, metrics_reservation = reserved_port()
+    metrics_bind = (f"--metrics-bind=127.0.0.1:{metrics_port}",) if metrics_listener else ()
     audiences = (f"http://127.0.0.1:{port}", *ssh_audiences)
     with log.open("ab") as output:
         process = subprocess.Popen(
@@ -144,7 +150,7 @@ def start_api(
                 "-m",
                 "lessor.apiserver",
                 f"--bind=127.0.0.1:{port}",
-                f"--metrics-bind=127.0.0.1:{metrics_port}",
+                *metrics_bind,
                 "--workers=2",
                 f"--namespace={namespace}",
                 f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
@@ -155,7 +161,8 @@ def start_api(
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
-    api = Api(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}")
+    base = f"http://127.0.0.1:{port}"
+    api = Api(base, f"http://127.0.0.1:{metrics_port}" if metrics_listener else base)
 
     def healthy() -> bool:
         if process.poll() is not None:
@@ -281,31 +288,66 @@ def lease_until(stack: Stack, token: str, lease_id: str, phase: str) -> dict[str
     return wait_for(f"{lease_id} {phase}", probe, timeout=120)
 
 
-def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack, tmp_path: Path) -> None:
+# Spec 4.6: "No token required; a token enriches the response with the accessible pools.
+# 200 body: version (string), auth.methods (array of string ...), auth.sessions (array), pools
+# (array of name, ready, leased, creating). Authenticated pool rows add phase and quarantined."
+ANONYMOUS_ROW = {"name", "ready", "leased", "creating"}
+AUTHENTICATED_ROW = ANONYMOUS_ROW | {"phase", "quarantined"}
+
+
+def test_status_needs_no_token_and_a_token_enriches_it(stack: Stack) -> None:
+    """Spec 4.6, by default: anyone gets the version, the auth methods and a row per pool of
+    name, ready, leased and creating, and no more; a token's rows add phase and quarantined."""
     anonymous = stack.api.call("GET", "/v1/status")
     assert anonymous.status == 200
+    assert isinstance(anonymous.body["version"], str)
     assert set(anonymous.body["auth"]["methods"]) == {"oidc", "token", "ssh"}
-    assert anonymous.body["pools"] == [], "pool names are not told to strangers by default"
+    assert isinstance(anonymous.body["auth"]["sessions"], list)
+    rows = {row["name"]: row for row in anonymous.body["pools"]}
+    assert {"api-warm", "api-cold"} <= set(rows), "the spec's anonymous rows, by default"
+    for row in rows.values():
+        assert set(row) == ANONYMOUS_ROW, row
+        assert all(isinstance(row[count], int) for count in ("ready", "leased", "creating"))
     known = stack.api.call("GET", "/v1/status", token=ALICE)
-    assert {"api-warm", "api-cold"} <= {row["name"] for row in known.body["pools"]}
-    assert {"phase", "quarantined"} <= set(known.body["pools"][0])
-    # A deployment that wants its pools public says so.
-    process, public = start_api(
-        stack.cluster, stack.namespace, tmp_path / "public.log", ("--public-pool-status",)
-    )
-    try:
-        rows = {row["name"]: row for row in public.call("GET", "/v1/status").body["pools"]}
-        assert {"api-warm", "api-cold"} <= set(rows)
-        assert "phase" not in rows["api-warm"]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+    assert known.status == 200
+    enriched = {row["name"]: row for row in known.body["pools"]}
+    assert {"api-warm", "api-cold"} <= set(enriched)
+    for row in enriched.values():
+        assert set(row) == AUTHENTICATED_ROW, row
 
 
-# What the spec lets anyone call (5.1: /v1/status, /healthz; /v1/status takes an optional
-# token), the readiness probe, and the API's own document, which describes the API and nothing
-# in it. /metrics is on the metrics listener, not a route of the API (test_monitoring.py).
-PUBLIC = {"/healthz": "none", "/readyz": "none", "/openapi.json": "none", "/v1/status": "optional"}
+def test_hide_pool_status_keeps_the_rows_from_anonymous_callers(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The hardening a deployment turns on: `--hide-pool-status` lists no pool to a caller
+    without credentials, and changes nothing for one with; the deprecated
+    `--no-public-pool-status` (the old way to say the old default) hides them too."""
+    for flag in ("--hide-pool-status", "--no-public-pool-status"):
+        log = tmp_path / f"{flag.strip('-')}.log"
+        process, hidden = start_api(stack.cluster, stack.namespace, log, (flag,))
+        try:
+            anonymous = hidden.call("GET", "/v1/status")
+            assert anonymous.status == 200 and anonymous.body["pools"] == [], flag
+            assert set(anonymous.body["auth"]["methods"]) == {"oidc", "token", "ssh"}
+            known = hidden.call("GET", "/v1/status", token=ALICE).body["pools"]
+            assert {"api-warm", "api-cold"} <= {row["name"] for row in known}, flag
+            assert all(set(row) == AUTHENTICATED_ROW for row in known), flag
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    assert "deprecated" in log.read_text(), "the old flag is named deprecated at start"
+
+
+# What the spec lets anyone call (5.1: /v1/status, /healthz, /metrics; /v1/status takes an
+# optional token), the readiness probe, and the API's own document, which describes the API and
+# nothing in it. /metrics is a route only without a metrics listener (--metrics-bind).
+PUBLIC = {
+    "/healthz": "none",
+    "/readyz": "none",
+    "/metrics": "none",
+    "/openapi.json": "none",
+    "/v1/status": "optional",
+}
 
 
 def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
@@ -320,7 +362,8 @@ def test_every_route_but_the_public_ones_refuses_an_unknown_caller(
     }
     assert public == PUBLIC
     mode = ("--agent-sandbox-mode=external",)
-    process, api = start_api(stack.cluster, stack.namespace, tmp_path / "api.log", mode)
+    log = tmp_path / "api.log"
+    process, api = start_api(stack.cluster, stack.namespace, log, mode, metrics_listener=False)
     try:
         checked = 0
         for route in ROUTES:
@@ -866,17 +909,65 @@ def test_every_change_and_every_handing_out_of_access_leaves_an_audit_record(
     assert all(r.get("client") for r in records if r.get("route")), "every request line too"
 
 
-def test_metrics_count_requests_across_workers(stack: Stack) -> None:
-    for _ in range(4):
-        stack.api.call("GET", "/v1/status")
-    text = stack.api.metrics()
-    assert "svc_sandbox_admission_rate_limited_total" in text
-    counted = sum(
+# Spec 4 lists `GET /metrics` under {base_url} with authentication "none"; spec 6: "The only
+# observable counter is the metric svc_sandbox_admission_rate_limited_total exposed at
+# /metrics", where "a neutral word svc stands in identifiers that would otherwise carry the
+# product name" (as the CLI's LESSOR_TOKEN is the spec's SVC_TOKEN).
+SPEC_COUNTER = "lessor_sandbox_admission_rate_limited_total"
+DEPRECATED_COUNTER = "svc_sandbox_admission_rate_limited_total"  # kept one release, same value
+
+
+def sample(text: str, name: str) -> float | None:
+    """The value of the unlabelled sample `name` in Prometheus text (None: not there)."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def requests_counted(text: str, route: str) -> float:
+    return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("lessor_http_requests_total{") and 'route="/v1/status"' in line
+        if line.startswith("lessor_http_requests_total{") and f'route="{route}"' in line
     )
-    assert counted >= 4
+
+
+def test_metrics_are_at_the_base_address_without_credentials_by_default(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The spec's default: with no --metrics-bind, GET {base_url}/metrics answers a caller
+    without credentials with Prometheus text that has the spec's counter (under lessor's name,
+    and the deprecated literal name beside it with the same value) and the counts of every
+    gunicorn worker, as the metrics listener does."""
+    log = tmp_path / "api.log"
+    process, api = start_api(stack.cluster, stack.namespace, log, metrics_listener=False)
+    try:
+        for _ in range(20):  # each on a connection of its own: both workers answer some
+            assert api.call("GET", "/v1/status").status == 200
+        answer = api.call("GET", "/metrics")  # no Authorization header
+        assert answer.status == 200, answer.body
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        text = answer.body
+        assert sample(text, SPEC_COUNTER) is not None, f"no {SPEC_COUNTER} at the base address"
+        assert sample(text, DEPRECATED_COUNTER) == sample(text, SPEC_COUNTER)
+        assert requests_counted(text, "/v1/status") >= 20, "every worker's requests"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_metrics_bind_moves_metrics_off_the_base_address(stack: Stack) -> None:
+    """The hardening a deployment turns on (the stack's servers are started as the manifests
+    configure them, with --metrics-bind): /metrics is a 404 at the API's address and served,
+    without credentials and for every worker, on the metrics listener."""
+    api = stack.api
+    assert api.metrics_base is not None and api.metrics_base != api.base
+    for _ in range(4):
+        api.call("GET", "/v1/status")
+    assert api.call("GET", "/metrics").status == 404
+    text = api.metrics()
+    assert sample(text, SPEC_COUNTER) is not None
+    assert sample(text, DEPRECATED_COUNTER) == sample(text, SPEC_COUNTER)
+    assert requests_counted(text, "/v1/status") >= 4
 
 
 def test_sessions_work_on_every_replica_and_logout_revokes_everywhere(stack: Stack) -> None:

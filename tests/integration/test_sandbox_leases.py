@@ -667,7 +667,7 @@ def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: 
     limited = ScannedApi(api, env.api.seen)
     bucket = Bucket(rate, 2)
     made = []
-    refusals = "svc_sandbox_admission_rate_limited_total"
+    refusals = "lessor_sandbox_admission_rate_limited_total"  # the spec's, svc being lessor
     try:
 
         def post(
@@ -706,6 +706,8 @@ def test_admission_is_rate_limited_per_principal_without_charging_refusals(env: 
         )
         refused = sum(answer.status == 429 for answer, _, _ in verdicts)
         assert metric(api, refusals) - before == refused, "one increment per refusal"
+        deprecated = "svc_sandbox_admission_rate_limited_total"  # its old name, for one release
+        assert metric(api, deprecated) == metric(api, refusals) > 0
         # A throttled keyed retry of a committed lease recovers it with one exact-name read.
         # (Whether it passed the limiter, and so spent a token, only the bucket can say.)
         before = metric(api, refusals)

@@ -214,7 +214,8 @@ Authentication = Literal["required", "optional", "none"]
 class Base:
     """A resource. Its responders need an authenticated caller unless the class says otherwise:
     `"optional"` authenticates a request that sends credentials and lets others through with no
-    principal; `"none"` never looks at credentials (liveness, readiness, the API's document)."""
+    principal; `"none"` never looks at credentials (liveness, readiness, metrics, the API's
+    document)."""
 
     authentication: ClassVar[Authentication] = "required"
 
@@ -366,10 +367,11 @@ class LoginResource(Base):
 
 
 class StatusResource(Base):
-    """Anyone may ask (spec 5.1): the version and how to authenticate. Pool rows go to a caller
-    who sends credentials (the pools it may use), and to anyone only where the deployment says
-    its pools are public (`--public-pool-status`): pool names and their capacity tell an
-    outsider about the installation (docs/api.md)."""
+    """Anyone may ask (spec 4.6, 5.1): the version, how to authenticate, and a row per pool
+    with its name, ready, leased and creating counts; a caller who sends credentials gets the
+    pools it may use, whose rows add phase and quarantined. A deployment that does not want its
+    pools' names and capacity told to strangers hides the anonymous rows
+    (`--hide-pool-status`, docs/api.md)."""
 
     authentication = "optional"
 
@@ -383,9 +385,9 @@ class StatusResource(Base):
                 # Every configured method can be exchanged for a session at POST /v1/login.
                 "auth": {"methods": methods, "sessions": methods},
                 "pools": (
-                    self.services.pools.status_rows(caller)
-                    if caller is not None or self.services.settings.public_pool_status
-                    else []
+                    []
+                    if caller is None and self.services.settings.hide_pool_status
+                    else self.services.pools.status_rows(caller)
                 ),
                 "sandbox": self.services.sandbox.status(),
             },
@@ -531,6 +533,21 @@ class OpenApiResource(Base):
         resp.media = self.document
 
 
+class MetricsResource(Base):
+    """The spec's `GET /metrics` at the API's address, without credentials: every worker's
+    counts (prometheus multiprocess mode), as the metrics listener serves them. Registered only
+    where the deployment gives /metrics no listener of its own (`--metrics-bind`): there it is
+    a 404 (lessor.apiserver.http.listeners). Its labels are bounded as every request's are: a
+    route template, a known method or `other`, a status."""
+
+    authentication = "none"
+
+    def on_get(self, _req: falcon.Request, resp: falcon.Response) -> None:
+        body, content_type = metrics.exposition()
+        resp.data = body
+        resp.content_type = content_type
+
+
 class ReadyResource(Base):
     """Readiness, apart from liveness (/healthz): this worker can serve once it has read the
     AccessPolicies, which every authenticated request needs, and keeps reading them (its watch
@@ -561,6 +578,8 @@ class Route:
     resource: type[Base]
     operations: Callable[[], Json] | None
     sandbox: bool = False  # served only with `agentSandbox.mode: external` (sandboxes.gate)
+    # Served only where /metrics has no listener of its own (Settings.metrics_port).
+    api_metrics: bool = False
 
     @property
     def methods(self) -> frozenset[str]:
@@ -598,6 +617,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/v1/status", StatusResource, openapi.status),
     Route("/healthz", HealthResource, openapi.healthz),
     Route("/readyz", ReadyResource, None),
+    Route("/metrics", MetricsResource, None, api_metrics=True),
     Route("/openapi.json", OpenApiResource, None),
 )
 
@@ -608,8 +628,9 @@ def api_document() -> Json:
 
 
 def create_app(settings: Settings) -> Wsgi:
-    """The WSGI application: the WebSocket routes in front of the Falcon app, and /metrics on
-    the metrics listener only (lessor.apiserver.http.listeners)."""
+    """The WSGI application: the WebSocket routes in front of the Falcon app; /metrics at the
+    API's address, or on the metrics listener only where there is one
+    (lessor.apiserver.http.listeners)."""
     services = Services(settings)
     middleware: list[Shed | Observe | Authenticate] = [
         # Observe reads the body first: a request counts against the worker's bound only once
@@ -621,8 +642,11 @@ def create_app(settings: Settings) -> Wsgi:
     app = falcon.App(middleware=middleware)
     sandbox = settings.agent_sandbox_mode == "external"
     for route in ROUTES:
-        if sandbox or not route.sandbox:
-            app.add_route(route.path, route.resource(services))
+        if route.sandbox and not sandbox:
+            continue
+        if route.api_metrics and settings.metrics_port is not None:
+            continue
+        app.add_route(route.path, route.resource(services))
     if sandbox:
         services.sandbox.verdict()  # checked (and logged) as the worker starts
     add_error_handlers(app)

@@ -1,16 +1,25 @@
-"""The API server's two listeners: the public API, and /metrics on a port of its own.
+"""Where /metrics is served: at the API's own address by default, as the spec lists it
+(`GET /metrics`, no authentication, under the base URL), or on a listener of its own where the
+deployment asks for one (`--metrics-bind`, `apiserver.metricsBind`), and then nowhere else.
 
-Why a port of its own: the public port is what an Ingress or a load balancer exposes, and
-/metrics names every route, pool and rate the installation serves; Prometheus scrapes the pods
-directly, inside the cluster. Keeping it off the public port altogether (a 404 there) leaves
-nothing for an Ingress rule to forget.
+Why an operator may want a port of its own: the public port is what an Ingress or a load
+balancer exposes, and /metrics names every route, pool and rate the installation serves;
+Prometheus scrapes the pods directly, inside the cluster. Keeping it off the public port
+altogether (a 404 there) leaves nothing for an Ingress rule to forget, and a scrape on its own
+port is never shed with the API's requests. The shipped manifests and chart turn it on.
+
+At the API's address /metrics is a Falcon route (lessor.apiserver.http.app.MetricsResource,
+authentication "none"): a scrape is counted, logged and shed as any anonymous request is, so a
+flood of them costs no more than the worker's bound of requests in flight.
 
 Why a second gunicorn bind and not a separate server: the workers already write their metrics
 in prometheus multiprocess mode, so any worker answers for all of them, and gunicorn hands
 connections from both sockets to the same workers; a second listener costs no process, no
 thread in the gunicorn master (which forks the workers: a thread there could hold a lock across
 the fork) and nothing to supervise. Which listener a connection came in on is read from the
-connection's own socket (its local port), never from a header the client wrote.
+connection's own socket (its local port), never from a header the client wrote. Both places
+answer with the same exposition (lessor.apiserver.http.metrics.exposition): every worker's
+counts.
 """
 
 from __future__ import annotations
@@ -51,8 +60,9 @@ def serve_metrics(environ: Environ, start_response: StartResponse) -> Iterable[b
 
 
 class Listeners:
-    """Routes each request by the listener it arrived on: the metrics port to serve_metrics,
-    every other to the API (which has no /metrics route)."""
+    """Routes each request by the listener it arrived on: the metrics port, if there is one, to
+    serve_metrics, every other to the API (whose /metrics route exists only without a metrics
+    port)."""
 
     def __init__(self, api: Wsgi, metrics_port: int | None) -> None:
         self.api = api

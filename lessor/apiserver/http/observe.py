@@ -39,7 +39,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 # is one plain bounded word; anything else is replaced, never logged.
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-PROBES = frozenset({"/healthz", "/readyz"})
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 # A path is the client's bytes, up to gunicorn's 8 KiB request line: logged, it is cut here.
 PATH_LOGGED = 512
 

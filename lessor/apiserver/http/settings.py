@@ -60,10 +60,11 @@ class Settings:
     # whose X-Forwarded-For names the client in logs and audit records
     # (lessor.apiserver.http.client_address); from any other peer the header is ignored.
     trusted_proxies: tuple[str, ...] = ()
-    # Whether GET /v1/status lists pools (names and counts) to a caller without credentials.
-    public_pool_status: bool = False
+    # Whether GET /v1/status keeps its pool rows (names and counts) from a caller without
+    # credentials; by default they are listed, as the spec's anonymous rows (4.6).
+    hide_pool_status: bool = False
     # The port of the second listener, which serves /metrics and nothing else (None: no
-    # metrics listener); lessor.apiserver.http.listeners.
+    # metrics listener, /metrics is served at the API's address); lessor.apiserver.http.listeners.
     metrics_port: int | None = None
 
 

@@ -10,7 +10,9 @@ lessor.apiserver.http.observe): a request whose body is still trickling in holds
 bounded by gunicorn's `worker_connections`, not a slot of this bound, so a few slow clients
 cannot make the worker refuse everyone (review N5).
 The probes are never refused (a refused probe would take the replica out of service, or
-restart it, for being busy; /metrics has a listener of its own, outside Falcon), and a request
+restart it, for being busy). /metrics at the API's address can be: anyone may ask for it, and each
+answer aggregates every worker's files; a deployment whose scrapes must get through an overload
+gives /metrics a listener of its own (`--metrics-bind`, outside Falcon). A request
 that waits (a lease's `waitSeconds`, a wait-mode execution) stops counting once admitted to
 its wait (`set_aside`): it holds a greenlet, not the CPU the bound is there to protect, and
 waits have bounds of their own (lessor.apiserver.http.held_requests).
