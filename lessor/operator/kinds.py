@@ -11,6 +11,7 @@ from lessor.protocol.json_object import Json
 from lessor.resources.access_policy import AccessPolicy
 from lessor.resources.base import GROUP, VERSION, Resource
 from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
+from lessor.resources.diagnostics_bundle import DiagnosticsBundle
 from lessor.resources.sandbox import SandboxExecution, SandboxLease, SandboxPool
 
 
@@ -21,6 +22,7 @@ def resource_type(model: type[Resource[Any, Any]]) -> ResourceType:
 POOLS = resource_type(ClusterPool)
 INSTANCES = resource_type(ClusterInstance)
 LEASES = resource_type(ClusterLease)
+DIAGNOSTICS_BUNDLES = resource_type(DiagnosticsBundle)
 SANDBOX_POOLS = resource_type(SandboxPool)
 SANDBOX_LEASES = resource_type(SandboxLease)
 EXECUTIONS = resource_type(SandboxExecution)

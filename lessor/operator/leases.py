@@ -32,6 +32,7 @@ from lessor.operator.backends.registry import Backends
 from lessor.operator.claims_in_flight import ClaimsInFlight
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
+from lessor.operator.diagnostics import records as diagnostics_records
 from lessor.operator.diagnostics.captures import Captures
 from lessor.operator.kinds import (
     BY_CLAIM,
@@ -191,6 +192,7 @@ class LeaseReconciler:
         deleting = lease.metadata.deletion_timestamp is not None
         if phase in ClusterLease.phases.finished:
             if deleting:
+                await diagnostics_records.keep(self.client, lease)
                 await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
                 return Result()
             return await self._retain(obj, lease)
@@ -505,6 +507,7 @@ class LeaseReconciler:
         left = (ended + self.retention - utcnow()).total_seconds()
         if left > 0:
             return Result(requeue_after=left)
+        await diagnostics_records.keep(self.client, lease)
         await delete_fenced(self.client, LEASES, obj)
         return Result()
 

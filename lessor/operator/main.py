@@ -23,6 +23,7 @@ from lessor.operator import (
     pools,
 )
 from lessor.operator.context import Context
+from lessor.operator.diagnostics import records as diagnostics_records
 from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller
 from lessor.operator.runtime.events import EventRecorder
@@ -38,6 +39,7 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     local_orphans.setup,
     namespace_orphans.setup,
     access_policies.setup,
+    diagnostics_records.setup,
 )
 
 

@@ -16,6 +16,7 @@ What Ready means per kind (docs/operations.md, "Conditions"):
 - SandboxExecution: Running or Succeeded, plus `Finished` once it has an outcome (Job-like:
   `kubectl wait --for=condition=Finished` waits for the end, whatever it is).
 - AccessPolicy: valid (lessor.operator.access_policies decides and writes it itself).
+- DiagnosticsBundle: none (a record written whole, with no state of its own).
 """
 
 from __future__ import annotations

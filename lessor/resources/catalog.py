@@ -7,6 +7,7 @@ from typing import Any
 from lessor.resources.access_policy import AccessPolicy
 from lessor.resources.base import Resource
 from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
+from lessor.resources.diagnostics_bundle import DiagnosticsBundle
 from lessor.resources.sandbox import SandboxExecution, SandboxLease, SandboxPool
 
 RESOURCES: tuple[type[Resource[Any, Any]], ...] = (
@@ -14,6 +15,7 @@ RESOURCES: tuple[type[Resource[Any, Any]], ...] = (
     ClusterPool,
     ClusterInstance,
     ClusterLease,
+    DiagnosticsBundle,
     SandboxPool,
     SandboxLease,
     SandboxExecution,

@@ -334,32 +334,38 @@ class Quota(SpecModel):
 _SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")
 
 
+def _backend_schema(schema: JsonDict) -> None:
+    """A settings block of another type is refused. `type` is required by the pool's rule
+    (ClusterPoolSpec), which says why: a schema's `required` would be answered first, with a bare
+    "Required value"."""
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": f"!has(self.{block}) || self.type == '{block}'",
+            "message": f"backend.{block} is set but backend.type is not {block}",
+        }
+        for block in _SETTINGS_BLOCKS
+    ]
+    required = schema.get("required")
+    if isinstance(required, list) and "type" in required:
+        required.remove("type")
+        if not required:
+            del schema["required"]
+
+
 class Backend(SpecModel):
     """Which kind of cluster a pool's instances are, and that kind's settings: a settings block
     of another kind is refused (by the CRD's schema, and by this model), not silently ignored."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"!has(self.{block}) || self.type == '{block}'",
-                    "message": f"backend.{block} is set but backend.type is not {block}",
-                }
-                for block in _SETTINGS_BLOCKS
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=_backend_schema)
 
     type: Literal["local", "apiserver", "k3s", "vcluster", "namespace"] = Field(
-        default="local",
-        description="local: kube-apiserver and etcd processes on the operator's host (development,"
-        " demos, CI); apiserver: kube-apiserver and etcd as a pod of the host cluster, reached"
-        " through a NodePort (a control plane without nodes, for jobs that need only an API"
-        " server); k3s: a k3s server and agent in a namespace of the host cluster; vcluster: a"
-        " virtual cluster whose pods run on the host cluster's nodes, in a namespace of its own;"
-        " namespace:"
-        " a namespace of the host cluster, for tests and benchmarks only (operator flag"
-        " --test-backends).",
+        description="Required: no kind suits every install. local: kube-apiserver and etcd"
+        " processes on the operator's host (development, demos, CI); apiserver: kube-apiserver"
+        " and etcd as a pod of the host cluster, reached through a NodePort (a control plane"
+        " without nodes, for jobs that need only an API server); k3s: a k3s server and agent in"
+        " a namespace of the host cluster; vcluster: a virtual cluster whose pods run on the host"
+        " cluster's nodes, in a namespace of its own; namespace: a namespace of the host"
+        " cluster, for tests and benchmarks only (operator flag --test-backends).",
     )
     apiserver: ApiserverBackendConfig | None = None
     # An explicit alias: the camelCase generator would spell it "k3S".
@@ -454,7 +460,9 @@ class Diagnostics(SpecModel):
 
     Capture reads the leased cluster, which its tenant controls: it is bounded in time and in
     bytes, and a capture that fails or runs out of either never holds teardown back longer than
-    `captureTimeout`. How long bundles are kept is the bucket's lifecycle rule."""
+    `captureTimeout`. lessor serves a bundle for `retention` after its capture, whether or not
+    its lease still exists (a DiagnosticsBundle keeps the record); the store keeps the object as
+    long as the bucket's lifecycle rule says, which should be at least as long."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -501,6 +509,11 @@ class Diagnostics(SpecModel):
     capture_timeout: PositiveDuration = Field(
         default="60s", description="The longest a capture and its upload may take."
     )
+    retention: PositiveDuration = Field(
+        default="168h",
+        description="How long after its capture a bundle is served to its lease's owner, even"
+        " once the lease is deleted; the bucket's lifecycle rule should keep objects as long.",
+    )
     max_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=64 * 1024,
@@ -518,7 +531,32 @@ class Diagnostics(SpecModel):
         return self
 
 
+BACKEND_REQUIRED = (
+    "spec.backend.type is required: apiserver, k3s or vcluster (clusters in the host cluster;"
+    " k3s also needs the operator's allowPrivilegedBackends), local (processes on the operator's"
+    " host: development and demos) or namespace (tests, with --test-backends); docs/"
+    "operations.md, Pools and backends, says which fits"
+)
+
+
+def _backend_required(schema: JsonDict) -> None:
+    """The CRD says a missing backend is refused, and why, in a rule of its own: a schema's
+    `required` would be answered first with a bare "Required value", and the rule never run."""
+    required = schema.get("required")
+    if isinstance(required, list) and "backend" in required:
+        required.remove("backend")
+    schema["x-kubernetes-validations"] = [
+        {"rule": "has(self.backend) && has(self.backend.type)", "message": BACKEND_REQUIRED}
+    ]
+
+
 class ClusterPoolSpec(SpecModel):
+    """A pool's backend has no default: the one a default could name (`local`) works only
+    where the operator runs beside its clusters' processes, never in the shipped image, so a pool
+    that named none would fail at its first cluster instead of at `kubectl apply`."""
+
+    model_config = ConfigDict(json_schema_extra=_backend_required)
+
     ttl: PositiveDuration = Field(default="1h", description="Default lease TTL.")
     warm_target: int = Field(default=1, ge=0, le=1000, description="Instances kept Ready.")
     max_instances: int = Field(
@@ -529,7 +567,7 @@ class ClusterPoolSpec(SpecModel):
         " so the clusters tenants hold are bounded by more than their number.",
     )
     policy: PoolPolicy = Field(default_factory=PoolPolicy)
-    backend: Backend = Field(default_factory=Backend)
+    backend: Backend
     diagnostics: Diagnostics | None = None
 
 
@@ -738,6 +776,10 @@ class DiagnosticsRecord(StatusModel):
     size_bytes: int | None = Field(default=None, ge=0)
     truncated: bool = Field(default=False, description="Something did not fit in maxBytes.")
     message: str = ""
+
+    def retained_until(self) -> datetime.datetime:
+        """When lessor stops serving the bundle: `retention` after the capture ended."""
+        return (self.finished_at or self.started_at) + parse_duration(self.store.retention)
 
 
 class ClusterLeaseStatus(StatusModel):

@@ -68,7 +68,7 @@ def test_every_crd_becomes_established(cluster: Cluster) -> None:
         for file, text in render_all().items()
         if file.endswith(".yaml")
     ]
-    assert len(names) == 7
+    assert len(names) == 8
     wait_established(cluster, *names)
     listed = cluster.kubectl("api-resources", "--api-group=lessor.dev", "-o", "name").stdout
     assert sorted(listed.split()) == sorted(f"{n.split('.')[0]}.lessor.dev" for n in names)
@@ -141,6 +141,23 @@ def test_backend_settings_that_cannot_work_are_refused_with_a_reason(
     cluster: Cluster, backend: dict[str, object], message: str
 ) -> None:
     assert message in refusal_of_pool(cluster, backend=backend)
+
+
+@pytest.mark.parametrize("backend", [None, {"placement": {"sharedNodes": True}}])
+def test_a_pool_that_names_no_backend_is_refused_naming_the_backends(
+    cluster: Cluster, backend: dict[str, object] | None
+) -> None:
+    """No default: `local`, the only one a default could be, cannot work in the shipped image."""
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "no-backend"
+    if backend is None:
+        del document["spec"]["backend"]
+    else:
+        document["spec"]["backend"] = backend
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+    assert result.returncode != 0, "refused"
+    assert "spec.backend.type is required: apiserver, k3s or vcluster" in result.stderr
+    assert "local" in result.stderr and "namespace" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -308,6 +308,46 @@ def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
     assert gone.status == 404 and "gone" in gone.body["detail"], gone.body
 
 
+def test_a_bundle_outlives_its_lease_until_its_retention_ends(stack: Stack) -> None:
+    """The lease is deleted before its bundle is fetched (what the operator's retention does
+    after a day): the bundle is still its owner's, for the pool's retention and no longer."""
+    stack.pool("dx-kept", 1, retention="45s")
+    lease_id, _ = _lease(stack, "dx-kept")
+    record = _released(stack, lease_id)["status"]["diagnostics"]
+    assert record["state"] == "Captured", record
+    kept = stack.objects.get("diagnosticsbundle", lease_id)
+    assert kept is not None, "the record is written with the capture"
+    assert (
+        kept["spec"]["requester"] == "tests/alice"
+        and kept["spec"]["record"]["key"] == record["key"]
+    )
+
+    # As a lease captured by an operator that wrote no record: it gets one when it is deleted.
+    namespace = ("-n", stack.objects.namespace)
+    stack.cluster.kubectl("delete", "diagnosticsbundle", lease_id, *namespace)
+    stack.cluster.kubectl("delete", "clusterlease", lease_id, *namespace)
+    assert stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).status == 404
+    assert stack.objects.get("diagnosticsbundle", lease_id) is not None
+    answer, bundle = _fetched(stack, lease_id)
+    assert len(bundle) == answer["size_bytes"]
+    assert json.loads(_files(bundle)["lessor/lease.json"])["name"] == lease_id
+    other = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=BOB)
+    assert other.status == 404 and "url" not in json.dumps(other.body)
+
+    def refused() -> dict[str, Any] | None:
+        answer = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+        return answer.body if answer.status == 404 else None
+
+    assert "retention" in wait_for("the retention's end", refused, timeout=120)["detail"]
+    wait_for(
+        "the record deleted by the operator",
+        lambda: stack.objects.get("diagnosticsbundle", lease_id) is None,
+        timeout=60,
+    )
+    gone = stack.api.call("GET", f"/v1/leases/{lease_id}/diagnostics", token=ALICE)
+    assert gone.status == 404 and "retention" in gone.body["detail"], gone.body
+
+
 def test_with_lease_saves_the_bundle_of_a_failed_command_and_none_of_a_passing_one(
     stack: Stack,
 ) -> None:

@@ -54,7 +54,7 @@ def test_every_object_of_an_overlay_passes_a_server_side_dry_run(
     objects = render(installed_rbac, overlay)
     kinds = {document["kind"] for document in objects}
     assert {"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "Role"} <= kinds
-    assert sum(document["kind"] == "CustomResourceDefinition" for document in objects) == 7
+    assert sum(document["kind"] == "CustomResourceDefinition" for document in objects) == 8
     dry_run_apply(installed_rbac, objects)
     for document in objects:
         if document["kind"] == "Deployment":
@@ -108,7 +108,7 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
         for crd in crds
         if crd["spec"]["group"] == "lessor.dev"
     ]
-    assert len(plurals) == 7
+    assert len(plurals) == 8
     for resource in [*plurals, "pods", "deployments.apps", "namespaces"]:
         for verb in ("patch", "update", "create"):
             assert not can(installed_rbac, APISERVER, verb, resource, "status"), (verb, resource)
@@ -122,6 +122,11 @@ def test_the_api_servers_account_cannot_write_any_status(installed_rbac: Cluster
     assert not can(installed_rbac, APISERVER, "delete", "clusterleases.lessor.dev")
     assert not can(installed_rbac, APISERVER, "patch", "clusterpools.lessor.dev")
     assert not can(installed_rbac, APISERVER, "list", "secrets")
+    # A diagnostics bundle's record is read once its lease is gone, and only the operator,
+    # which writes it, deletes it.
+    assert can(installed_rbac, APISERVER, "get", "diagnosticsbundles.lessor.dev")
+    assert not can(installed_rbac, APISERVER, "delete", "diagnosticsbundles.lessor.dev")
+    assert can(installed_rbac, OPERATOR, "delete", "diagnosticsbundles.lessor.dev")
     # Polls are served from its watches; a reservation is patched to be owned by its lease.
     for watched in ("clusterleases", "clusterpools", "accesspolicies"):
         assert can(installed_rbac, APISERVER, "watch", f"{watched}.lessor.dev"), watched

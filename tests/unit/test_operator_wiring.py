@@ -50,6 +50,7 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "local-orphans": ["clusterinstances"],
         "instance-namespace-orphans": ["clusterinstances"],
         "accesspolicy": ["accesspolicies"],
+        "diagnosticsbundle": ["diagnosticsbundles"],
     }
     assert _watched("disabled", tmp_path / "kubeconfig") == cluster
     assert _watched("external", tmp_path / "kubeconfig") == {

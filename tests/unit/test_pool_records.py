@@ -18,7 +18,7 @@ def test_a_tenant_reads_which_condition_fails_and_why_in_a_word_never_the_operat
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "ClusterPool",
             "metadata": {"name": "ci", "namespace": "lessor-system"},
-            "spec": {},
+            "spec": {"backend": {"type": "vcluster"}},
             "status": {
                 "phase": "Degraded",
                 "conditions": [

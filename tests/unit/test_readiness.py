@@ -16,6 +16,7 @@ from lessor.resources.access_policy import AccessPolicy, AccessPolicyStatus
 from lessor.resources.base import StatusModel
 from lessor.resources.catalog import RESOURCES
 from lessor.resources.cluster import ClusterLeaseStatus, ClusterPoolStatus
+from lessor.resources.diagnostics_bundle import DiagnosticsBundleStatus
 from lessor.resources.sandbox import SandboxExecutionStatus
 from tests.unit.test_status_writes import STORED
 
@@ -37,8 +38,10 @@ def test_every_kind_has_a_ready_rule_or_a_reconciler_that_sets_it() -> None:
         for model in typing.get_args(resource.model_fields["status"].annotation)
         if model is not type(None)
     }
-    # AccessPolicy's is decided by lessor.operator.access_policies, which checks its Secrets.
-    assert statuses == {*RULES, AccessPolicyStatus}
+    # AccessPolicy's is decided by lessor.operator.access_policies, which checks its Secrets;
+    # a DiagnosticsBundle is a record written whole, with no state to be ready in.
+    assert statuses == {*RULES, AccessPolicyStatus, DiagnosticsBundleStatus}
+    assert not DiagnosticsBundleStatus.model_fields
 
 
 @pytest.mark.parametrize(("model", "stored"), STORED)

@@ -79,17 +79,20 @@ def test_a_whole_object_round_trips_through_its_json_form() -> None:
 
 
 def test_pool_defaults_and_bounds() -> None:
-    pool = ClusterPoolSpec.model_validate({})
+    pool = ClusterPoolSpec.model_validate({"backend": {"type": "vcluster"}})
     assert (pool.ttl, pool.warm_target, pool.backend.type, pool.policy.mode) == (
         "1h",
         1,
-        "local",
+        "vcluster",
         "fixed",
     )
+    for no_backend in ({}, {"backend": {}}):  # no default: `local` is for development only
+        with pytest.raises(ValidationError, match="backend"):
+            ClusterPoolSpec.model_validate(no_backend)
     with pytest.raises(ValidationError, match="backend"):
         ClusterPoolSpec.model_validate({"backend": {"type": "kubevirt"}})
     with pytest.raises(ValidationError, match="warmTarget"):
-        ClusterPoolSpec.model_validate({"warmTarget": -1})
+        ClusterPoolSpec.model_validate({"warmTarget": -1, "backend": {"type": "k3s"}})
     assert ClusterPool.crd.plural == "clusterpools"
 
 

@@ -6,9 +6,11 @@ the lease's `status.diagnostics` is written as Capturing with its start time and
 pool's settings (the anchor every later pass and every restarted operator reads), and the
 capture runs as a task of its own; the reconcile returns and is requeued when the task ends or
 the deadline passes. The result (Captured, or Failed with why) is written with the condition
-DiagnosticsCaptured and an Event, and teardown goes on. After a kill -9 the task is gone: the
-next operator starts it again with what is left of the deadline (the object name is the same,
-so a second upload replaces the first), or, past the deadline, records it as Failed. Captures
+DiagnosticsCaptured and an Event (a Captured one after its DiagnosticsBundle record, which
+keeps it reachable once the lease is deleted), and teardown goes on. After a kill -9 the task
+is gone: the next operator starts it again with what is left of the deadline (the object name
+is the same, so a second upload replaces the first), or, past the deadline, records it as
+Failed. Captures
 take turns (turns.py: a few at once, fewer of one owner's); waiting for one counts against the
 deadline.
 """
@@ -27,6 +29,7 @@ from prometheus_client import Counter
 
 from lessor.bucket import Bucket, BucketError, Credentials, Location
 from lessor.operator.conditions import with_condition
+from lessor.operator.diagnostics import records
 from lessor.operator.diagnostics.bundle import BundleWriter
 from lessor.operator.diagnostics.capture import capture_cluster, lease_record
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
@@ -173,6 +176,8 @@ class Captures:
             generation=lease.metadata.generation,
         )
         status = lease.status.model_copy(update={"diagnostics": done, "conditions": conditions})
+        if outcome.captured:  # first: a Captured lease always has its record (records.py)
+            await records.write(self.client, lease, done)
         obj = await write_status(self.client, LEASES, obj, status)
         BUNDLES.labels("captured" if outcome.captured else "failed").inc()
         if outcome.captured:
