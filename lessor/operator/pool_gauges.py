@@ -31,8 +31,6 @@ from lessor.protocol.json_object import Json
 from lessor.protocol.phases import LeasePhases
 from lessor.protocol.timestamps import utcnow
 
-SANDBOX_HOLDING = frozenset({"Provisioning", "Ready", "Releasing"})
-
 
 @dataclass(frozen=True)
 class PoolRow:

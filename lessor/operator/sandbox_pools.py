@@ -61,31 +61,51 @@ def _compatible(pool: SandboxPool, ok: bool, reason: str) -> list[Condition]:
 
 
 BY_SANDBOX_POOL = "by-sandbox-pool"
-HOLDING = ("Provisioning", "Ready", "Releasing")
 
 
 def index_by_sandbox_pool(obj: Json) -> list[str]:
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
 
 
-def gauge_row(pool: Json, key: str, leases: Informer) -> PoolRow:
-    """The pool's gauges (lessor.operator.pool_gauges): sandboxes held by leases and withheld
-    after an unverified cleanup, from the lease cache; ready, as the pool's status last said
-    (agent-sandbox's warm pool count, refreshed every REFRESH_SECONDS: it is not cached here)."""
-    held = [
+def _held(key: str, leases: Informer) -> list[Json]:
+    return [
         lease
         for lease in leases.store.by_index(BY_SANDBOX_POOL, key)
         if not lease.get("spec", {}).get("cancelled")
     ]
-    phases = [lease.get("status", {}).get("phase") for lease in held]
+
+
+def lease_counts(held: list[Json]) -> dict[str, int]:
+    """What the pool's leases hold, by state: leased (placed or being placed), recycling (being
+    cleaned up), unhealthy (Ready, but the pod is being replaced: no pod recorded), quarantined
+    (cleanup uncertain: withheld)."""
+    phases = [(lease.get("status") or {}).get("phase") for lease in held]
+    return {
+        "leased": sum(phase in ("Provisioning", "Ready") for phase in phases),
+        "recycling": phases.count("Releasing"),
+        "unhealthy": sum(
+            (lease.get("status") or {}).get("phase") == "Ready"
+            and not (lease.get("status") or {}).get("pod")
+            for lease in held
+        ),
+        "quarantined": phases.count("Quarantined"),
+    }
+
+
+def gauge_row(pool: Json, key: str, leases: Informer) -> PoolRow:
+    """The pool's gauges (lessor.operator.pool_gauges): what its leases hold, from the lease
+    cache; ready and creating as the pool's status last said (agent-sandbox's warm pool counts,
+    refreshed every REFRESH_SECONDS: they are not cached here)."""
+    held = _held(key, leases)
+    status = pool.get("status", {})
     return PoolRow(
         namespace=pool["metadata"].get("namespace", ""),
         pool=pool["metadata"]["name"],
         warm_target=int(pool.get("spec", {}).get("warm", 0)),
         instances={
-            "ready": int(pool.get("status", {}).get("ready", 0)),
-            "leased": sum(phase in HOLDING for phase in phases),
-            "quarantined": sum(phase == "Quarantined" for phase in phases),
+            "ready": int(status.get("ready", 0)),
+            "creating": int(status.get("creating", 0)),
+            **lease_counts(held),
         },
         waiting=waiting_leases(held, SandboxLease.phases),
     )
@@ -131,16 +151,9 @@ class SandboxPoolReconciler:
         self.sandboxes = sandboxes
 
     def _counts(self, key: str) -> dict[str, int]:
-        """Sandboxes held by leases, and those whose cleanup is uncertain (withheld)."""
-        phases = [
-            lease.get("status", {}).get("phase")
-            for lease in self.leases.store.by_index(BY_SANDBOX_POOL, key)
-            if not lease.get("spec", {}).get("cancelled")
-        ]
-        return {
-            "leased": sum(phase in HOLDING for phase in phases),
-            "quarantined": sum(phase == "Quarantined" for phase in phases),
-        }
+        held = _held(key, self.leases)
+        queue = len(waiting_leases(held, SandboxLease.phases))
+        return {**lease_counts(held), "queue_depth": queue}
 
     async def reconcile(self, key: str) -> Result:
         obj = self.pools.store.get(key)
@@ -166,11 +179,13 @@ class SandboxPoolReconciler:
                 "sandboxTemplateRef": {"name": child_name(obj["metadata"]["name"])},
             }),
         )  # fmt: skip
-        ready = int(warm_pool.get("status", {}).get("readyReplicas") or 0)
+        made = warm_pool.get("status", {})
+        ready = int(made.get("readyReplicas") or 0)
         status = status.model_copy(
             update={
                 "phase": "Healthy" if ready >= pool.spec.warm else "Degraded",
                 "ready": ready,
+                "creating": max(0, int(made.get("replicas") or 0) - ready),
                 "template_ref": _reference(template),
                 "warm_pool_ref": _reference(warm_pool),
                 "conditions": _compatible(pool, True, verdict.reason),

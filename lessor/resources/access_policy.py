@@ -7,7 +7,7 @@ and the rules then apply to every caller alike, so a policy reads the same whate
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
@@ -100,6 +100,23 @@ class SshKey(SpecModel):
     )
 
 
+AuthMethod = Literal["oidc", "token", "ssh"]
+
+
+class Sessions(SpecModel):
+    """Which of the policy's methods `POST /v1/login` exchanges for a session token (and which
+    `/v1/status` lists in `auth.sessions`). Every login writes a session record (a ConfigMap):
+    a CI fleet whose jobs send their OIDC token with each request can keep thousands of jobs
+    from writing one each by leaving `oidc` out; such a login is a 403 that says to send the
+    credential itself."""
+
+    methods: list[AuthMethod] = Field(
+        default_factory=lambda: list(get_args(AuthMethod)),
+        max_length=3,
+        description="Methods whose credentials may be exchanged for a session (default: all).",
+    )
+
+
 class Auth(SpecModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -116,12 +133,24 @@ class Auth(SpecModel):
     oidc: OidcAuth | None = None
     static_tokens: list[StaticToken] = Field(default_factory=list)
     ssh_keys: list[SshKey] = Field(default_factory=list)
+    sessions: Sessions = Field(default_factory=Sessions)
 
     @model_validator(mode="after")
     def _some_method(self) -> Auth:
         if self.oidc is None and not self.static_tokens and not self.ssh_keys:
             raise ValueError("auth needs at least one of oidc, staticTokens, sshKeys")
         return self
+
+    def configured(self) -> list[AuthMethod]:
+        """The methods this policy authenticates, in the order /v1/status lists them."""
+        found: list[AuthMethod] = []
+        if self.oidc is not None:
+            found.append("oidc")
+        if self.static_tokens:
+            found.append("token")
+        if self.ssh_keys:
+            found.append("ssh")
+        return found
 
 
 class Match(SpecModel):

@@ -95,9 +95,15 @@ class SandboxPoolSpec(SpecModel):
 
 class SandboxPoolStatus(StatusModel):
     phase: Literal["Healthy", "Degraded", "Unavailable"] | None = None
-    ready: int = 0
-    leased: int = 0
+    ready: int = Field(default=0, description="Warm sandboxes ready to be claimed.")
+    creating: int = Field(default=0, description="Warm sandboxes made but not ready yet.")
+    leased: int = Field(default=0, description="Sandboxes of Provisioning and Ready leases.")
+    recycling: int = Field(default=0, description="Sandboxes of Releasing leases.")
+    unhealthy: int = Field(
+        default=0, description="Ready leases whose pod is being replaced (no pod recorded)."
+    )
     quarantined: int = 0
+    queue_depth: int = Field(default=0, description="Leases not yet given a sandbox.")
     template_ref: ObjectRef | None = None
     warm_pool_ref: ObjectRef | None = None
     observed_generation: int | None = None

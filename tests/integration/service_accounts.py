@@ -37,6 +37,7 @@ def install_rbac(
     directories += [MANIFESTS / "sandboxes"] if sandboxes else []
     directories += [MANIFESTS / "local-backend"] if local_backend else []
     directories += [MANIFESTS / "instance-namespaces"] if instance_namespaces else []
+    documents = []
     for directory in directories:
         rendered = cluster.kubectl("kustomize", str(directory)).stdout
         for document in yaml.safe_load_all(rendered):
@@ -55,8 +56,9 @@ def install_rbac(
                 # addresses), where the same name would take its subject away.
                 document["metadata"]["name"] += f"-{namespace}"
             text = json.dumps(document).replace('"lessor-sandboxes"', json.dumps(sandboxes))
-            text = text.replace('"lessor-system"', json.dumps(namespace))
-            cluster.kubectl("apply", "-f", "-", input=text)
+            documents.append(json.loads(text.replace('"lessor-system"', json.dumps(namespace))))
+    listed = {"apiVersion": "v1", "kind": "List", "items": documents}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(listed))  # one call: a second each
     kubeconfigs = {}
     for account in ("lessor-operator", "lessor-apiserver"):
         token = cluster.kubectl(

@@ -34,14 +34,17 @@ from lessor.apiserver.http.app import ROUTES
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
+from lessor.controlplane.local_clusters import every_cluster
 from lessor.controlplane.ports import reserved_port
 from lessor.protocol.ssh_signature import canonical_request
 from tests.integration.operator_harness import Operator, destroy_local_clusters, wait_for
+from tests.integration.service_accounts import install_rbac
 from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = pytest.mark.integration
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
+DAVE = "dave-" + secrets.token_hex(8)
 SHARED = "https://lessor.stack.test"  # the name the stack's two replicas both answer to
 
 
@@ -138,7 +141,10 @@ def start_api(
     """An API server of its own on a reserved port; SSH signatures naming its own URL, or one of
     `ssh_audiences` (a name replicas share, as behind one load balancer), are accepted. With
     `metrics_listener` it has a second listener for /metrics (--metrics-bind, as the shipped
-    manifests set it); without, /metrics is at its own address (the spec's default)."""
+    manifests set it); without, /metrics is at its own address (the spec's default). Without
+    `kubeconfig` it runs as the manifests' `lessor-apiserver` ServiceAccount, with their Role
+    installed in `namespace`: a right they lack fails here, as it would in a cluster."""
+    kubeconfig = kubeconfig or shipped_account(cluster, namespace, log.parent)
     port, reservation = reserved_port()
     metrics_port, metrics_reservation = reserved_port()
     metrics_bind = (f"--metrics-bind=127.0.0.1:{metrics_port}",) if metrics_listener else ()
@@ -153,7 +159,7 @@ def start_api(
                 *metrics_bind,
                 "--workers=2",
                 f"--namespace={namespace}",
-                f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
+                f"--kubeconfig={kubeconfig}",
                 *(f"--ssh-audience={audience}" for audience in audiences),
                 *extra,
             ],
@@ -182,6 +188,18 @@ def start_api(
     return process, api
 
 
+_SHIPPED_ACCOUNTS: dict[tuple[str, str], Path] = {}
+
+
+def shipped_account(cluster: Cluster, namespace: str, work: Path) -> Path:
+    """A kubeconfig of the `lessor-apiserver` ServiceAccount, its RBAC installed once for each
+    namespace."""
+    key = (str(cluster.kubeconfig), namespace)
+    if key not in _SHIPPED_ACCOUNTS:
+        _SHIPPED_ACCOUNTS[key] = install_rbac(cluster, namespace, work)["lessor-apiserver"]
+    return _SHIPPED_ACCOUNTS[key]
+
+
 def policy(namespace: str, issuer: str, ca: str, ssh_public: str) -> dict[str, Any]:
     return {
         "apiVersion": "lessor.dev/v1alpha1",
@@ -198,6 +216,7 @@ def policy(namespace: str, issuer: str, ca: str, ssh_public: str) -> dict[str, A
                 "staticTokens": [
                     {"secretRef": {"name": "tokens", "key": "alice"}, "claims": {"sub": "alice"}},
                     {"secretRef": {"name": "tokens", "key": "bob"}, "claims": {"sub": "bob"}},
+                    {"secretRef": {"name": "tokens", "key": "dave"}, "claims": {"sub": "dave"}},
                 ],
                 "sshKeys": [{"publicKey": ssh_public, "claims": {"sub": "carol"}}],
             },
@@ -209,6 +228,11 @@ def policy(namespace: str, issuer: str, ca: str, ssh_public: str) -> dict[str, A
                     "maxTtl": "1h",
                     "maxConcurrentLeases": 3,
                     "maxExtensions": 1,
+                },
+                {
+                    "match": {"claim": "sub", "value": "dave"},
+                    "pools": ["api-*"],
+                    "maxExtensions": 0,
                 },
                 {"pools": ["api-*"], "maxConcurrentLeases": 5},
             ],
@@ -239,6 +263,7 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
         namespace,
         f"--from-literal=alice={ALICE}",
         f"--from-literal=bob={BOB}",
+        f"--from-literal=dave={DAVE}",
     )
     key = Ed25519PrivateKey.generate()
     public = (
@@ -257,9 +282,11 @@ def stack(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
             "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": "local"}},
         }
         control_plane.kubectl("apply", "-f", "-", input=json.dumps(pool))
+    # A teardown not verified within 30 s is quarantined (test_a_rule_without_extensions...).
     operator = Operator(
-        control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log"
-    ).start()
+        control_plane.kubeconfig, namespace, directory / "instances", directory / "operator.log",
+        teardown_grace=30,
+    ).start()  # fmt: skip
     processes, apis = [], []
     logs = [directory / f"api-{n}.log" for n in range(2)]
     for log in logs:  # two replicas of one deployment, reached also by a name they share
@@ -394,6 +421,7 @@ def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: 
     )
     assert created.status == 202, created.body
     assert created.body["effective_ttl"] == "30m"
+    assert created.body["metadata"] == {"job": 7}, "the caller's metadata is echoed"
     assert created.body["phase"] == "Pending" and created.body["queue_position"] >= 1
     lease_id = created.body["id"]
     bound = lease_until(stack, ALICE, lease_id, "Bound")
@@ -970,6 +998,39 @@ def test_metrics_bind_moves_metrics_off_the_base_address(stack: Stack) -> None:
     assert requests_counted(text, "/v1/status") >= 4
 
 
+def test_a_policy_says_which_credentials_become_sessions(stack: Stack) -> None:
+    """`auth.sessions` in /v1/status lists what POST /v1/login exchanges: a policy that leaves
+    `oidc` out of `auth.sessions.methods` still authenticates OIDC tokens, makes no session of
+    one (403, saying to send the token itself), and still makes one of a static token."""
+    kubectl = stack.cluster.kubectl
+    kubectl("create", "serviceaccount", "no-session", "-n", stack.namespace)
+    token = kubectl(
+        "create", "token", "no-session", "-n", stack.namespace, "--audience", "lessor"
+    ).stdout.strip()
+    document = ("accesspolicy", "tests", "-n", stack.namespace, "--type=merge")
+    kubectl("patch", *document, "-p", '{"spec": {"auth": {"sessions": {"methods": ["token"]}}}}')
+    try:
+        wait_for(
+            "auth.sessions to follow the policy",
+            lambda: stack.api.call("GET", "/v1/status").body["auth"]["sessions"] == ["token"],
+        )
+        status = stack.api.call("GET", "/v1/status").body
+        assert status["auth"]["methods"] == ["oidc", "token", "ssh"]
+        assert stack.api.call("GET", "/v1/pools", token=token).status == 200
+        refused = stack.api.call("POST", "/v1/login", token=token)
+        assert (refused.status, refused.body["code"]) == (403, "forbidden"), refused.body
+        assert "auth.sessions.methods" in refused.body["detail"], refused.body
+        made = stack.api.call("POST", "/v1/login", token=ALICE)
+        assert made.status == 200, made.body
+        stack.api.call("DELETE", "/v1/login", token=made.body["session_token"])
+    finally:
+        kubectl("patch", *document, "-p", '{"spec": {"auth": {"sessions": null}}}')
+        wait_for(
+            "every method a session again",
+            lambda: len(stack.api.call("GET", "/v1/status").body["auth"]["sessions"]) == 3,
+        )
+
+
 def test_sessions_work_on_every_replica_and_logout_revokes_everywhere(stack: Stack) -> None:
     login = stack.apis[0].call("POST", "/v1/login", token=ALICE)
     assert login.status == 200, login.body
@@ -1099,12 +1160,55 @@ def test_the_session_sweep_deletes_the_records_of_expired_sessions_only(stack: S
     assert sessions.verify(token).identity == "sweep-me", "a live session keeps its record"
 
 
-def test_an_extension_past_the_rules_max_ttl_is_refused(stack: Stack) -> None:
-    """Issue 26 (untested rule): alice's rule caps a lease at 1h from binding; a lease granted
-    the whole hour cannot be extended, and the refusal spends no extension."""
-    created = stack.api.call(
-        "POST", "/v1/leases", token=ALICE, body={"profile": "api-warm", "ttl": "1h"}
+def test_a_rule_without_extensions_and_a_quarantined_lease_refuse_with_the_specs_bodies(
+    stack: Stack,
+) -> None:
+    """dave's rule has maxExtensions 0: his Bound lease cannot be extended. Then its teardown
+    cannot be verified (a real fault: a file of the cluster that even root cannot delete), so
+    the lease is Quarantined, and a DELETE is 409 TeardownQuarantined with the evidence kept."""
+    created = stack.api.call("POST", "/v1/leases", token=DAVE, body={"profile": "api-warm"})
+    assert created.status == 202, created.body
+    lease_id = created.body["id"]
+    lease_until(stack, DAVE, lease_id, "Bound")
+    refused = stack.api.call(
+        "PATCH", f"/v1/leases/{lease_id}", token=DAVE, body={"extend_ttl": "1m"}
     )
+    assert (refused.status, refused.body["reason"]) == (409, "extension_budget_exhausted")
+    assert "allows 0 extensions" in refused.body["detail"], refused.body
+
+    lease = json.loads(stack.cluster.kubectl(
+        "get", "clusterlease", lease_id, "-n", stack.namespace, "-o", "json"
+    ).stdout)  # fmt: skip
+    name = lease["status"]["clusterName"]
+    instances = stack.logs[0].parent / "instances"
+    [directory] = [d for d in every_cluster(instances) if f"_{name}_" in d.name]
+    subprocess.run(["chattr", "+i", str(directory / "pki" / "ca.crt")], check=True)
+    try:
+        assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=DAVE).status == 204
+        lease_until(stack, DAVE, lease_id, "Quarantined")
+        again = stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=DAVE)
+        assert again.status == 409, again.body
+        assert (again.body["error"], again.body["reason"]) == (
+            "TeardownQuarantined",
+            "teardown_quarantined",
+        )
+        assert "evidence is kept" in again.body["detail"]
+        instance = json.loads(stack.cluster.kubectl(
+            "get", "clusterinstance", name, "-n", stack.namespace, "-o", "json"
+        ).stdout)  # fmt: skip
+        assert any("ca.crt" in line for line in instance["status"]["teardown"]["evidence"])
+    finally:
+        subprocess.run(["chattr", "-i", str(directory / "pki" / "ca.crt")], check=True)
+
+
+def test_an_extension_past_the_rules_max_ttl_is_refused(stack: Stack) -> None:
+    """Issue 26 (untested rule): alice's rule caps a lease at 1h from binding; a lease asking
+    for 2h is granted the whole hour and cannot be extended, and the refusal spends no
+    extension."""
+    created = stack.api.call(
+        "POST", "/v1/leases", token=ALICE, body={"profile": "api-warm", "ttl": "2h"}
+    )
+    assert created.body["effective_ttl"] == "1h", "a TTL is clamped to maxTtl at creation"
     lease_id = created.body["id"]
     try:
         lease_until(stack, ALICE, lease_id, "Bound")
@@ -1112,6 +1216,7 @@ def test_an_extension_past_the_rules_max_ttl_is_refused(stack: Stack) -> None:
             "PATCH", f"/v1/leases/{lease_id}", token=ALICE, body={"extend_ttl": "10m"}
         )
         assert (refused.status, refused.body["reason"]) == (409, "max_ttl_ceiling"), refused.body
+        assert "it already lasts that long" in refused.body["detail"], refused.body
         spent = stack.cluster.kubectl(
             "get", "clusterlease", lease_id, "-n", stack.namespace,
             "-o", "jsonpath={.spec.extensions}",

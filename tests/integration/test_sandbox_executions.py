@@ -35,6 +35,7 @@ from lessor.runner.runner import CAP, WINDOW
 from tests.integration.answer_cutting_proxy import AnswerCuttingProxy
 from tests.integration.operator_harness import CrashPoint, wait_for
 from tests.integration.test_apiserver import start_api
+from tests.integration.test_sandbox_attach_port_forward import refused
 from tests.integration.test_sandbox_leases import (  # noqa: F401
     ALICE,
     BOB,
@@ -620,19 +621,61 @@ def test_an_execution_whose_secret_changed_fails_and_runs_nothing(
     assert not ran.exists()
 
 
+def refusal(env: Env, lease: str, target: str) -> tuple[int, str]:  # noqa: F811
+    """Status and reason of an exec, a log read or an attach of `lease` that is refused."""
+    if target == "attach":
+        failed = refused(env, lease, "attach")
+        return failed.status, failed.reason or ""
+    if target == "exec":
+        answer = post(env, lease, command=["true"])
+    else:
+        answer = env.api.call("GET", f"/v1/sandbox-leases/{lease}/logs", token=ALICE)
+    return answer.status, answer.body.get("reason", "")
+
+
+TARGETS = ("exec", "logs", "attach")
+
+
 def test_a_lease_follows_its_sandboxs_replaced_pod_and_runs_executions_again(env: Env) -> None:  # noqa: F811
     """Issue 26: agent-sandbox replaces a deleted (or evicted) pod under the same name with a
     new uid. The lease records the new pod, so executions reach it, instead of going to the
-    recorded one for good."""
+    recorded one for good. Until it does (here: the operator is down), an exec, a log read and
+    an attach are 409 `target_unresolved`, spending nothing, never the successor reached by its
+    name; and a pool the operator has not reconciled is 503 `pool_unresolvable` to a create.
+    Once the lease has ended, each is 409 `expired`."""
     lease = env.create(ALICE, pool="sb-run", ttl="30m").body["id"]
     env.until(ALICE, lease, "Ready")
     try:
         before = env.objects.status("sandboxlease", lease)["pod"]
         assert post(env, lease, command=["true"]).status == 200
-        # Not --wait: kubectl would wait for the name, which the replacement takes at once.
-        env.placed.cluster.kubectl(
-            "delete", "pod", before["name"], "-n", env.placed.namespace, "--wait=false"
-        )
+        executions = len(env.objects.list("sandboxexecutions"))
+        env.operator.kill(signal.SIGKILL)
+        try:
+            # Not --wait: kubectl would wait for the name, which the replacement takes at once.
+            env.placed.cluster.kubectl(
+                "delete", "pod", before["name"], "-n", env.placed.namespace, "--wait=false"
+            )
+            wait_for(
+                "agent-sandbox's replacement",
+                lambda: (
+                    (pod := env.placed.get("pod", before["name"])) is not None
+                    and pod["metadata"]["uid"] != before["uid"]
+                ),
+            )
+            for target in TARGETS:
+                assert refusal(env, lease, target) == (409, "target_unresolved"), target
+            assert len(env.objects.list("sandboxexecutions")) == executions, "nothing spent"
+            env.objects.apply(sandbox_pool("sb-unreconciled", 0))
+            unserved = env.api.call(
+                "POST", "/v1/sandbox-leases", token=ALICE, body={"pool": "sb-unreconciled"}
+            )
+            assert (unserved.status, unserved.body["reason"]) == (503, "pool_unresolvable")
+            assert "not reconciled" in unserved.body["detail"]
+        finally:
+            env.operator.start()
+            env.cluster.kubectl(
+                "delete", "sandboxpool", "sb-unreconciled", "-n", env.namespace, "--wait=false"
+            )
 
         def replaced() -> dict[str, Any] | None:
             pod: dict[str, Any] | None = env.objects.status("sandboxlease", lease).get("pod")
@@ -647,6 +690,9 @@ def test_a_lease_follows_its_sandboxs_replaced_pod_and_runs_executions_again(env
         assert "TargetChanged" in env.objects.events(lease)
     finally:
         env.release(ALICE, lease)
+    env.until(ALICE, lease, "Released", "Expired", "Quarantined")
+    for target in TARGETS:
+        assert refusal(env, lease, target) == (409, "expired"), target
 
 
 # -- issue 26: a create whose answer the network lost (spec 4.3, idempotency rules 3 and 4) ---

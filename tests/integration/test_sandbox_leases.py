@@ -280,6 +280,13 @@ def test_a_lease_from_create_to_ready_extended_and_released(env: Env) -> None:
     listing = env.api.call("GET", "/v1/sandbox-leases", token=ALICE).body
     assert lease in [row["id"] for row in listing]
 
+    # Past the lifetime ceiling (alice's grant: 1h from readiness): refused whole, with what
+    # can still be asked; it spends nothing (her one extension is still there, just below).
+    past = env.api.call(
+        "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "8000h"}
+    )
+    assert (past.status, past.body["reason"]) == (409, "max_ttl_ceiling"), past.body
+    assert "at most 40m more can be asked" in past.body["detail"], past.body
     extended = env.api.call(
         "PATCH", f"/v1/sandbox-leases/{lease}", token=ALICE, body={"extendTtl": "10m"}
     )

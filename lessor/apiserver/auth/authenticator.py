@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from lessor.apiserver.policy.store import NamedPolicy, PolicyStore
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.ssh_signature import SCHEME
+from lessor.resources.access_policy import Auth, AuthMethod
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +92,20 @@ class Authenticator:
 
     def methods(self) -> list[str]:
         """The methods some policy configures, for /v1/status."""
-        found = []
-        snapshot = self.policies.snapshot
-        if any(p.spec.auth.oidc for p in snapshot):
-            found.append("oidc")
-        if any(p.spec.auth.static_tokens for p in snapshot):
-            found.append("token")
-        if self.ssh_audiences and any(p.spec.auth.ssh_keys for p in snapshot):
-            found.append("ssh")
-        return found
+        return self._listed(lambda auth: auth.configured())
+
+    def session_methods(self) -> list[str]:
+        """The methods some policy exchanges for sessions (`auth.sessions.methods` of the
+        methods it configures), for /v1/status."""
+        return self._listed(
+            lambda auth: [m for m in auth.configured() if m in auth.sessions.methods]
+        )
+
+    def _listed(self, of: Callable[[Auth], list[AuthMethod]]) -> list[str]:
+        found = {method for policy in self.policies.snapshot for method in of(policy.spec.auth)}
+        if not self.ssh_audiences:  # no audience: SSH signatures cannot be checked here
+            found.discard("ssh")
+        return [method for method in ("oidc", "token", "ssh") if method in found]
 
     def authenticate(self, method: str, target: str, header: str | None, body: bytes) -> Principal:
         if not header:

@@ -38,6 +38,7 @@ from lessor.apiserver.http.bodies import (
 from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
     BadRequestError,
+    ForbiddenError,
     HttpNotFoundError,
     TooManyRequestsError,
     UpgradeRequiredError,
@@ -328,6 +329,12 @@ class LoginResource(Base):
         caller = principal(req)
         if caller.session is not None:
             raise BadRequestError("log in with a credential, not with a session token")
+        if caller.method not in caller.policy.spec.auth.sessions.methods:
+            raise ForbiddenError(
+                f"the AccessPolicy {caller.policy.name} makes no sessions from {caller.method}"
+                " credentials (auth.sessions.methods): send the credential with each request",
+                reason="forbidden",
+            )
         request = parse(Login, req.context.body, req.content_type) if req.context.body else Login()
         ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
         if caller.method == "oidc":  # never longer than the token it was exchanged for
@@ -377,13 +384,12 @@ class StatusResource(Base):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller: Principal | None = req.context.principal
-        methods = self.services.auth.methods()
+        auth = self.services.auth
         resp.media = conform(
             Status,
             {
                 "version": __version__,
-                # Every configured method can be exchanged for a session at POST /v1/login.
-                "auth": {"methods": methods, "sessions": methods},
+                "auth": {"methods": auth.methods(), "sessions": auth.session_methods()},
                 "pools": (
                     []
                     if caller is None and self.services.settings.hide_pool_status

@@ -27,6 +27,7 @@ from lessor.apiserver.http.errors import (
 from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.reservations import Reservations
 from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
+from lessor.apiserver.policy.extension_ceiling import refuse_past_ceiling
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import Kube
@@ -336,13 +337,12 @@ class LeaseService:
                     reason="extension_budget_exhausted",
                 )
             ttl = status.effective_ttl or lease.spec.ttl or "1h"
-            max_ttl = lease.spec.max_ttl
-            if max_ttl and lease.spec.expires_at(status.bound_at, ttl) >= status.bound_at + (
-                parse_duration(max_ttl)
-            ):
-                raise HttpConflictError(
-                    f"this lease already lasts {max_ttl} from binding, the most its policy allows",
-                    reason="max_ttl_ceiling",
+            if lease.spec.max_ttl:
+                refuse_past_ceiling(
+                    expiry=lease.spec.expires_at(status.bound_at, ttl),
+                    extension=parse_duration(request.extend_ttl),
+                    ceiling=status.bound_at + parse_duration(lease.spec.max_ttl),
+                    start="binding",
                 )
             extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)

@@ -54,7 +54,9 @@ def pool_record(pool: ClusterPool) -> Json:
 
 
 def sandbox_pool_record(pool: SandboxPool) -> Json:
-    """A SandboxPool as a pool status record (spec 2.3): counts it does not keep are 0."""
+    """A SandboxPool as a pool status record (spec 2.3), with the operator's counts. Its policy
+    is always `fixed`: a SandboxPool keeps `warm` sandboxes (agent-sandbox's warm pool), and
+    has no autoscaler."""
     status = pool.status
     capabilities = list(SANDBOX_CAPABILITIES)
     if pool.spec.runner is not None:
@@ -68,11 +70,11 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
         "phase": (status.phase if status else None) or "Unavailable",
         "ready": status.ready if status else 0,
         "leased": status.leased if status else 0,
-        "creating": 0,
-        "recycling": 0,
-        "unhealthy": 0,
+        "creating": status.creating if status else 0,
+        "recycling": status.recycling if status else 0,
+        "unhealthy": status.unhealthy if status else 0,
         "quarantined": status.quarantined if status else 0,
-        "queueDepth": 0,
+        "queueDepth": status.queue_depth if status else 0,
         "policy": {"mode": "fixed", "ttl": pool.spec.default_ttl, "warmTarget": pool.spec.warm},
     }
     _explain(record, status.conditions if status else [])

@@ -37,7 +37,7 @@ from lessor.apiserver.http.errors import (
     UnavailableError,
 )
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
-from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, placed_pod
+from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, live_pod, placed_pod
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import FenceConflictError, fenced_patch
 from lessor.apiserver.state.kube import TIMEOUT, Kube
@@ -204,6 +204,7 @@ class ExecutionService:
         if request.container is not None and request.container not in pool.spec.containers():
             raise BadRequestError(f"the sandbox has no container {request.container}")
         pod = placed_pod(lease)
+        live_pod(self.kube, pod)  # not spent on a pod being replaced: 409, retry
         timeout = self._timeout(request, status)
         made_meanwhile = self._spend_one(lease, name, command.stored_bytes())
         if made_meanwhile is not None:

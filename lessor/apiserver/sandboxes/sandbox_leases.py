@@ -49,6 +49,7 @@ from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
 from lessor.apiserver.leases.reservations import Reservation, Reservations
 from lessor.apiserver.policy.evaluation import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
+from lessor.apiserver.policy.extension_ceiling import refuse_past_ceiling
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import append_operation, fenced_patch, retry_on_conflict
 from lessor.apiserver.state.kube import TIMEOUT, Kube
@@ -117,6 +118,31 @@ def pod_namespace(pod: Json, service_namespace: str) -> str:
     """Where a lease's pod is: the namespace its reference records, else the service
     namespace. Written once, for every reader of a pod reference (logs, attach, port-forward)."""
     return str(pod.get("namespace") or service_namespace)
+
+
+def live_pod(kube: Kube, placed: Json) -> Json:
+    """The lease's pod as it is now, when it is still the one the lease records: one that is gone,
+    or replaced under its name by a pod of another uid, is 409 `target_unresolved` (agent-sandbox
+    is replacing it, and the operator records the successor; a retry reaches that one), never
+    the successor reached by its name before the lease says it is the lease's."""
+    try:
+        found = kube.core.read_namespaced_pod(
+            placed["name"], pod_namespace(placed, kube.namespace), _request_timeout=10
+        )
+    except ApiException as error:
+        if error.status == 404:
+            raise _being_replaced() from None
+        raise
+    pod: Json = kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+    if pod["metadata"]["uid"] != placed["uid"]:
+        raise _being_replaced()
+    return pod
+
+
+def _being_replaced() -> HttpConflictError:
+    return HttpConflictError(
+        "the sandbox's pod is being replaced; retry shortly", reason="target_unresolved"
+    )
 
 
 class SandboxLeaseService:
@@ -461,12 +487,12 @@ class SandboxLeaseService:
                     f"{timestamp(current)}; an administrator must look at it",
                     reason="expiry_derivation_mismatch",
                 )
-            ceiling = status.ready_at + parse_duration(lease.spec.max_ttl or "24h")
-            if current + duration > ceiling:
-                raise HttpConflictError(
-                    f"the lease cannot live past {timestamp(ceiling)}, its maxTtl from readiness",
-                    reason="max_ttl_ceiling",
-                )
+            refuse_past_ceiling(
+                expiry=current,
+                extension=duration,
+                ceiling=status.ready_at + parse_duration(lease.spec.max_ttl or "24h"),
+                start="readiness",
+            )
             extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
             operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
             updated = SandboxLease.model_validate(
@@ -505,6 +531,7 @@ class SandboxLeaseService:
     def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
         lease = self.owned(principal, lease_name)
         pod = placed_pod(lease)
+        live_pod(self.kube, pod)
         if container is not None and container not in self.offered(lease["spec"]["pool"]):
             raise BadRequestError(f"the sandbox has no container {container}")
         try:

@@ -34,7 +34,6 @@ from lessor.apiserver.http.bodies import AttachQuery, ForwardQuery, parse_query
 from lessor.apiserver.http.errors import (
     BadRequestError,
     ForbiddenError,
-    HttpConflictError,
     HttpError,
     UnavailableError,
 )
@@ -42,8 +41,8 @@ from lessor.apiserver.policy.evaluation import IdentityError, render_identity, s
 from lessor.apiserver.policy.store import PolicyStore
 from lessor.apiserver.sandboxes.sandbox_leases import (
     SandboxLeaseService,
+    live_pod,
     placed_pod,
-    pod_namespace,
 )
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.json_object import Json
@@ -207,7 +206,7 @@ class SandboxStreamService:
     def target(self, principal: Principal, lease_name: str, kind: str, query: str) -> StreamTarget:
         lease = self.leases.owned(principal, lease_name)
         placed = placed_pod(lease)
-        pod = self._pod(placed)
+        pod = live_pod(self.kube, placed)
         common = {
             "lease": lease["metadata"]["name"],  # `lease_name` may be its alias
             "lease_uid": lease["metadata"]["uid"],
@@ -227,20 +226,6 @@ class SandboxStreamService:
             )
         port = self._declared_port(common["pool"], parse_query(ForwardQuery, query).port)
         return StreamTarget(kind, port=port, **common)
-
-    def _pod(self, placed: Json) -> Json:
-        try:
-            found = self.kube.core.read_namespaced_pod(
-                placed["name"], pod_namespace(placed, self.kube.namespace), _request_timeout=10
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise _being_replaced() from None
-            raise
-        pod: Json = self.kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
-        if pod["metadata"]["uid"] != placed["uid"]:
-            raise _being_replaced()
-        return pod
 
     def _declared_port(self, pool_name: str, wanted: str) -> int:
         try:
@@ -341,11 +326,3 @@ def _container(pod: Json, offered: list[str], name: str | None) -> Json:
         if container["name"] == name and name in offered:
             return dict(container)
     raise BadRequestError(f"the sandbox has no container {name or '(none offered)'}")
-
-
-def _being_replaced() -> HttpConflictError:
-    """The recorded pod is gone or is not the live one of its name: agent-sandbox is replacing
-    it, and the operator records the successor (lessor.operator.sandbox_leases)."""
-    return HttpConflictError(
-        "the sandbox's pod is being replaced; retry shortly", reason="target_unresolved"
-    )
