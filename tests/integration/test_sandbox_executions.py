@@ -674,7 +674,13 @@ def test_a_lease_follows_its_sandboxs_replaced_pod_and_runs_executions_again(env
         finally:
             env.operator.start()
             env.cluster.kubectl(
-                "delete", "sandboxpool", "sb-unreconciled", "-n", env.namespace, "--wait=false"
+                "delete",
+                "sandboxpool",
+                "sb-unreconciled",
+                "-n",
+                env.namespace,
+                "--wait=false",
+                "--ignore-not-found",
             )
 
         def replaced() -> dict[str, Any] | None:
