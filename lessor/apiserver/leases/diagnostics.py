@@ -5,10 +5,10 @@ the bundle is kept: the record is the lease's `status.diagnostics` while the lea
 its DiagnosticsBundle (written by the operator with the capture) once the lease is deleted, until
 the pool's `diagnostics.retention` has passed since the capture; the bundle is the object (kept
 by the bucket's lifecycle rule), and a HEAD of the object tells a bundle the bucket has expired
-from one that is there. The URL is
-signed here with the credentials the pool named when the bundle was captured, valid for that
-pool's `urlTtl`; signing needs no request to the store, the HEAD does, and a store that does not
-answer is a 503 (retry), never a 404 that would say the bundle is gone.
+from one that is there. The URL is signed here with the credentials the pool named when the
+bundle was captured, valid for that pool's `urlTtl`; signing needs no request to the store, the
+HEAD does, and a store that does not answer is a 503 (retry), never a 404 that would say the
+bundle is gone.
 """
 
 from __future__ import annotations

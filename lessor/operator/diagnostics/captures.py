@@ -10,9 +10,8 @@ DiagnosticsCaptured and an Event (a Captured one after its DiagnosticsBundle rec
 keeps it reachable once the lease is deleted), and teardown goes on. After a kill -9 the task
 is gone: the next operator starts it again with what is left of the deadline (the object name
 is the same, so a second upload replaces the first), or, past the deadline, records it as
-Failed. Captures
-take turns (turns.py: a few at once, fewer of one owner's); waiting for one counts against the
-deadline.
+Failed. Captures take turns (turns.py: a few at once, fewer of one owner's); waiting for one
+counts against the deadline.
 """
 
 from __future__ import annotations
