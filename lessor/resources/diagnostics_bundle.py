@@ -22,7 +22,12 @@ from lessor.resources.cluster import DiagnosticsRecord, PoolName
 class DiagnosticsBundleSpec(SpecModel):
     lease_uid: str = Field(min_length=1, max_length=64, description="The lease's uid.")
     pool: PoolName
-    requester: str = Field(min_length=1, max_length=1024, description="The lease's owner.")
+    requester: str = Field(
+        default="",
+        max_length=1024,
+        description="The lease's owner; empty for a lease made without one (kubectl), whose"
+        " bundle no API caller is served.",
+    )
     record: DiagnosticsRecord = Field(description="The lease's status.diagnostics, as captured.")
     retained_until: datetime.datetime = Field(
         description="When the bundle stops being served and this record is deleted."

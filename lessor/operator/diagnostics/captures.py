@@ -6,12 +6,12 @@ the lease's `status.diagnostics` is written as Capturing with its start time and
 pool's settings (the anchor every later pass and every restarted operator reads), and the
 capture runs as a task of its own; the reconcile returns and is requeued when the task ends or
 the deadline passes. The result (Captured, or Failed with why) is written with the condition
-DiagnosticsCaptured and an Event (a Captured one after its DiagnosticsBundle record, which
-keeps it reachable once the lease is deleted), and teardown goes on. After a kill -9 the task
-is gone: the next operator starts it again with what is left of the deadline (the object name
-is the same, so a second upload replaces the first), or, past the deadline, records it as
-Failed. Captures take turns (turns.py: a few at once, fewer of one owner's); waiting for one
-counts against the deadline.
+DiagnosticsCaptured and an Event; a Captured lease gets its DiagnosticsBundle record (which
+keeps the bundle reachable after the lease is deleted), and teardown goes on. After a kill -9
+the task is gone: the next operator starts it again with what is left of the deadline (the
+object name is the same, so a second upload replaces the first), or, past the deadline, records
+it as Failed. Captures take turns (turns.py: a few at once, fewer of one owner's); waiting for
+one counts against the deadline.
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ class Captures:
             obj = await write_status(self.client, LEASES, obj, status)
             lease = ClusterLease.model_validate(obj)
         if record.state != "Capturing":
+            await records.keep(self.client, lease)  # a read once it exists (records.py)
             return obj, None
         uid = lease.metadata.uid or ""
         deadline = record.started_at + parse_duration(record.store.capture_timeout)
@@ -131,6 +132,7 @@ class Captures:
         if outcome is not None:  # forgotten once written: a lost write race keeps it for the retry
             obj = await self._finish(obj, lease, record, outcome)
             self._outcomes.pop(uid, None)
+            await records.keep(self.client, ClusterLease.model_validate(obj))
             return obj, None
         left = (deadline - utcnow()).total_seconds()
         if left <= 0:
@@ -175,8 +177,6 @@ class Captures:
             generation=lease.metadata.generation,
         )
         status = lease.status.model_copy(update={"diagnostics": done, "conditions": conditions})
-        if outcome.captured:  # first: a Captured lease always has its record (records.py)
-            await records.write(self.client, lease, done)
         obj = await write_status(self.client, LEASES, obj, status)
         BUNDLES.labels("captured" if outcome.captured else "failed").inc()
         if outcome.captured:

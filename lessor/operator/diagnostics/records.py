@@ -1,12 +1,16 @@
 """The DiagnosticsBundle records: written when a capture is stored, deleted when the pool's
 `diagnostics.retention` has passed (lessor.resources.diagnostics_bundle says why they exist).
 
-The record is written before the lease's `status.diagnostics` says Captured: after a kill -9
-between the two, the capture runs again and writes the record again (the same name, the newer
-capture's figures), so a Captured lease always has its record. A lease captured by an operator
-that wrote none gets it when the lease object goes (deleted by retention or by hand), while
-there is retention left. The sweep is a controller of its own: each record is requeued for its
-`retainedUntil`, and its deletion is fenced by its uid.
+The record is made from the lease's `status.diagnostics` once that says Captured, with the
+capture's final figures: by the pass of the lease's teardown that finds it Captured, and again
+before the lease object is deleted (by retention or by hand), which also gives one to a lease
+captured by an operator that wrote none. Each is a read first, and a create only when the record
+is missing: a pass replayed after a kill -9 finds the record it made and writes nothing, so a
+crash at that write cannot recur at the next pass (unlike a create-or-update, which would write
+at every pass). A record is never worth a teardown or a deletion held forever: a refusal no
+retry can change (the kind not installed, a right missing, an object the schema refuses) is
+logged, and the lease goes on without it; anything else is retried. The sweep is a controller of
+its own: each record is requeued for its `retainedUntil`, and its deletion is fenced by its uid.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pydantic import ValidationError
 
 from lessor.operator.context import Context
 from lessor.operator.kinds import DIAGNOSTICS_BUNDLES
-from lessor.operator.runtime.client import ConflictError, KubeClient
+from lessor.operator.runtime.client import ApiError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.writes import create_missing, delete_fenced
@@ -52,25 +56,34 @@ def manifest(lease: ClusterLease, record: DiagnosticsRecord) -> Json:
     }
 
 
-async def write(client: KubeClient, lease: ClusterLease, record: DiagnosticsRecord) -> None:
-    """Create the lease's record, or replace the spec of the one a previous pass wrote."""
-    body = manifest(lease, record)
-    collection = DIAGNOSTICS_BUNDLES.path(lease.metadata.namespace)
-    try:
-        await client.create(collection, body)
-    except ConflictError:
-        path = DIAGNOSTICS_BUNDLES.path(lease.metadata.namespace, lease.metadata.name)
-        await client.merge_patch(path, {"spec": body["spec"]})
+# Refusals no retry changes: the kind is not installed (404), a right is missing (403), the
+# object is refused by the schema (422).
+FINAL = (403, 404, 422)
 
 
 async def keep(client: KubeClient, lease: ClusterLease) -> None:
-    """Before an ended lease is deleted: the record of its captured bundle, unless it exists or
-    the bundle's retention is over."""
+    """The record of the lease's captured bundle, unless it exists or the bundle's retention is
+    over."""
     record = lease.status.diagnostics if lease.status else None
     if record is None or record.state != "Captured" or record.retained_until() <= utcnow():
         return
     collection = DIAGNOSTICS_BUNDLES.path(lease.metadata.namespace)
-    await create_missing(client, collection, manifest(lease, record))
+    try:
+        await create_missing(client, collection, manifest(lease, record))
+    except ApiError as error:
+        _unless_final(lease, error)
+
+
+def _unless_final(lease: ClusterLease, error: ApiError) -> None:
+    if error.status not in FINAL:
+        raise error
+    log.warning(
+        "lease %s/%s: its diagnostics record cannot be written (%s); the bundle is served only"
+        " while the lease exists",
+        lease.metadata.namespace,
+        lease.metadata.name,
+        error,
+    )
 
 
 def setup(context: Context) -> Controller:
