@@ -482,9 +482,9 @@ def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_
     hostile or wedged cluster may), and the operator is SIGKILLed mid-capture: the next one
     resumes from the recorded start, so the lease still ends by captureTimeout, with the part
     it could capture."""
-    # 30 s: the upload keeps 30% of it, and 6 s (of 20) did not always store the partial
-    # bundle on a loaded 2-core machine (a clean-clone run beside another suite's module).
-    stack.pool("dx-frozen", 1, captureTimeout="30s")
+    # 45 s: the upload keeps 30% of it, and neither 6 s (of 20) nor 9 s (of 30) always stored
+    # the partial bundle on a loaded 2-core machine (clean-clone runs, three test workers).
+    stack.pool("dx-frozen", 1, captureTimeout="45s")
     lease_id, _ = _lease(stack, "dx-frozen")
     instance = stack.objects.get(
         "clusterinstance", stack.objects.status("clusterlease", lease_id)["clusterName"]
@@ -516,7 +516,7 @@ def test_a_cluster_that_stops_answering_costs_no_more_than_capture_timeout_even_
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
     started = _time(capturing["startedAt"])
-    assert _time(record["finishedAt"]) - started <= 30 + 2, record
+    assert _time(record["finishedAt"]) - started <= 45 + 2, record
     assert record["state"] == "Captured" and record["truncated"] is True, record
     files = _files(_fetched(stack, lease_id)[1])
     assert json.loads(files["capture.json"])["timedOut"] is True
