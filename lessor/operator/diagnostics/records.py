@@ -88,6 +88,9 @@ def _unless_final(lease: ClusterLease, error: ApiError) -> None:
 
 def setup(context: Context) -> Controller:
     records = context.informer(DIAGNOSTICS_BUNDLES)
+    # An upgrade that kept the old CRDs or Role has no such kind to list: the records wait for
+    # it, and the rest of the operator serves (bundles are then served while leases exist).
+    records.optional = True
     sweep = RecordSweep(context.client, records)
     return context.controller("diagnosticsbundle", sweep.reconcile).watch(records)
 

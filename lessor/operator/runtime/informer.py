@@ -20,6 +20,8 @@ class Informer:
         label_selector: str | None = None,
         min_watch_timeout: float = 300.0,
     ) -> None:
+        # Not waited for by readiness (Manager.ready): a kind the process can do without.
+        self.optional = False
         self.resource = resource
         self.store = Store(indexers)
         self.reflector = Reflector(

@@ -119,7 +119,12 @@ class Manager:
 
     @property
     def ready(self) -> bool:
-        return all(informer.store.has_synced for informer in self.informers)
+        """Every cache synced, but those of kinds the process can do without (`optional`): a
+        kind this version added, not yet installed or granted by an upgrade that kept the old
+        CRDs or Role, must not keep every other controller's pod out of service."""
+        return all(
+            informer.store.has_synced for informer in self.informers if not informer.optional
+        )
 
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """/healthz, /readyz and /metrics: enough HTTP for probes and Prometheus."""
