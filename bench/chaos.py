@@ -89,7 +89,7 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bench.stack import NAMESPACE, TOKEN, Client, _configure, percentiles, progress
+from bench.stack import NAMESPACE, TOKEN, Client, configure, percentiles, progress
 from lessor.apiserver.state.replica_db import DIRECTORY_ENV
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
@@ -262,7 +262,7 @@ class ChaosStack:
 
     def start(self) -> None:
         self.cluster.start(self.binaries, with_node=True, progress=progress)
-        _configure(self.cluster, Ed25519PrivateKey.generate())
+        configure(self.cluster, Ed25519PrivateKey.generate())
         common = [f"--kubeconfig={self.cluster.kubeconfig}", f"--namespace={NAMESPACE}"]
         port = self.ports.take()
         self.operator = Restartable(

@@ -3,9 +3,14 @@ and 1,000 ClusterPools in its cache. The objects exist before the operator start
 created through the API while no operator ran (with the API server's finalizer and labels; a
 restart of a running installation, whose leases already have their status, writes nothing);
 the pools keep nothing warm, so every lease stays Pending and is reconciled (a queue position
-written, a Queued Event) without creating clusters.
+written) without creating clusters.
 
-Usage: python -m bench.operator_scale [--pools 1000] [--leases 10000]
+With `--ended N`, a history of N ended leases (Released, as a day of CI jobs leaves them before
+their retention) exists too, and once the operator has drained, an API server (2 workers) is
+started on the same cluster: its workers' RSS, and GET /v1/leases of one caller who holds 10
+leases (p50 of 200), which should not depend on the history (issue 45).
+
+Usage: python -m bench.operator_scale [--pools 1000] [--leases 10000] [--ended 0]
 """
 
 from __future__ import annotations
@@ -16,14 +21,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.stack import NAMESPACE, ROOT, metrics, progress
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bench.stack import (
+    NAMESPACE,
+    TOKEN,
+    Client,
+    api_server,
+    configure,
+    healthy,
+    metrics,
+    percentiles,
+    progress,
+)
+from lessor.apiserver.state.kube import Kube
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
-from lessor.controlplane.kubectl import wait_established
 from lessor.controlplane.ports import reserved_port
+from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import LEASE_FINALIZER
 
 BATCH = 500
@@ -52,6 +71,69 @@ def quantile(values: dict[str, float], queue: str, name: str) -> float | None:
     return None
 
 
+def history(cluster: LocalControlPlane, count: int, pools: int) -> None:
+    """`count` Released leases, as the operator leaves them (no finalizer, endedAt now), made
+    by 8 threads straight on kube-apiserver: a create, then the status."""
+    kube = Kube(str(cluster.kubeconfig), NAMESPACE)
+    ended = timestamp(utcnow())
+
+    def make(n: int) -> None:
+        pool = f"p{n % pools:04d}"
+        lease = {"apiVersion": "lessor.dev/v1alpha1", "kind": "ClusterLease",
+                 "metadata": {"name": f"h{n:06d}",
+                              "labels": {"lessor.dev/pool": pool,
+                                         "lessor.dev/requester": f"r{n % 5000}"}},
+                 "spec": {"pool": pool, "requester": f"r{n % 5000}", "ttl": "1h"}}  # fmt: skip
+        created = kube.create("clusterleases", lease)
+        created["status"] = {"phase": "Released", "endReason": "Released", "endedAt": ended,
+                             "message": "released"}  # fmt: skip
+        path = f"/apis/lessor.dev/v1alpha1/namespaces/{NAMESPACE}/clusterleases/h{n:06d}/status"
+        kube.request("PUT", path, body=created)
+
+    with ThreadPoolExecutor(8) as pool_of_threads:
+        for done, _ in enumerate(pool_of_threads.map(make, range(count)), 1):
+            if done % 10000 == 0:
+                progress(f"  {done} ended leases")
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+def api_figures(cluster: LocalControlPlane, work: Path) -> dict[str, Any]:
+    """An API server on the cluster: its workers' RSS once synced, and one caller's list."""
+    port, reservation = reserved_port()
+    reservation.release()
+    with (work / "api.log").open("ab") as log:
+        api = subprocess.Popen(
+            [sys.executable, "-m", *api_server(cluster, port, 2)], stdout=log, stderr=log
+        )
+    try:
+        started = time.monotonic()
+        client = Client(f"http://127.0.0.1:{port}", lambda *_: f"Bearer {TOKEN}")
+        while not healthy(client):
+            time.sleep(0.1)
+        for _ in range(10):
+            status, body = client.call("POST", "/v1/leases", {"profile": "p0000"})
+            assert status == 202, body
+        latencies = []
+        for _ in range(200):
+            before = time.perf_counter()
+            status, body = client.call("GET", "/v1/leases")
+            latencies.append(time.perf_counter() - before)
+            assert status == 200 and len(body) == 10, body
+        ready = time.monotonic() - started
+        return {
+            "api_ready_and_listed_s": round(ready, 1),
+            "api_worker_rss_mib": [rss_mib(child) for child in children(api.pid)],
+            "list_one_caller_ms": percentiles(latencies, 1000, 2),
+        }
+    finally:
+        api.terminate()
+        api.wait(timeout=60)
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -59,17 +141,15 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
+def run(pools: int = 1000, leases: int = 10000, ended: int = 0) -> dict[str, Any]:
     binaries = ensure_binaries(progress)
     with tempfile.TemporaryDirectory(prefix="lessor-scale-") as directory:
         cluster = LocalControlPlane(Path(directory) / "cluster")
         cluster.start(binaries, with_node=False)
         operator = None
         try:
-            cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-            wait_established(cluster)
-            cluster.kubectl("create", "namespace", NAMESPACE)
-            progress(f"creating {pools} pools and {leases} leases")
+            configure(cluster, Ed25519PrivateKey.generate())
+            progress(f"creating {pools} pools, {leases} leases and {ended} ended ones")
             started = time.monotonic()
             create(cluster, [
                 {"apiVersion": "lessor.dev/v1alpha1", "kind": "ClusterPool",
@@ -86,6 +166,7 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
                  "spec": {"pool": f"p{n % pools:04d}", "requester": "bench"}}
                 for n in range(leases)
             ])  # fmt: skip
+            history(cluster, ended, pools)
             created_in = time.monotonic() - started
             port, reservation = reserved_port()
             progress("starting the operator")
@@ -117,6 +198,7 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
             result = {
                 "pools": pools,
                 "leases": leases,
+                "ended": ended,
                 "objects_created_s": round(created_in, 1),
                 "drained_s": round(drained, 1) if drained else None,
                 "rss_mib_at_drain": rss_mib(operator.pid),
@@ -127,6 +209,9 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
                 },
                 "depth_over_time": [[round(t, 1), d] for t, d, _ in samples],
             }
+            if ended:
+                progress("starting an API server")
+                result.update(api_figures(cluster, Path(directory)))
         finally:
             if operator is not None:
                 operator.terminate()
@@ -139,7 +224,8 @@ def run(pools: int = 1000, leases: int = 10000) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pools", type=int, default=1000)
-    parser.add_argument("--leases", type=int, default=10000)
+    parser.add_argument("--leases", "--active", type=int, default=10000)
+    parser.add_argument("--ended", type=int, default=0, help="a history of ended leases")
     arguments = parser.parse_args()
-    print(json.dumps(run(arguments.pools, arguments.leases)))
+    print(json.dumps(run(arguments.pools, arguments.leases, arguments.ended)))
     sys.exit(0)

@@ -111,6 +111,7 @@ class Stack:
     ssh_key: Ed25519PrivateKey
     processes: list[subprocess.Popen[bytes]]
     operator_port: int = 0
+    _session_token: str | None = None
 
     def lease_conflicts(self) -> int:
         """Lease reconciles so far that lost a race (a fenced write refused) and were requeued."""
@@ -174,9 +175,13 @@ class Stack:
         return Client(self.base, self.bearer(token))
 
     def session(self) -> Client:
-        status, body = self.static().call("POST", "/v1/login")
-        assert status == 200, body
-        return Client(self.base, self.bearer(body["session_token"]))
+        """A client of one session, made at the first call: logins are rate limited per
+        identity (each client logging in, as 32 once did, was refused)."""
+        if self._session_token is None:
+            status, body = self.static().call("POST", "/v1/login")
+            assert status == 200, body
+            self._session_token = body["session_token"]
+        return Client(self.base, self.bearer(self._session_token))
 
     def ssh(self) -> Client:
         raw = self.ssh_key.public_key().public_bytes(
@@ -265,7 +270,22 @@ def metrics(port: int) -> dict[str, float]:
     return values
 
 
-def _healthy(client: Client) -> bool:
+def api_server(cluster: LocalControlPlane, port: int, workers: int) -> list[str]:
+    """The API server's `python -m` arguments for a benchmark."""
+    return [
+        "lessor.apiserver", f"--kubeconfig={cluster.kubeconfig}", f"--namespace={NAMESPACE}",
+        f"--bind=127.0.0.1:{port}", f"--ssh-audience=http://127.0.0.1:{port}",
+        f"--workers={workers}", "--worker-connections=2000",
+        # The benchmarks measure the server, not the per-principal admission limits (they send
+        # as one principal what a fleet of callers would) nor load shedding (bench/shedding.py
+        # sets its own bound; the last flag wins).
+        "--lease-admission-rate=1000000", "--lease-admission-burst=1000000",
+        "--ssh-signed-rate=1000000", "--ssh-signed-burst=1000000",
+        "--max-in-flight=1000000",
+    ]  # fmt: skip
+
+
+def healthy(client: Client) -> bool:
     try:
         return client.call("GET", "/healthz")[0] == 200
     except OSError:
@@ -290,7 +310,7 @@ def local_stack(
         key = Ed25519PrivateKey.generate()
         ports = PortReservation()  # held while the stack runs (lessor.controlplane.ports)
         try:
-            _configure(cluster, key)
+            configure(cluster, key)
             log = (work / "lessor.log").open("ab")
             common = [f"--kubeconfig={cluster.kubeconfig}", f"--namespace={NAMESPACE}"]
             port, operator_port = ports.take(), ports.take()
@@ -298,23 +318,14 @@ def local_stack(
                 ["lessor.operator", *common, "--http-host=127.0.0.1",
                  f"--http-port={operator_port}", f"--local-backend-dir={work / 'instances'}",
                  *operator_args],
-                ["lessor.apiserver", *common, f"--bind=127.0.0.1:{port}",
-                 f"--ssh-audience=http://127.0.0.1:{port}",
-                 f"--workers={api_workers}", "--worker-connections=2000",
-                 # The benchmarks measure the server, not the per-principal admission limits
-                 # (they send as one principal what a fleet of callers would) nor load
-                 # shedding (bench/shedding.py sets its own bound; the last flag wins).
-                 "--lease-admission-rate=1000000", "--lease-admission-burst=1000000",
-                 "--ssh-signed-rate=1000000", "--ssh-signed-burst=1000000",
-                 "--max-in-flight=1000000",
-                 *api_args],
+                [*api_server(cluster, port, api_workers), *api_args],
             ):  # fmt: skip
                 processes.append(
                     subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log)
                 )
             stack = Stack(cluster, f"http://127.0.0.1:{port}", work, key, processes, operator_port)
             deadline = time.monotonic() + 60
-            while not _healthy(Client(stack.base, lambda *_: None)):
+            while not healthy(Client(stack.base, lambda *_: None)):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the API server did not start")
                 time.sleep(0.1)
@@ -329,7 +340,7 @@ def local_stack(
             cluster.destroy()
 
 
-def _configure(cluster: LocalControlPlane, key: Ed25519PrivateKey) -> None:
+def configure(cluster: LocalControlPlane, key: Ed25519PrivateKey) -> None:
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     wait_established(cluster)
     cluster.kubectl("create", "namespace", NAMESPACE)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lessor.operator.backends.local import HostIdentity, LocalBackend
 from lessor.operator.backends.registry import Backends
 from lessor.operator.compatibility import CompatibilityCache
+from lessor.operator.kinds import CACHED
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Reconcile
 from lessor.operator.runtime.events import EventRecorder
@@ -35,8 +36,13 @@ class Context:
         self, resource: ResourceType, indexers: dict[str, IndexFunc] | None = None
     ) -> Informer:
         """The shared cache of `resource` in the operator's namespace, with (at least) the
-        indexes the caller reads."""
-        informer = self.manager.informer(self.client, resource, namespace=self.settings.namespace)
+        indexes the caller reads; of ClusterLeases, those not finished (kinds.CACHED)."""
+        informer = self.manager.informer(
+            self.client,
+            resource,
+            namespace=self.settings.namespace,
+            field_selector=CACHED.get(resource),
+        )
         for name, function in (indexers or {}).items():
             informer.store.add_indexer(name, function)
         return informer

@@ -39,6 +39,12 @@ CLAIMS = ResourceType(EXTENSIONS, "v1beta1", "sandboxclaims", "SandboxClaim")
 TEMPLATES = ResourceType(EXTENSIONS, "v1beta1", "sandboxtemplates", "SandboxTemplate")
 WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWarmPool")
 
+# What the shared caches hold of a kind, where not every object: the ClusterLeases that are not
+# finished. A day of ended leases (100,000 CI jobs' worth) is read by no reconciler; keeping it
+# cost memory and a list of all of it at every start (issue 45). lessor.operator.lease_retention
+# deletes them when their retention ends.
+CACHED: dict[ResourceType, str] = {LEASES: ClusterLease.phases.unfinished_selector()}
+
 BY_POOL = "by-pool"
 BY_CLAIM = "by-claim"
 POOL_LABEL = "lessor.dev/pool"

@@ -114,7 +114,6 @@ def setup(context: Context) -> Controller:
         backends=context.backends,
         events=context.events,
         enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
-        retention=context.settings.lease_retention,
         captures=Captures(context.client, context.events, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
     controller = context.controller("clusterlease", reconciler.reconcile)
@@ -154,13 +153,11 @@ class LeaseReconciler:
         backends: Backends,
         events: EventRecorder,
         enqueue: Callable[[str], None],
-        retention: datetime.timedelta | None = None,
         captures: Captures,
     ) -> None:
         self.client = client
         self.backends = backends
         self.captures = captures
-        self.retention = retention
         self.pools = pools
         self.instances = instances
         self.claims = ClaimsInFlight(instances)
@@ -191,11 +188,12 @@ class LeaseReconciler:
         phase = lease.status.phase if lease.status else None
         deleting = lease.metadata.deletion_timestamp is not None
         if phase in ClusterLease.phases.finished:
-            if deleting:
+            # Seen only where the cache holds finished leases too (a CRD without the
+            # selectable field): the retention sweep deletes them (lease_retention).
+            if LEASE_FINALIZER in (lease.metadata.finalizers or []):
                 await diagnostics_records.keep(self.client, lease)
                 await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
-                return Result()
-            return await self._retain(obj, lease)
+            return Result()
         if not deleting:
             written = await add_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
             self.writes.wrote(key, obj, written)
@@ -250,14 +248,12 @@ class LeaseReconciler:
                 key=_created,
             )
             if position > len(free):
-                queued = status.phase != "Pending"
+                # No Event of its own: the queue position is in the status, and the Bound
+                # Event says how long the lease waited (one request fewer per queued create,
+                # issue 45).
                 status.phase, status.queue_position = "Pending", position
                 status.message = "waiting for a ready cluster"
-                obj = await self._write_status(obj, status)
-                if queued:
-                    await self.events.record(
-                        obj, "Normal", "Queued", f"waiting for a cluster of {lease.spec.pool}"
-                    )
+                await self._write_status(obj, status)
                 return Result()
             claim = {"name": lease.metadata.name, "uid": lease.metadata.uid}
             instance, kubeconfig = await self._claim(free[position - 1], claim)
@@ -301,6 +297,7 @@ class LeaseReconciler:
         secret: Json | None = None,
     ) -> Result:
         """`secret`: the instance's kubeconfig Secret when the claim has just read it."""
+        queued = status.phase == "Pending"  # it was written Pending: it waited in the queue
         name = lease.metadata.name or ""
         namespace = lease.metadata.namespace or ""
         source = instance.get("status", {}).get("kubeconfigSecret")
@@ -329,11 +326,17 @@ class LeaseReconciler:
             }
         )
         obj = await self._write_status(obj, status)
+        created = lease.metadata.creation_timestamp
+        waited = (
+            f" after {format_duration(max(bound_at - created, datetime.timedelta()))} in the queue"
+            if queued and created is not None
+            else ""
+        )
         await self.events.record(
             obj,
             "Normal",
             "Bound",
-            f"bound to {instance['metadata']['name']}, expires {timestamp(expiry)}",
+            f"bound to {instance['metadata']['name']}{waited}, expires {timestamp(expiry)}",
         )
         for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
             self._enqueue(waiting)
@@ -493,28 +496,13 @@ class LeaseReconciler:
         pool = self.pools.store.get(f"{lease.metadata.namespace}/{lease.spec.pool}")
         return ClusterPool.model_validate(pool).spec.diagnostics if pool else None
 
-    async def _retain(self, obj: Json, lease: ClusterLease) -> Result:
-        """Keep an ended lease for the retention period (its owner can still read how it
-        ended), then delete it, so that listings do not grow with history."""
-        if self.retention is None:
-            return Result()
-        ended = lease.status.ended_at if lease.status else None
-        if ended is None:  # ended before this field existed: count from now
-            await self._write_status(
-                obj, _status(lease).model_copy(update={"ended_at": now_seconds()})
-            )
-            return Result(requeue_after=self.retention.total_seconds())
-        left = (ended + self.retention - utcnow()).total_seconds()
-        if left > 0:
-            return Result(requeue_after=left)
-        await diagnostics_records.keep(self.client, lease)
-        await delete_fenced(self.client, LEASES, obj)
-        return Result()
-
     async def _finish(self, obj: Json, status: ClusterLeaseStatus, reason: str) -> None:
         if status.ended_at is None:
             status.ended_at = now_seconds()
         obj = await self._write_status(obj, status)
         await self.events.record(obj, "Normal", f"Lease{reason}", status.message)
-        if obj["metadata"].get("deletionTimestamp"):
-            await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)
+        # Nothing is left to tear down: a finished lease is deleted at once when asked to (by
+        # kubectl, or by the retention sweep, which never sees it in a cache). Its diagnostics
+        # record was kept when the capture was Captured. A crash before this write leaves the
+        # finalizer to the sweep, which removes it when it deletes the lease.
+        await remove_finalizer(self.client, LEASES, obj, LEASE_FINALIZER)

@@ -17,10 +17,12 @@ from lessor.logs import configure as configure_logging
 from lessor.operator import (
     access_policies,
     instances,
+    lease_retention,
     leases,
     local_orphans,
     namespace_orphans,
     pools,
+    reservations,
 )
 from lessor.operator.context import Context
 from lessor.operator.diagnostics import records as diagnostics_records
@@ -36,10 +38,12 @@ CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
     pools.setup,
     instances.setup,
     leases.setup,
+    lease_retention.setup,
     local_orphans.setup,
     namespace_orphans.setup,
     access_policies.setup,
     diagnostics_records.setup,
+    reservations.setup,
 )
 
 

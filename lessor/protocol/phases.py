@@ -40,6 +40,11 @@ class LeasePhases:
     def holds_slot(self, phase: str | None) -> bool:
         return phase not in self.released_slot
 
+    def unfinished_selector(self) -> str:
+        """The field selector of the leases not `finished`: what the components' caches hold
+        (ended history is read when asked for, not kept in memory; issue 45)."""
+        return ",".join(f"status.phase!={phase}" for phase in sorted(self.finished))
+
     @staticmethod
     def waiting(phase: str | None) -> bool:
         """Not yet given anything: new (no phase yet) or Pending, so in its pool's queue."""

@@ -127,6 +127,9 @@ class CrdInfo:
     scope: str = "Namespaced"
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # JSON paths a list or watch may select on (`fieldSelector`): how the API server's and the
+    # operator's watches leave ended leases out of their caches (issue 45).
+    selectable_fields: tuple[str, ...] = ()
 
 
 AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")

@@ -818,5 +818,10 @@ class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):
             PrinterColumn("Queue", ".status.queuePosition", "integer", priority=1),
             PrinterColumn("Expires", ".status.expiresAt"),
             AGE,
+            # Read by the retention sweep as a Table (lessor.operator.lease_retention): strings,
+            # since a `date` column is served as an age ("5m"), not as the time.
+            PrinterColumn("Ended", ".status.endedAt", priority=1),
+            PrinterColumn("Deleting", ".metadata.deletionTimestamp", priority=1),
         ),
+        selectable_fields=(".status.phase",),
     )

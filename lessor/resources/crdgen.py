@@ -153,6 +153,8 @@ def crd_of(resource: type[Resource[Any, Any]]) -> Schema:
             }
             for column in info.columns
         ]
+    if info.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in info.selectable_fields]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -193,6 +193,11 @@ class Objects:
         return (self.get("clusterpool", name) or {}).get("status", {})
 
     def events(self, name: str) -> list[str]:
+        """The reasons of the Events about `name`."""
+        return [reason for reason, _ in self.event_notes(name)]
+
+    def event_notes(self, name: str) -> list[tuple[str, str]]:
+        """(reason, note) of each Event about `name`."""
         result = self.cluster.kubectl(
             "get",
             "events",
@@ -200,9 +205,9 @@ class Objects:
             self.namespace,
             f"--field-selector=involvedObject.name={name}",
             "-o",
-            "jsonpath={.items[*].reason}",
+            "json",
         )
-        return result.stdout.split()
+        return [(e["reason"], e.get("message", "")) for e in json.loads(result.stdout)["items"]]
 
 
 def pids_of(instance: Json) -> list[int]:

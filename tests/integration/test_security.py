@@ -458,33 +458,37 @@ def test_a_rule_without_a_ceiling_still_has_one(stack: Stack) -> None:  # noqa: 
             stack.api.call("DELETE", f"/v1/leases/{lease}", token=token)
 
 
-def test_a_leases_reservations_go_with_it(stack: Stack) -> None:  # noqa: F811
-    """The ConfigMaps that hold a lease's concurrency slot and alias are owned by the lease, so
-    the garbage collector removes them with it (they used to stay forever, one per alias)."""
+def test_a_leases_reservations_go_when_it_ends(stack: Stack) -> None:  # noqa: F811
+    """The ConfigMaps that hold a lease's concurrency slot and alias are named by the lease and
+    deleted by the operator once it has ended, not a day later with the lease (they used to
+    stay forever, one per alias); one whose lease was never created goes after the grace."""
     lease = stack.api.call(
         "POST", "/v1/leases", token=ALICE, body={"profile": "api-cold", "alias": "kept-gone"}
     ).body["id"]
 
-    def reservations() -> list[dict[str, Any]]:
+    def reservations(of: str) -> list[dict[str, Any]]:
         listed = stack.cluster.kubectl(
             "get", "configmaps", "-n", stack.namespace, "-l", "lessor.dev/reservation", "-o", "json"
         )  # fmt: skip
         items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
-        return [item for item in items if item.get("data", {}).get("lease") == lease]
+        return [item for item in items if item.get("data", {}).get("lease") == of]
 
-    held = reservations()
+    held = reservations(lease)
     assert len(held) == 2, held  # a slot and the alias
-    uid = _lease(stack, lease)["metadata"]["uid"]
-
-    def owned() -> bool:  # written beside the request, a moment after its answer
-        owners = [r["metadata"].get("ownerReferences", [{}])[0].get("uid") for r in reservations()]
-        return owners == [uid, uid]
-
-    wait_for("the lease owns its reservations", owned, timeout=30)
+    named = _lease(stack, lease)["metadata"]["annotations"]["lessor.dev/reservations"]
+    assert sorted(named.split(",")) == sorted(r["metadata"]["name"] for r in held)
+    # A reservation whose lease never came to be (an API replica killed between the creates).
+    orphan = held[0] | {"metadata": {"name": "lessor-slot-orphaned-0",
+                                     "labels": held[0]["metadata"]["labels"]},
+                        "data": {"identity": "nobody", "lease": "lnevercreated"}}  # fmt: skip
+    stack.cluster.kubectl("apply", "-n", stack.namespace, "-f", "-", input=json.dumps(orphan))
+    time.sleep(3)
+    assert len(reservations(lease)) == 2, "a lease that holds its slot keeps it"
     assert stack.api.call("DELETE", f"/v1/leases/{lease}", token=ALICE).status == 204
     wait_for("Released", lambda: _phase(stack, lease) == "Released")
-    stack.cluster.kubectl("delete", "clusterlease", lease, "-n", stack.namespace)
-    wait_for("the reservations collected", lambda: reservations() == [], timeout=180)
+    wait_for("the reservations deleted", lambda: reservations(lease) == [], timeout=30)
+    assert _phase(stack, lease) == "Released", "the lease itself is kept for its retention"
+    wait_for("the orphan deleted", lambda: reservations("lnevercreated") == [], timeout=90)
 
 
 # -- item 5: a session lasts no longer than its credential, and can be revoked by anyone who

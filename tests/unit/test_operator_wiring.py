@@ -51,6 +51,8 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "instance-namespace-orphans": ["clusterinstances"],
         "accesspolicy": ["accesspolicies"],
         "diagnosticsbundle": ["diagnosticsbundles"],
+        "lease-retention": ["clusterleases"],
+        "reservation": ["configmaps", "clusterleases"],
     }
     assert _watched("disabled", tmp_path / "kubeconfig") == cluster
     assert _watched("external", tmp_path / "kubeconfig") == {
@@ -58,4 +60,5 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "sandboxpool": ["sandboxpools", "sandboxleases"],
         "sandboxlease": ["sandboxleases", "sandboxpools", "pods"],
         "sandboxexecution": ["sandboxexecutions"],
+        "reservation": ["configmaps", "clusterleases", "sandboxleases"],
     }

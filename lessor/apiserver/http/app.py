@@ -68,7 +68,11 @@ from lessor.apiserver.http.responses import (
 )
 from lessor.apiserver.http.settings import Settings
 from lessor.apiserver.http.shedding import Shed, set_aside
-from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS, LeaseService
+from lessor.apiserver.leases.cluster_leases import (
+    MAX_WAIT_SECONDS,
+    LeaseService,
+    watch_active_leases,
+)
 from lessor.apiserver.leases.diagnostics import DiagnosticsService
 from lessor.apiserver.leases.pools import PoolService
 from lessor.apiserver.policy.store import PolicyStore
@@ -89,7 +93,7 @@ from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp
-from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.cluster import ClusterPool
 
 log = logging.getLogger(__name__)
 # How long /readyz waits for a worker's first list of the AccessPolicies (the manifests give
@@ -147,7 +151,7 @@ class Services:
 
     @cached_property
     def watched_leases(self) -> WatchedObjects:
-        return WatchedObjects(lambda: self.kube, ClusterLease.crd.plural)
+        return watch_active_leases(lambda: self.kube)
 
     @cached_property
     def watched_pools(self) -> WatchedObjects:

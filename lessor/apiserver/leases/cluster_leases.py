@@ -56,6 +56,19 @@ def requester_label(identity: str) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:40]
 
 
+def watch_active_leases(kube_factory: Callable[[], Kube]) -> WatchedObjects:
+    """The ClusterLeases this process keeps in memory, indexed by their requester's label: the
+    leases that are not finished. A day of ended leases (100,000 CI jobs' worth) is read by
+    nobody often enough to be worth the memory of every worker and a list of it at every
+    start; one is read from kube-apiserver when asked for."""
+    return WatchedObjects(
+        kube_factory,
+        ClusterLease.crd.plural,
+        field_selector=ClusterLease.phases.unfinished_selector(),
+        index=lambda lease: lease["metadata"].get("labels", {}).get(REQUESTER_LABEL),
+    )
+
+
 def _phase(obj: Json) -> str | None:
     phase: str | None = obj.get("status", {}).get("phase")
     return phase
@@ -120,21 +133,40 @@ class LeaseService:
         else:
             obj = self.watched_leases.read(lease_id)
         if obj is None and not looks_like_an_id(lease_id):
-            obj = by_alias(self._all_mine(principal), lease_id, ClusterLease.phases.holds_slot)
+            obj = self._by_alias(principal, lease_id)
         if obj is None or obj.get("spec", {}).get("requester") != principal.owner:
             raise HttpNotFoundError(f"no lease {lease_id}")
         return obj
 
+    def _by_alias(self, principal: Principal, alias: str) -> Json | None:
+        """The caller's lease `alias` names: its active one, from the watch when there is one
+        there; else from every lease of the caller's, ended ones included (aliases.py)."""
+        active = ClusterLease.phases.holds_slot
+        watched = self.watched_leases.indexed(requester_label(principal.owner))
+        if watched is not None:
+            live = [lease for lease in self._own(principal, watched) if active(_phase(lease))]
+            if (found := by_alias(live, alias, active)) is not None:
+                return found
+        return by_alias(self._all_mine(principal), alias, active)
+
+    def _active_mine(self, principal: Principal) -> list[Json]:
+        """The caller's leases that are not finished (and, read from kube-apiserver, finished
+        ones too: callers filter by phase). From this worker's watch, as a single lease is,
+        with the same freshness: this worker's own writes at once, the operator's and other
+        workers' a watch event later (milliseconds); from a consistent list while the watch
+        cannot vouch for them (not synced, or a write of this worker not yet back)."""
+        watched = self.watched_leases.indexed(requester_label(principal.owner))
+        return self._all_mine(principal) if watched is None else self._own(principal, watched)
+
     def _all_mine(self, principal: Principal) -> list[Json]:
-        """Every lease of the caller's, ended ones included (until the operator deletes them)."""
-        # A consistent list, not the watch: a listing is not polled, and one API worker must
-        # never list a lease another worker has just shown ended.
+        """Every lease of the caller's, ended ones included (until the operator deletes them),
+        from a consistent list."""
         selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
-        return [
-            lease
-            for lease in self.kube.list_objects(ClusterLease.crd.plural, selector)
-            if lease["spec"].get("requester") == principal.owner
-        ]
+        return self._own(principal, self.kube.list_objects(ClusterLease.crd.plural, selector))
+
+    @staticmethod
+    def _own(principal: Principal, leases: list[Json]) -> list[Json]:
+        return [lease for lease in leases if lease["spec"].get("requester") == principal.owner]
 
     def pool(self, name: str) -> ClusterPool:
         if not OBJECT_NAME.match(name):
@@ -160,6 +192,7 @@ class LeaseService:
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
+        mine = self.watched_leases.indexed(requester_label(principal.owner))
         taken = self.reservations.take(
             principal.owner,
             grant.max_concurrent_leases,
@@ -169,6 +202,9 @@ class LeaseService:
                 f"{principal.identity} holds {ceiling} active leases, the most its policy allows"
             ),
             alias_used=f"alias {request.alias} is already used by one of your active leases",
+            active=None
+            if mine is None
+            else [lease for lease in mine if ClusterLease.phases.holds_slot(_phase(lease))],
         )
         try:
             spec: Json = {
@@ -191,6 +227,7 @@ class LeaseService:
                     "metadata": {
                         "name": name,
                         "finalizers": [LEASE_FINALIZER],
+                        "annotations": Reservations.annotation(taken),
                         "labels": {
                             REQUESTER_LABEL: requester_label(principal.owner),
                             POOL_LABEL: pool_name,
@@ -204,7 +241,6 @@ class LeaseService:
                 self.reservations.release(reservation)
             raise
         self._wrote(created)
-        self.reservations.own(taken, created)
         response: Json = {
             "id": name,
             "phase": "Pending",
@@ -225,7 +261,7 @@ class LeaseService:
     def list_mine(self, principal: Principal) -> list[Json]:
         return [
             self.summary(lease)
-            for lease in self._all_mine(principal)
+            for lease in self._active_mine(principal)
             if ClusterLease.phases.holds_slot(_phase(lease)) and self.granted(principal, lease)
         ]
 

@@ -2,16 +2,20 @@
 
 A caller's concurrent leases are slots `0 .. maxConcurrentLeases-1`; an alias is one name. Each
 is a ConfigMap whose name is derived from the identity (and slot or alias), so two replicas
-taking the same slot race on one create and exactly one wins. A reservation names its lease; it
-is reclaimed when that lease has ended, or when the lease was never created (a replica died
-between the two creates) and the reservation is older than a grace period. Once the lease
-exists it owns its reservations, and the garbage collector removes them with it.
+taking the same slot race on one create and exactly one wins. A reservation names its lease,
+and the lease names its reservations (the `lessor.dev/reservations` annotation). The operator
+deletes a reservation once its lease no longer holds it (ended, quarantined, deleted, or never
+created: lessor.operator.reservations); a take that finds one its lease no longer holds (the
+operator was down) reclaims it, fenced by its uid and resourceVersion.
 
-Taking a slot costs one list and, usually, one create: the list shows which slots are held, a
-free one is picked at random (so a burst of creates by one identity rarely races for the same
-slot), and only when none is free are held slots checked for reclaim, one by one. (Trying slots
-in order, as a first version did, cost three round trips per held slot: at 100 active leases a
-create took 300 API calls.)
+Taking a slot costs one create when the caller's active leases are known from the watch (issue
+45): they name the slots they hold, a free one is picked at random, and only a create that finds
+it taken (a lease of another worker not yet seen, an ended lease whose reservation the operator
+has not deleted yet) falls back to what a take without that knowledge does: list the held slots
+(kube-apiserver's watch cache, names only), pick a free one at random (so a burst of creates by
+one identity rarely races for the same slot), and only when none is free check held slots for
+reclaim, one by one. (Trying slots in order, as a first version did, cost three round trips per
+held slot: at 100 active leases a create took 300 API calls.)
 """
 
 from __future__ import annotations
@@ -21,16 +25,14 @@ import hashlib
 import itertools
 import logging
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http.errors import HttpConflictError, TooManyRequestsError
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.cluster import ClusterLease
 from lessor.resources.sandbox import SandboxLease
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 ORPHAN_GRACE = datetime.timedelta(seconds=30)
 KIND_LABEL = "lessor.dev/reservation"
 HOLDER_LABEL = "lessor.dev/holder"
+# On a lease: the names of its reservations, comma-separated.
+RESERVATIONS_ANNOTATION = "lessor.dev/reservations"
 # Random picks among free slots before an ordered scan: enough that racing creates spread out.
 _RANDOM_PICKS = 8
 
@@ -80,15 +84,18 @@ class Reservations:
         *,
         too_many: Callable[[int], str],
         alias_used: str,
+        active: list[Json] | None = None,
     ) -> list[Reservation]:
         """What a new lease needs before it is created: a slot under the owner's ceiling (its
         grant's, else the default) and, when it asks for one, its alias. All of them, or none:
         a refusal (429 `concurrency_limit` with `too_many(ceiling)`, 409 `alias_active` with
-        `alias_used`) or any failure first releases what was taken."""
+        `alias_used`) or any failure first releases what was taken. `active`: the owner's
+        leases that hold a slot, when known without asking (the watch), whose annotations say
+        which slots are held."""
         limit = self.default_ceiling if ceiling is None else ceiling
         taken: list[Reservation] = []
         try:
-            slot = self.slot(owner, limit, lease)
+            slot = self.slot(owner, limit, lease, self._named_slots(owner, active))
             if slot is None:
                 raise TooManyRequestsError(too_many(limit), reason="concurrency_limit")
             taken.append(slot)
@@ -103,9 +110,19 @@ class Reservations:
             raise
         return taken
 
-    def slot(self, identity: str, limit: int, lease: str) -> Reservation | None:
-        """Take a free slot for `lease`, or None when all `limit` slots are held."""
+    def slot(
+        self, identity: str, limit: int, lease: str, named: set[int] | None = None
+    ) -> Reservation | None:
+        """Take a free slot for `lease`, or None when all `limit` slots are held. `named`:
+        the slots the owner's active leases name, when known: one pick among the others is
+        tried first, without a list."""
         holder = _digest(identity)
+        if named is not None and len(named) < limit:
+            window = range(min(limit, len(named) + _RANDOM_PICKS))
+            index = random.choice([i for i in window if i not in named])  # noqa: S311 - spread, no secret
+            name = self._slot_name(holder, index)
+            if self._take(name, "slot", identity, lease, reclaim=False):
+                return Reservation(name)
         held = self._held_slots(holder)
         sampled = random.sample(range(limit), min(limit, len(held) + _RANDOM_PICKS))
         picks = [i for i in sampled if i not in held][:_RANDOM_PICKS]
@@ -125,6 +142,26 @@ class Reservations:
     def _slot_name(self, holder: str, index: int) -> str:
         return f"lessor-{self.family}slot-{holder}-{index}"
 
+    def _named_slots(self, identity: str, active: list[Json] | None) -> set[int] | None:
+        """The slot indexes `active` leases name in their annotation (None: not known)."""
+        if active is None:
+            return None
+        prefix = self._slot_name(_digest(identity), 0)[:-1]
+        named = set()
+        for lease in active:
+            annotation = lease["metadata"].get("annotations", {}).get(RESERVATIONS_ANNOTATION)
+            if annotation is None:  # made before the annotation: which slot is not known
+                return None
+            for name in annotation.split(","):
+                if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                    named.add(int(name[len(prefix) :]))
+        return named
+
+    @staticmethod
+    def annotation(reservations: list[Reservation]) -> dict[str, str]:
+        """The annotation a lease names its reservations with."""
+        return {RESERVATIONS_ANNOTATION: ",".join(r.name for r in reservations)}
+
     def _held_slots(self, holder: str) -> set[int]:
         # From the watch cache (a consistent list waits ~100 ms after any write), names only.
         # A slot taken since is found by the create's 409.
@@ -137,34 +174,6 @@ class Reservations:
         name = f"lessor-{self.family}alias-{_digest(identity, alias)}"
         taken = self._take(name, "alias", identity, lease, reclaim=True)
         return Reservation(name) if taken else None
-
-    def own(self, reservations: list[Reservation], lease: dict[str, Any]) -> None:
-        """Make the lease just created the owner of its reservations, so that the garbage
-        collector removes them with it (they would otherwise stay, one per alias ever used).
-        Best effort: a reservation left without an owner (a crash, a failed patch) is still
-        reclaimed by the next take of its slot or alias once its lease has ended. So it is done
-        beside the request rather than in it: the caller need not wait for a round trip that
-        changes nothing it sees (a greenlet under gunicorn's gevent workers)."""
-        threading.Thread(
-            target=self._own, args=(reservations, lease), name="own-reservations", daemon=True
-        ).start()
-
-    def _own(self, reservations: list[Reservation], lease: dict[str, Any]) -> None:
-        metadata = lease["metadata"]
-        owner = {"apiVersion": lease["apiVersion"], "kind": lease["kind"],
-                 "name": metadata["name"], "uid": metadata["uid"]}  # fmt: skip
-        for reservation in reservations:
-            try:
-                self.kube.request(
-                    "PATCH",
-                    self.kube.configmap_path(reservation.name),
-                    body={"metadata": {"ownerReferences": [owner]}},
-                    content_type="application/merge-patch+json",
-                )
-            except ApiException as error:
-                log.warning("reservation %s keeps no owner: %s", reservation.name, error.reason)
-            except urllib3.exceptions.HTTPError as error:  # kube-apiserver restarting: the same
-                log.warning("reservation %s keeps no owner: %s", reservation.name, error)
 
     def release(self, reservation: Reservation) -> None:
         try:

@@ -214,6 +214,7 @@ class SandboxLeaseService:
         # caller would get no answer at all: it waits for the create a short while, and hands
         # off what it could not confirm (spec 4.3: "when the service is shutting down").
         timeout = SHUTDOWN_CREATE_TIMEOUT if lifecycle.stopping() else TIMEOUT
+        body["metadata"]["annotations"] = Reservations.annotation(taken)
         try:
             created = self.kube.create(SandboxLease.crd.plural, body, timeout=timeout)
         except ApiException as error:
@@ -231,7 +232,6 @@ class SandboxLeaseService:
         except BaseException:
             self._release_all(taken)
             raise
-        self.reservations.own(taken, created)
         return self.view(created, full=False)
 
     def _lease_body(

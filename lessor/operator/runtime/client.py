@@ -153,11 +153,16 @@ class KubeClient:
         body: Json | list[Json] | None = None,
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Json:
+        """`accept`: another representation than the object's (a server-side Table)."""
         options = self._options(path, params)
+        headers = {"Accept": accept} if accept else {}
         if body is not None:
             options["data"] = json.dumps(body).encode()
-            options["headers"] = {"Content-Type": content_type}
+            headers["Content-Type"] = content_type
+        if headers:
+            options["headers"] = headers
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
         try:
             session = await self._open()

@@ -18,6 +18,7 @@ class Informer:
         namespace: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         min_watch_timeout: float = 300.0,
     ) -> None:
         # Not waited for by readiness (Manager.ready): a kind the process can do without.
@@ -30,6 +31,7 @@ class Informer:
             self.store,
             namespace=namespace,
             label_selector=label_selector,
+            field_selector=field_selector,
             min_watch_timeout=min_watch_timeout,
         )
         self._task: asyncio.Task[None] | None = None

@@ -44,7 +44,7 @@ class Manager:
         self.http_host, self.http_port = http_host, http_port
         self._http_open = 0
         self.informers: list[Informer] = []
-        self._shared: dict[tuple[ResourceType, str | None], Informer] = {}
+        self._shared: dict[tuple[ResourceType, str | None, str | None, str | None], Informer] = {}
         self.controllers: list[Controller] = []
         self._stopping = asyncio.Event()
 
@@ -53,14 +53,29 @@ class Manager:
         return informer
 
     def informer(
-        self, client: KubeClient, resource: ResourceType, *, namespace: str | None = None
+        self,
+        client: KubeClient,
+        resource: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Informer:
-        """The one informer of `resource` in `namespace`, made on first use: controllers that
-        read or watch the same kind share one cache and one watch (controller-runtime's shared
-        cache). Indexes are added to its store by whoever reads them (Store.add_indexer)."""
-        key = (resource, namespace)
+        """The one informer of `resource` in `namespace` (of the objects the selectors
+        select), made on first use: controllers that read or watch the same kind share one
+        cache and one watch (controller-runtime's shared cache). Indexes are added to its
+        store by whoever reads them (Store.add_indexer)."""
+        key = (resource, namespace, label_selector, field_selector)
         if key not in self._shared:
-            self._shared[key] = self.add_informer(Informer(client, resource, namespace=namespace))
+            self._shared[key] = self.add_informer(
+                Informer(
+                    client,
+                    resource,
+                    namespace=namespace,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                )
+            )
         return self._shared[key]
 
     def add_controller(self, controller: Controller) -> Controller:

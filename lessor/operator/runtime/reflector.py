@@ -39,6 +39,7 @@ class Reflector:
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -47,6 +48,7 @@ class Reflector:
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.resource_version = ""
         self.relists = 0
 
@@ -54,6 +56,8 @@ class Reflector:
         params = dict(extra)
         if self.label_selector:
             params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
         return params
 
     async def run(self) -> None:
@@ -80,7 +84,21 @@ class Reflector:
             params = self._params(limit=str(self.page_size))
             if token:
                 params["continue"] = token
-            page = await self.client.request("GET", path, params=params)
+            try:
+                page = await self.client.request("GET", path, params=params)
+            except ApiError as error:
+                if error.status != 400 or not self.field_selector or token:
+                    raise
+                # A CRD without the selectable field (an upgrade that kept the old CRDs):
+                # everything is cached, as before the selector, rather than nothing.
+                log.warning(
+                    "reflector %s: the CRD refuses the field selector %r (re-apply this"
+                    " version's CRDs); caching every object",
+                    self.resource.plural,
+                    self.field_selector,
+                )
+                self.field_selector = None
+                continue
             kind = self.resource.kind
             for item in page.get("items", []):
                 item.setdefault("apiVersion", self.resource.api_version)
