@@ -30,6 +30,7 @@ from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established
 from lessor.controlplane.object_store import MinioServer
+from lessor.resources.cluster import LEASE_FINALIZER
 from tests.integration.hostile_cluster import HostileApiServer
 from tests.integration.operator_harness import (
     Objects,
@@ -311,7 +312,7 @@ def test_an_ended_leases_bundle_holds_its_cluster_and_goes_to_its_owner_alone(
 def test_a_bundle_outlives_its_lease_until_its_retention_ends(stack: Stack) -> None:
     """The lease is deleted before its bundle is fetched (what the operator's retention does
     after a day): the bundle is still its owner's, for the pool's retention and no longer."""
-    stack.pool("dx-kept", 1, retention="45s")
+    stack.pool("dx-kept", 1, retention="90s")
     lease_id, _ = _lease(stack, "dx-kept")
     record = _released(stack, lease_id)["status"]["diagnostics"]
     assert record["state"] == "Captured", record
@@ -322,10 +323,15 @@ def test_a_bundle_outlives_its_lease_until_its_retention_ends(stack: Stack) -> N
         and kept["spec"]["record"]["key"] == record["key"]
     )
 
-    # As a lease captured by an operator that wrote no record: it gets one when it is deleted.
+    # As a lease ended by an operator that wrote no record and kept the finalizer (before
+    # issue 45): deleted, it gets its record from the retention sweep, which runs at start.
     namespace = ("-n", stack.objects.namespace)
     stack.cluster.kubectl("delete", "diagnosticsbundle", lease_id, *namespace)
-    stack.cluster.kubectl("delete", "clusterlease", lease_id, *namespace)
+    stack.objects.patch("clusterlease", lease_id, {"metadata": {"finalizers": [LEASE_FINALIZER]}})
+    stack.cluster.kubectl("delete", "clusterlease", lease_id, "--wait=false", *namespace)
+    stack.operators[-1].kill(signal.SIGKILL)
+    stack.start_operator()
+    wait_for("the lease deleted", lambda: stack.objects.get("clusterlease", lease_id) is None)
     assert stack.api.call("GET", f"/v1/leases/{lease_id}", token=ALICE).status == 404
     assert stack.objects.get("diagnosticsbundle", lease_id) is not None
     answer, bundle = _fetched(stack, lease_id)
