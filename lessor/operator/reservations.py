@@ -71,6 +71,10 @@ def setup(context: Context) -> Controller:
         namespace=context.settings.namespace,
         label_selector=KIND_LABEL,
     )
+    # A Role from before this controller grants no ConfigMaps (an upgrade that kept the old
+    # RBAC): the controller waits for the right, the rest of the operator serves, and the API
+    # servers reclaim what it would have deleted.
+    reservations.optional = True
     reservations.store.add_indexer(BY_LEASE, lambda obj: [lease_key(obj)])
     leases = {LEASES.plural: context.informer(LEASES)}
     if context.settings.agent_sandbox_mode == "external":

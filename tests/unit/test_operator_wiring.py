@@ -62,3 +62,14 @@ def test_each_controller_waits_for_the_caches_it_watches(tmp_path: Path) -> None
         "sandboxexecution": ["sandboxexecutions"],
         "reservation": ["configmaps", "clusterleases", "sandboxleases"],
     }
+
+
+def test_readiness_waits_for_no_kind_an_old_role_or_crd_may_lack(tmp_path: Path) -> None:
+    """An upgrade that keeps the previous release's RBAC and CRDs (Helm upgrades no CRD) lacks
+    the DiagnosticsBundle kind and the right on ConfigMaps: the operator must become ready
+    without those caches (the kind e2e installs 0.1's chart, then upgrades)."""
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    args = parse_args(["--no-leader-election", f"--kubeconfig={tmp_path / 'kubeconfig'}"])
+    manager = build(cast(KubeClient, cast(Any, object())), Settings.from_args(args), "test")
+    optional = {i.resource.plural for i in manager.informers if i.optional}
+    assert optional == {"diagnosticsbundles", "configmaps"}
