@@ -118,8 +118,10 @@ class Reservations:
         tried first, without a list."""
         holder = _digest(identity)
         if named is not None and len(named) < limit:
-            window = range(min(limit, len(named) + _RANDOM_PICKS))
-            index = random.choice([i for i in window if i not in named])  # noqa: S311 - spread, no secret
+            # From the whole range, as the listed path picks: concurrent creates by one caller
+            # that picked among the lowest free slots collided, and each collision cost a list.
+            sampled = random.sample(range(limit), min(limit, len(named) + _RANDOM_PICKS))
+            index = next(i for i in sampled if i not in named)
             name = self._slot_name(holder, index)
             if self._take(name, "slot", identity, lease, reclaim=False):
                 return Reservation(name)
