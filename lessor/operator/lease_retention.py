@@ -95,8 +95,8 @@ class RetentionSweep:
 
     async def finished(self) -> AsyncIterator[Row]:
         """Every finished lease, a page at a time, as Table rows. A CRD from before the
-        selectable field and the columns (an upgrade that kept the old CRDs) is read whole
-        and filtered here, and a lease's age stands for its end."""
+        selectable field and the columns (an upgrade that kept the old CRDs) is read as whole
+        objects and filtered here."""
         selectors = [f"status.phase={phase}" for phase in sorted(ClusterLease.phases.finished)]
         if not self.selectable:
             selectors = [""]
@@ -168,6 +168,6 @@ def _moment(text: object) -> datetime.datetime | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return datetime.datetime.fromisoformat(text)  # Python 3.11 reads the "Z"
     except ValueError:
         return None

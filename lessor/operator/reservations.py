@@ -117,9 +117,7 @@ class ReservationSweep:
         if lease is not None and holds(lease, phases):
             return Result()
         if lease is None:
-            created = datetime.datetime.fromisoformat(
-                reservation["metadata"]["creationTimestamp"].replace("Z", "+00:00")
-            )
+            created = datetime.datetime.fromisoformat(reservation["metadata"]["creationTimestamp"])
             left = (created + ORPHAN_GRACE - utcnow()).total_seconds()
             if left > 0:
                 return Result(requeue_after=left)
