@@ -33,11 +33,12 @@ from lessor.operator.kinds import (
     pool_key,
 )
 from lessor.operator.pool_gauges import PoolRow, waiting_leases
+from lessor.operator.readiness import stamped
 from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import delete_fenced, owner_reference, write_status
+from lessor.operator.writes import delete_fenced, owner_reference, status_json, write_status
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
 from lessor.resources.base import UP_TO_DATE, Condition
@@ -54,6 +55,11 @@ BACKEND_HEALTHY = "BackendHealthy"
 DIAGNOSTICS_READY = "DiagnosticsReady"
 START_BACKOFF = datetime.timedelta(seconds=10)
 MAX_START_BACKOFF = datetime.timedelta(minutes=10)
+# A status change that is the queue depth alone is written at most this often per pool: every
+# create and bind of a busy pool changes it, and each write is a request to kube-apiserver and
+# a watch event to every watcher (a fifth of a request per create, issue 45). The gauge
+# `lessor_pool_queue_depth` is exact at every pass; the status may lag by this much.
+QUEUE_DEPTH_PERIOD = 1.0
 
 
 def start_backoff(failures: int) -> datetime.timedelta:
@@ -145,6 +151,7 @@ class PoolReconciler:
         self.leases = leases
         self.events = events
         self._expected: dict[str, dict[str, float]] = {}
+        self._written_at: dict[str, float] = {}  # pool key -> monotonic time of its last write
 
     def _pending_expectations(self, key: str, seen: set[str]) -> int:
         expected = self._expected.get(key, {})
@@ -159,6 +166,7 @@ class PoolReconciler:
         obj = self.pools.store.get(key)
         if obj is None:
             self._expected.pop(key, None)
+            self._written_at.pop(key, None)
             self.store_checks.forget(key)
             return Result()
         pool = ClusterPool.model_validate(obj)
@@ -229,7 +237,7 @@ class PoolReconciler:
                 ),
             }
         )
-        obj = await write_status(self.client, POOLS, obj, status)
+        obj, deferred = await self._write(key, obj, status)
         await self._report(obj, before, backend_health, failed)
         store_after = find(status.conditions, DIAGNOSTICS_READY)
         await self._report_turn(obj, store_before, store_after, "Diagnostics")
@@ -243,7 +251,34 @@ class PoolReconciler:
                 obj, "Normal", "ScaledUp" if rose else "ScaledDown",
                 f"{target_before} to {scaled.status.target} warm: {scaled.status.reason}",
             )  # fmt: skip
-        return Result(requeue_after=self._recheck(pool, status, pause, deficit, scaled))
+        due = [self._recheck(pool, status, pause, deficit, scaled), deferred]
+        return Result(requeue_after=min((t for t in due if t is not None), default=None))
+
+    async def _write(
+        self, key: str, obj: Json, status: ClusterPoolStatus
+    ) -> tuple[Json, float | None]:
+        """The pool as stored once `status` is written, and None; or, for a change of the queue
+        depth alone that comes too soon, the pool as it was and the seconds until its write."""
+        deferred = self._defer_queue_depth(key, obj, status)
+        if deferred is not None:
+            return obj, deferred
+        written = await write_status(self.client, POOLS, obj, status)
+        if written is not obj:
+            self._written_at[key] = time.monotonic()
+        return written, None
+
+    def _defer_queue_depth(self, key: str, obj: Json, status: ClusterPoolStatus) -> float | None:
+        """Seconds until `status` may be written, when all it changes is the queue depth and the
+        pool's status was written less than QUEUE_DEPTH_PERIOD ago; None: write it now."""
+        stored: Json = obj.get("status") or {}
+        wanted = status_json(stamped(obj, status))
+        depth_alone = {**wanted, "queueDepth": 0} == {**stored, "queueDepth": 0}
+        if not depth_alone or wanted.get("queueDepth", 0) == stored.get("queueDepth", 0):
+            return None
+        wait = (
+            self._written_at.get(key, -QUEUE_DEPTH_PERIOD) + QUEUE_DEPTH_PERIOD - time.monotonic()
+        )
+        return wait if wait > 0 else None
 
     @staticmethod
     def _recheck(

@@ -211,6 +211,42 @@ def test_queued_leases_get_fifo_positions_and_bind_in_order(
     assert len(clusters) == 3
 
 
+def test_a_burst_of_queued_leases_is_counted_without_a_pool_write_for_each(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    """Issue 45: every lease that joins a pool's queue changes its `queueDepth`, and each write
+    of the pool's status is a request to kube-apiserver and an event to every watcher. A change
+    of the depth alone is written at most once a second (QUEUE_DEPTH_PERIOD): the count is
+    right in the end, and a burst costs a write a second, not one a lease."""
+    objects, started = env
+    objects.pool("burst", warmTarget=0)
+    start_operator(cluster, objects, started, tmp_path)
+    wait_for("the pool's status", lambda: "queueDepth" in objects.status("clusterpool", "burst"))
+    watching = subprocess.Popen(
+        [
+            str(ensure_binaries() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "get",
+            "clusterpool", "burst", "-n", objects.namespace, "--watch-only", "-o",
+            "jsonpath={.status.queueDepth}{'\\n'}",
+        ],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        started_at = time.monotonic()
+        for n in range(30):  # a lease every quarter of a second or so: each its own pass
+            objects.lease(f"b{n}", "burst")
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started_at
+        wait_for(
+            "the whole queue counted", lambda: objects.pool_status("burst").get("queueDepth") == 30
+        )
+        time.sleep(2)  # a write still due would show
+    finally:
+        watching.terminate()
+    depths = [int(line) for line in (watching.communicate()[0] or "").split()]
+    assert depths[-1] == 30
+    assert len(depths) <= elapsed + 3, f"{len(depths)} writes in {elapsed:.1f}s: {depths}"
+
+
 def test_quarantine_when_teardown_cannot_be_verified(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:

@@ -192,7 +192,7 @@ class LeaseService:
         pool = self.pool(pool_name)
         ttl = effective_ttl(request.ttl, pool.spec.ttl, grant)
         name = f"l{secrets.token_hex(6)}"
-        mine = self.watched_leases.indexed(requester_label(principal.owner))
+        mine = self.watched_leases.indexed(requester_label(principal.owner), with_unseen=True)
         taken = self.reservations.take(
             principal.owner,
             grant.max_concurrent_leases,

@@ -85,8 +85,8 @@ class WatchedObjects:
         self._indexed: dict[str, set[str]] = {}
         self._objects: dict[str, Json] = {}
         self._synced = threading.Event()
-        # name -> (version, index value) of an own write the watch has not delivered yet
-        self._unseen: cachetools.TTLCache[str, tuple[str, str | None]] = cachetools.TTLCache(
+        # name -> (version, index value, object) of an own write the watch has not delivered yet
+        self._unseen: cachetools.TTLCache[str, tuple[str, str | None, Json]] = cachetools.TTLCache(
             10_000, UNSEEN_FOR
         )
         self._shared: cachetools.TTLCache[str, Json] = cachetools.TTLCache(10_000, SHARED_FOR)
@@ -126,16 +126,22 @@ class WatchedObjects:
                 self._shared[name] = found
         return found
 
-    def indexed(self, value: str) -> list[Json] | None:
+    def indexed(self, value: str, *, with_unseen: bool = False) -> list[Json] | None:
         """The objects whose index value is `value`, as last seen; None when this process
         cannot vouch for them (not synced yet, or one of them was written here and its watch
-        event has not come back: the caller reads kube-apiserver then, which has it)."""
+        event has not come back: the caller reads kube-apiserver then, which has it).
+
+        `with_unseen`: an own write not yet seen is answered as kube-apiserver answered it,
+        instead of None. For a hint that a refused write corrects (the slot a create tries
+        first: issue 45), not for an answer: another writer may have changed it since."""
         if not self.synced():
             return None
         with self._lock:
-            if any(written == value for _, written in self._unseen.values()):
+            unseen = {n: obj for n, (_, v, obj) in self._unseen.items() if v == value}
+            if unseen and not with_unseen:
                 return None
-            return [self._objects[name] for name in self._indexed.get(value, ())]
+            seen = self._indexed.get(value, set()) - self._unseen.keys()
+            return [self._objects[name] for name in seen] + list(unseen.values())
 
     def listed(self) -> list[Json]:
         """Every object as last seen, or from kube-apiserver's own cache until the first list
@@ -153,7 +159,7 @@ class WatchedObjects:
             self._shared.pop(name, None)
             current = self._objects.get(name)
             if current is None or current["metadata"]["resourceVersion"] != version:
-                self._unseen[name] = (version, self._value_of(obj))
+                self._unseen[name] = (version, self._value_of(obj), obj)
 
     @contextmanager
     def changes(self, name: str) -> Iterator[threading.Event]:
