@@ -14,15 +14,16 @@ py-spy (from PyPI, `pip install lessor[bench]`) attaches with ptrace: run as roo
 stacks (the breakdown) and once as a flame graph, because py-spy writes one format per run.
 
 With `--load create` the load is POST /v1/leases alone (`--clients` threads, OIDC, into a pool
-with no warm cluster, as bench.api_throughput's POST row) and the files are named
-`profile-<date>-create*`.
+with no warm cluster, as bench.api_throughput's POST row); with `--load get` (OIDC) or
+`--load ssh-get` (SSH signatures) it is GET /v1/leases/:id of one lease, as its get_lease row.
+The files are then named `profile-<date>-<load>*`.
 
 Before the recorded runs, one unrecorded run of the same load measures what py-spy would
 distort: its latencies, kube-apiserver's requests per operation, and the CPU each process of the
 stack spent per operation (from /proc: kube-apiserver, etcd, the API server's workers, the
 operator, the benchmark's own clients) beside the machine's capacity over the run.
 
-Usage: python -m bench.profile [--clients 10] [--seconds 20] [--load lease|create]
+Usage: python -m bench.profile [--clients 10] [--seconds 20] [--load lease|create|get|ssh-get]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from bench.stack import Stack, local_stack, percentiles, progress
 from lessor.controlplane.processes import processes_mentioning
 
 RESULTS = Path(__file__).resolve().parent / "results"
+READS = {"get": "oidc", "ssh-get": "ssh"}  # a read load and the credential it is made with
 
 # (pattern in a frame's file, layer): the innermost frame matching one decides a sample's layer.
 LAYERS = (
@@ -112,19 +114,36 @@ def load(stack: Stack, mode: str, clients: int, seconds: float) -> list[float]:
         until = time.monotonic() + seconds
         return lease_latency.concurrent(stack, "profile", clients, sys.maxsize, until=until)
     latencies: list[float] = []
+    target = _read_target(stack) if mode in READS else ""
 
-    def creating(client: Any) -> Callable[[], int]:
-        def create() -> int:
+    def calling(client: Any) -> Callable[[], int]:
+        def call() -> int:
             started = time.perf_counter()
-            status = client.call("POST", "/v1/leases", {"profile": "profile"})[0]
+            if target:
+                status = client.call("GET", f"/v1/leases/{target}")[0]
+            else:
+                status = client.call("POST", "/v1/leases", {"profile": "profile"})[0]
             latencies.append(time.perf_counter() - started)
             return int(status)
 
-        return create
+        return call
 
-    # One keep-alive client per thread, as api_throughput's POST row.
-    api_throughput.load([creating(stack.oidc()) for _ in range(clients)], seconds)
+    # One keep-alive client per thread, as api_throughput's rows.
+    credential = READS.get(mode, "oidc")
+    api_throughput.load([calling(getattr(stack, credential)()) for _ in range(clients)], seconds)
     return latencies
+
+
+_targets: dict[int, str] = {}
+
+
+def _read_target(stack: Stack) -> str:
+    """The one lease that the read loads GET, made once per stack (it waits in the queue of a
+    pool with no warm cluster, as api_throughput's)."""
+    if id(stack) not in _targets:
+        _, lease = stack.static().call("POST", "/v1/leases", {"profile": "profile"})
+        _targets[id(stack)] = lease["id"]
+    return _targets[id(stack)]
 
 
 def _role(argv: list[str]) -> str:
@@ -232,7 +251,7 @@ def profiled_load(
 def run(
     clients: int = 10, seconds: float = 20, out: Path = RESULTS, mode: str = "lease"
 ) -> dict[str, Any]:
-    name = datetime.date.today().isoformat() + ("-create" if mode == "create" else "")
+    name = datetime.date.today().isoformat() + ("" if mode == "lease" else f"-{mode}")
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
         warm = clients * 3 if mode == "lease" else 0
         stack.pool("profile", warm, backend="namespace")
@@ -265,7 +284,7 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--load", choices=("lease", "create"), default="lease")
+    parser.add_argument("--load", choices=("lease", "create", *READS), default="lease")
     arguments = parser.parse_args()
     result = run(arguments.clients, arguments.seconds, arguments.out, arguments.load)
     print(json.dumps(result, indent=1))
