@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from lessor.apiserver.auth.oidc import LEEWAY_SECONDS
 from tests.integration.test_apiserver import Stack, stack  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
@@ -179,6 +180,25 @@ def _hs256_with_public_key(issuer: Issuer) -> str:
     signing_input = head + b"." + body
     mac = jwt.utils.base64url_encode(hmac.new(public, signing_input, hashlib.sha256).digest())
     return (signing_input + b"." + mac).decode()
+
+
+def test_a_token_accepted_a_moment_ago_is_refused_once_it_expires(
+    stack: Stack,  # noqa: F811
+    issuer: Issuer,
+) -> None:
+    """A worker reuses a verified token's outcome for a few seconds (VERIFIED_FOR), never past
+    what its verification allows: `exp` plus the 30 s leeway for clocks. A token 3 s short of
+    that is accepted by every server, and refused by all of them once it is past."""
+    past = int(time.time()) - LEEWAY_SECONDS + 3
+    token = issuer.token(exp=past)
+    for api in stack.apis:
+        for _ in range(4):  # each worker verifies it once and keeps the outcome
+            assert api.call("GET", "/v1/pools", token=token).status == 200
+    time.sleep(max(0.0, past + LEEWAY_SECONDS + 1 - time.time()))
+    for api in stack.apis:
+        for _ in range(4):
+            answer = api.call("GET", "/v1/pools", token=token)
+            assert (answer.status, answer.body) == (401, GENERIC_401)
 
 
 def test_a_rotated_key_is_picked_up(stack: Stack, issuer: Issuer) -> None:  # noqa: F811

@@ -23,7 +23,7 @@ from prometheus_client import Counter
 from lessor.apiserver.auth.errors import AuthenticationError, IssuerUnavailableError
 from lessor.apiserver.auth.jwks import JwksCache, https_fetch
 from lessor.apiserver.auth.nonces import ClusterNonces
-from lessor.apiserver.auth.oidc import OidcIssuer, check_claims, verify_token
+from lessor.apiserver.auth.oidc import LEEWAY_SECONDS, OidcIssuer, check_claims, verify_token
 from lessor.apiserver.auth.sessions import DEFAULT_MAX_PER_OWNER, KEY_TTL, LoginSession, Sessions
 from lessor.apiserver.auth.sessions import PREFIX as SESSION_PREFIX
 from lessor.apiserver.auth.ssh import (
@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 AUTH_FAILURES = Counter(
     "lessor_auth_failures_total", "Requests refused authentication, by method.", ["method"]
 )
+# A verified OIDC token's principal is reused, by the token's digest, for up to this long, never
+# past what its verification allows (`exp` and the leeway for clocks), and only while the
+# policies are the snapshot it was verified under (a change of any policy makes a new one).
+# Why: verifying the same token again was a quarter of a watched read's CPU (bench.profile
+# --load get, issue 45), and a client sends one token for its whole life. kube-apiserver keeps
+# its token authenticators' successes 10 s the same way. A failure is never kept.
+VERIFIED_FOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,10 @@ class Authenticator:
         self._token_digests: cachetools.TTLCache[tuple[str, str], bytes | None] = (
             cachetools.TTLCache(maxsize=1024, ttl=10)
         )
+        # token digest -> (policies snapshot, until, principal)
+        self._verified: cachetools.TTLCache[bytes, tuple[object, float, Principal]] = (
+            cachetools.TTLCache(maxsize=4096, ttl=VERIFIED_FOR)
+        )
 
     def methods(self) -> list[str]:
         """The methods some policy configures, for /v1/status."""
@@ -122,11 +133,9 @@ class Authenticator:
                 if token.startswith(SESSION_PREFIX):
                     return self._session(token)
                 if token.count(".") == 2:
-                    policy, claims, credential = self._oidc(token)
-                    via = "oidc"
-                else:
-                    policy, claims, credential = self._static(token)
-                    via = "token"
+                    return self._oidc_principal(token)
+                policy, claims, credential = self._static(token)
+                via = "token"
         except AuthenticationError as error:
             AUTH_FAILURES.labels(kind).inc()
             log.info("authentication failed (%s): %s", kind, error.cause)
@@ -134,11 +143,21 @@ class Authenticator:
         except IssuerUnavailableError as error:
             log.warning("identity provider unavailable: %s", error)
             raise UnavailableError("the identity provider cannot be reached; retry") from error
-        try:
-            identity = render_identity(policy.spec.identity, claims)
-        except IdentityError as error:
-            raise ForbiddenError(str(error), reason="identity_unresolvable") from error
-        return Principal(identity, via, claims, policy, credential=credential)
+        return _principal(policy, claims, credential, via)
+
+    def _oidc_principal(self, token: str) -> Principal:
+        """The principal of an OIDC token, verified once per VERIFIED_FOR under one snapshot of
+        the policies (it raises as `_oidc` does)."""
+        digest, snapshot = hashlib.sha256(token.encode()).digest(), self.policies.snapshot
+        known = self._verified.get(digest)
+        if known is not None and known[0] is snapshot and time.time() < known[1]:
+            return known[2]
+        principal = _principal(*self._oidc(token), "oidc")
+        expiry = principal.claims.get("exp")
+        if isinstance(expiry, int | float):
+            until = min(float(expiry) + LEEWAY_SECONDS, time.time() + VERIFIED_FOR)
+            self._verified[digest] = (snapshot, until, principal)
+        return principal
 
     def _session(self, token: str) -> Principal:
         """A session is as good as the credential it came from, checked on every use against
@@ -279,6 +298,17 @@ class Authenticator:
         )
         policy, claims = owners[request.key_blob]
         return policy, claims, _key_credential(request.key_blob)
+
+
+def _principal(
+    policy: NamedPolicy, claims: Mapping[str, Any], credential: str, via: str
+) -> Principal:
+    """The caller a policy accepted with these claims: its identity is the policy's template."""
+    try:
+        identity = render_identity(policy.spec.identity, claims)
+    except IdentityError as error:
+        raise ForbiddenError(str(error), reason="identity_unresolvable") from error
+    return Principal(identity, via, claims, policy, credential=credential)
 
 
 def _issuer_of(policy: NamedPolicy) -> OidcIssuer:
