@@ -11,6 +11,13 @@ The pool uses the test-only `namespace` backend so that 50 warm instances fit on
 decides how long a *replacement* takes. `bench/cli_latency.py` measures `lessor lease` with
 `local` clusters.
 
+`clients_without_replacements` has the long-poll levels again from a pool whose `maxInstances`
+is its warm target: a bound cluster is not replaced while the round runs, and each round starts
+once the pool is whole again (the released clusters torn down and replaced). It is what lessor
+costs alone; `clients` adds the backend's replacement work on the same 2 cores (for the
+`namespace` backend: a namespace, a ServiceAccount and a token per replacement, and a
+namespace deletion per release, all kube-apiserver's work).
+
 Usage: python -m bench.lease_latency
 """
 
@@ -54,13 +61,15 @@ def concurrent(
     *,
     until: float | None = None,
     long_poll: bool = True,
+    whole: int = 0,
 ) -> list[float]:
     """Rounds of `clients` leases at once, each round released before the next (the pool
-    refills in between), until `total` were measured or the monotonic clock passes `until`."""
+    refills in between), until `total` were measured or the monotonic clock passes `until`.
+    Each round starts once `clients` clusters are ready, or `whole` if more."""
     samples: list[float] = []
     lock = threading.Lock()
     while len(samples) < total and (until is None or time.monotonic() < until):
-        stack.wait_ready(pool, clients)
+        stack.wait_ready(pool, max(clients, whole))
         threads = [
             threading.Thread(target=one_lease, args=(stack, pool, samples, lock, long_poll))
             for _ in range(clients)
@@ -88,24 +97,33 @@ def floor(stack: Stack, repeats: int = 200) -> dict[str, Any]:
 
 def run(levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
-        stack.pool("latency", max(levels), backend="namespace")
-        stack.wait_ready("latency", max(levels))
+        most = max(levels)
+        stack.pool("latency", most, backend="namespace")
+        stack.pool("alone", most, backend="namespace", max_instances=most)
+        stack.wait_ready("latency", most)
+        stack.wait_ready("alone", most)
         result: dict[str, Any] = {"backend": "namespace", "floor_ms": floor(stack)}
-        for key, long_poll in (("clients", True), ("polling_clients", False)):
+        variants = (
+            ("clients", "latency", True),
+            ("clients_without_replacements", "alone", True),
+            ("polling_clients", "latency", False),
+        )
+        for key, pool, long_poll in variants:
             result[key] = {}
+            whole = most if pool == "alone" else 0
             for clients in levels:
                 how = "long polls" if long_poll else f"a GET every {POLL_SECONDS * 1000:.0f} ms"
-                progress(f"lease latency with {clients} concurrent clients, {how}")
+                progress(f"lease latency with {clients} concurrent clients, {how}, pool {pool}")
                 conflicts = stack.lease_conflicts()
                 total = max(50, clients * 2)
-                samples = concurrent(stack, "latency", clients, total, long_poll=long_poll)
+                samples = concurrent(stack, pool, clients, total, long_poll=long_poll, whole=whole)
                 result[key][str(clients)] = {
                     **percentiles(samples, 1000, 1),
                     "reconcile_conflicts": stack.lease_conflicts() - conflicts,
                     "samples_ms": [round(s * 1000, 1) for s in samples],
                 }
     floor_create = result["floor_ms"]["create"]["p50"]
-    for row in (*result["clients"].values(), *result["polling_clients"].values()):
+    for row in (value for key, *_ in variants for value in result[key].values()):
         row["p50_over_create_floor"] = round(row["p50"] / floor_create, 1)
     return result
 

@@ -124,13 +124,18 @@ class Stack:
         document["metadata"]["namespace"] = NAMESPACE
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
 
-    def pool(self, name: str, warm: int, backend: str = "local") -> None:
+    def pool(
+        self, name: str, warm: int, backend: str = "local", max_instances: int | None = None
+    ) -> None:
+        spec: dict[str, Any] = {"warmTarget": warm, "ttl": "30m", "backend": {"type": backend}}
+        if max_instances is not None:
+            spec["maxInstances"] = max_instances
         self.apply(
             {
                 "apiVersion": "lessor.dev/v1alpha1",
                 "kind": "ClusterPool",
                 "metadata": {"name": name},
-                "spec": {"warmTarget": warm, "ttl": "30m", "backend": {"type": backend}},
+                "spec": spec,
             }
         )
 
