@@ -19,7 +19,8 @@ from bench.stack import local_stack, progress
 
 def run(leases: int = 200) -> dict[str, Any]:
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
-        stack.pool("burst", leases, backend="namespace")
+        # maxInstances: a pool holds 100 by default (issue 40), and the burst needs `leases`.
+        stack.pool("burst", leases, backend="namespace", max_instances=leases)
         progress(f"waiting for {leases} warm namespace instances")
         stack.wait_ready("burst", leases)
         gate = threading.Barrier(leases + 1)
