@@ -89,6 +89,12 @@ class WatchedObjects:
         self._unseen: cachetools.TTLCache[str, tuple[str, str | None, Json]] = cachetools.TTLCache(
             10_000, UNSEEN_FOR
         )
+        # (name, version) the watch delivered lately: a write whose answer comes back after
+        # its own watch event (and a later one's) is not unseen. Versions are compared for
+        # equality only, as the API conventions allow.
+        self._delivered: cachetools.TTLCache[tuple[str, str], bool] = cachetools.TTLCache(
+            10_000, UNSEEN_FOR
+        )
         self._shared: cachetools.TTLCache[str, Json] = cachetools.TTLCache(10_000, SHARED_FOR)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -152,13 +158,18 @@ class WatchedObjects:
         return self._kube_factory().list_objects(self.plural, cached=True)
 
     def wrote(self, obj: Json) -> None:
-        """Record a write of this process (the object kube-apiserver answered with)."""
+        """Record a write of this process (the object kube-apiserver answered with): unseen
+        until the watch delivers that version. A version it delivered already is not: an answer
+        can come back after its own watch event and a later one's (the operator binds a lease
+        within milliseconds of its create), and waiting for that version would send every read
+        of the object to kube-apiserver for UNSEEN_FOR."""
         metadata = obj["metadata"]
         name, version = metadata["name"], metadata["resourceVersion"]
         with self._lock:
             self._shared.pop(name, None)
             current = self._objects.get(name)
-            if current is None or current["metadata"]["resourceVersion"] != version:
+            seen = current is not None and current["metadata"]["resourceVersion"] == version
+            if not seen and (name, version) not in self._delivered:
                 self._unseen[name] = (version, self._value_of(obj), obj)
 
     @contextmanager
@@ -278,6 +289,7 @@ class WatchedObjects:
                 continue
             name = metadata["name"]
             with self._lock:
+                self._delivered[(name, version)] = True
                 self._unindex(name)
                 if kind == "DELETED":
                     self._objects.pop(name, None)
