@@ -33,12 +33,16 @@ from lessor.operator.kinds import (
     pool_key,
 )
 from lessor.operator.pool_gauges import PoolRow, waiting_leases
-from lessor.operator.readiness import stamped
 from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import delete_fenced, owner_reference, status_json, write_status
+from lessor.operator.writes import (
+    delete_fenced,
+    outgoing_status,
+    owner_reference,
+    replace_status,
+)
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
 from lessor.resources.base import UP_TO_DATE, Condition
@@ -259,25 +263,24 @@ class PoolReconciler:
     ) -> tuple[Json, float | None]:
         """The pool as stored once `status` is written, and None; or, for a change of the queue
         depth alone that comes too soon, the pool as it was and the seconds until its write."""
-        deferred = self._defer_queue_depth(key, obj, status)
+        wanted = outgoing_status(obj, status)
+        deferred = self._defer_queue_depth(key, obj.get("status") or {}, wanted)
         if deferred is not None:
             return obj, deferred
-        written = await write_status(self.client, POOLS, obj, status)
+        written = await replace_status(self.client, POOLS, obj, wanted)
         if written is not obj:
             self._written_at[key] = time.monotonic()
         return written, None
 
-    def _defer_queue_depth(self, key: str, obj: Json, status: ClusterPoolStatus) -> float | None:
-        """Seconds until `status` may be written, when all it changes is the queue depth and the
-        pool's status was written less than QUEUE_DEPTH_PERIOD ago; None: write it now."""
-        stored: Json = obj.get("status") or {}
-        wanted = status_json(stamped(obj, status))
+    def _defer_queue_depth(self, key: str, stored: Json, wanted: Json) -> float | None:
+        """Seconds until `wanted` may replace `stored`, when all it changes is the queue depth
+        and the pool's status was written less than QUEUE_DEPTH_PERIOD ago; None: write it now."""
         depth_alone = {**wanted, "queueDepth": 0} == {**stored, "queueDepth": 0}
-        if not depth_alone or wanted.get("queueDepth", 0) == stored.get("queueDepth", 0):
+        last = self._written_at.get(key)
+        same_depth = wanted.get("queueDepth", 0) == stored.get("queueDepth", 0)
+        if not depth_alone or same_depth or last is None:
             return None
-        wait = (
-            self._written_at.get(key, -QUEUE_DEPTH_PERIOD) + QUEUE_DEPTH_PERIOD - time.monotonic()
-        )
+        wait = last + QUEUE_DEPTH_PERIOD - time.monotonic()
         return wait if wait > 0 else None
 
     @staticmethod

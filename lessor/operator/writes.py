@@ -60,7 +60,18 @@ async def write_status(
 ) -> Json:
     """Replace the status if it differs; returns the object as stored. Every status is stamped
     on its way out with its observedGeneration and Ready condition (lessor.operator.readiness)."""
-    written = status_json(stamped(obj, status))
+    return await replace_status(client, resource, obj, outgoing_status(obj, status))
+
+
+def outgoing_status(obj: Json, status: StatusModel) -> Json:
+    """`status` of `obj` as `write_status` writes it, for a caller that looks before it writes."""
+    return status_json(stamped(obj, status))
+
+
+async def replace_status(
+    client: KubeClient, resource: ResourceType, obj: Json, written: Json
+) -> Json:
+    """Replace the status with `outgoing_status`'s JSON if it differs; the object as stored."""
     if obj.get("status") == written:
         return obj
     body = copy.deepcopy(obj)
