@@ -187,9 +187,17 @@ def test_a_token_accepted_a_moment_ago_is_refused_once_it_expires(
     issuer: Issuer,
 ) -> None:
     """A worker reuses a verified token's outcome for a few seconds (VERIFIED_FOR), never past
-    what its verification allows: `exp` plus the 30 s leeway for clocks. A token 3 s short of
-    that is accepted by every server, and refused by all of them once it is past."""
-    past = int(time.time()) - LEEWAY_SECONDS + 3
+    what its verification allows: `exp` plus the 30 s leeway for clocks. A token short of that
+    is accepted by every server, and refused by all of them once it is past. The margin, 6 s
+    for 8 local GETs, counts from when every server has the issuer's policy; it is under
+    VERIFIED_FOR, so a cache that ignored `exp` would still hold the token when it is refused."""
+    deadline = time.monotonic() + 120  # a hang guard: the fixture waited for one server only
+    while not all(
+        api.call("GET", "/v1/pools", token=issuer.token()).status == 200 for api in stack.apis
+    ):
+        assert time.monotonic() < deadline, "a server never picked up the policy"
+        time.sleep(0.5)
+    past = int(time.time()) - LEEWAY_SECONDS + 6
     token = issuer.token(exp=past)
     for api in stack.apis:
         for _ in range(4):  # each worker verifies it once and keeps the outcome
