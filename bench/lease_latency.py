@@ -27,6 +27,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.stack import Stack, local_stack, percentiles, progress
@@ -62,10 +63,12 @@ def concurrent(
     until: float | None = None,
     long_poll: bool = True,
     whole: int = 0,
+    window: tuple[Callable[[], None], Callable[[], None]] | None = None,
 ) -> list[float]:
     """Rounds of `clients` leases at once, each round released before the next (the pool
     refills in between), until `total` were measured or the monotonic clock passes `until`.
-    Each round starts once `clients` clusters are ready, or `whole` if more."""
+    Each round starts once `clients` clusters are ready, or `whole` if more. `window`: called
+    as a round starts and once its last lease is Bound (bench.profile counts in between)."""
     samples: list[float] = []
     lock = threading.Lock()
     while len(samples) < total and (until is None or time.monotonic() < until):
@@ -74,10 +77,14 @@ def concurrent(
             threading.Thread(target=one_lease, args=(stack, pool, samples, lock, long_poll))
             for _ in range(clients)
         ]
+        if window:
+            window[0]()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        if window:
+            window[1]()
         stack.release_all()
     return samples
 

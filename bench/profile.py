@@ -16,14 +16,20 @@ stacks (the breakdown) and once as a flame graph, because py-spy writes one form
 With `--load create` the load is POST /v1/leases alone (`--clients` threads, OIDC, into a pool
 with no warm cluster, as bench.api_throughput's POST row); with `--load get` (OIDC) or
 `--load ssh-get` (SSH signatures) it is GET /v1/leases/:id of one lease, as its get_lease row.
-The files are then named `profile-<date>-<load>*`.
+With `--load lease-alone` it is the rounds of `lease` from a pool whose `maxInstances` is its
+warm target, each round started from a whole pool (bench.lease_latency's
+`clients_without_replacements`): the requests and CPU are counted from a round's first POST to
+its last Bound, so they are what leasing costs without the release, the teardown and the
+replacement (the flame graphs still hold those). The files are then named
+`profile-<date>-<load>*`.
 
 Before the recorded runs, one unrecorded run of the same load measures what py-spy would
 distort: its latencies, kube-apiserver's requests per operation, and the CPU each process of the
 stack spent per operation (from /proc: kube-apiserver, etcd, the API server's workers, the
 operator, the benchmark's own clients) beside the machine's capacity over the run.
 
-Usage: python -m bench.profile [--clients 10] [--seconds 20] [--load lease|create|get|ssh-get]
+Usage: python -m bench.profile [--clients 10] [--seconds 20]
+    [--load lease|lease-alone|create|get|ssh-get]
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,12 +113,26 @@ def breakdown(collapsed: Path) -> dict[str, Any]:
     }
 
 
-def load(stack: Stack, mode: str, clients: int, seconds: float) -> list[float]:
-    """For `seconds`: the load of bench.lease_latency (`lease`), or POSTs alone (`create`); the
-    latency of each operation in seconds."""
+Window = Callable[[], None]
+
+
+def load(
+    stack: Stack,
+    mode: str,
+    clients: int,
+    seconds: float,
+    window: tuple[Window, Window] | None = None,
+) -> list[float]:
+    """For `seconds`: the load of bench.lease_latency (`lease`, `lease-alone`), or POSTs alone
+    (`create`), or GETs; the latency of each operation in seconds. `window`: called when a
+    round of `lease-alone` starts and when its last lease is Bound (the counted part)."""
+    until = time.monotonic() + seconds
     if mode == "lease":
-        until = time.monotonic() + seconds
         return lease_latency.concurrent(stack, "profile", clients, sys.maxsize, until=until)
+    if mode == "lease-alone":
+        return lease_latency.concurrent(
+            stack, "alone", clients, sys.maxsize, until=until, whole=clients * 3, window=window
+        )
     latencies: list[float] = []
     target = _read_target(stack) if mode in READS else ""
 
@@ -153,12 +173,12 @@ def _role(argv: list[str]) -> str:
     return Path(argv[0]).name if argv else "?"
 
 
-def cpu_seconds(stack: Stack) -> Counter[str]:
+def cpu_seconds(stack: Stack) -> dict[str, float]:
     """CPU (user and system) each process of the stack has used so far, summed by role: the
     control plane's binaries by name, lessor's processes by module (the API server's gunicorn
     master and workers together), this benchmark's own process as `clients`."""
     tick = os.sysconf("SC_CLK_TCK")
-    used: Counter[str] = Counter()
+    used: defaultdict[str, float] = defaultdict(float)
     for pid in processes_mentioning(str(stack.work)):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
@@ -171,20 +191,46 @@ def cpu_seconds(stack: Stack) -> Counter[str]:
     return used
 
 
+class Meter:
+    """kube-apiserver's requests, each process's CPU and the wall time, summed over windows."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.requests: Counter[str] = Counter()
+        self.cpu: dict[str, float] = {}
+        self.elapsed = 0.0
+        self._start: tuple[Counter[str], dict[str, float], float] | None = None
+
+    def begin(self) -> None:
+        self._start = (kube_requests(self.stack), cpu_seconds(self.stack), time.monotonic())
+
+    def end(self, settle: float = 0.0) -> None:
+        """`settle`: seconds to wait before counting, for the work a window's operations left
+        behind (Events, the instance's and the pool's status), whose requests and CPU are
+        counted and whose wall time is not: a round keeps the cores busy, the wait would not."""
+        assert self._start is not None
+        requests, cpu, started = self._start
+        self.elapsed += time.monotonic() - started
+        time.sleep(settle)
+        self.requests.update(kube_requests(self.stack) - requests)
+        for role, used in cpu_seconds(self.stack).items():
+            self.cpu[role] = self.cpu.get(role, 0.0) + used - cpu.get(role, 0.0)
+
+
 def measured(stack: Stack, mode: str, clients: int, seconds: float) -> dict[str, Any]:
-    """One unrecorded run: latencies, kube-apiserver requests and CPU per operation."""
-    requests_before, cpu_before = kube_requests(stack), cpu_seconds(stack)
-    started = time.monotonic()
-    samples = load(stack, mode, clients, seconds)
-    elapsed = time.monotonic() - started
-    requests_after, cpu_after = kube_requests(stack), cpu_seconds(stack)
+    """One unrecorded run: latencies, kube-apiserver requests and CPU per operation (for
+    `lease-alone`, within the rounds' windows)."""
+    meter = Meter(stack)
+    if mode == "lease-alone":
+        ended = lambda: meter.end(settle=1.0)  # noqa: E731
+        samples = load(stack, mode, clients, seconds, window=(meter.begin, ended))
+    else:
+        meter.begin()
+        samples = load(stack, mode, clients, seconds)
+        meter.end()
+    elapsed, cpu = meter.elapsed, meter.cpu
     count = max(1, len(samples))
-    per_operation = {
-        key: round((requests_after[key] - requests_before[key]) / count, 2)
-        for key in sorted(requests_after)
-        if requests_after[key] > requests_before[key]
-    }
-    cpu = {role: cpu_after[role] - cpu_before[role] for role in cpu_after}
+    per_operation = {key: round(meter.requests[key] / count, 2) for key in sorted(meter.requests)}
     return {
         "operations": len(samples),
         "per_second": round(len(samples) / elapsed, 1),
@@ -253,9 +299,13 @@ def run(
 ) -> dict[str, Any]:
     name = datetime.date.today().isoformat() + ("" if mode == "lease" else f"-{mode}")
     with local_stack(with_node=True, operator_args=("--test-backends",)) as stack:
-        warm = clients * 3 if mode == "lease" else 0
-        stack.pool("profile", warm, backend="namespace")
-        stack.wait_ready("profile", warm)
+        warm = clients * 3 if mode.startswith("lease") else 0
+        if mode == "lease-alone":
+            stack.pool("alone", warm, backend="namespace", max_instances=warm)
+            stack.wait_ready("alone", warm)
+        else:
+            stack.pool("profile", warm, backend="namespace")
+            stack.wait_ready("profile", warm)
         progress("warming up (the first requests load JWKS, caches, connections)")
         load(stack, mode, clients, 5)
         progress(f"{clients} clients, {mode}, {seconds:.0f} s, measured without py-spy")
@@ -284,7 +334,8 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--load", choices=("lease", "create", *READS), default="lease")
+    loads = ("lease", "lease-alone", "create", *READS)
+    parser.add_argument("--load", choices=loads, default="lease")
     arguments = parser.parse_args()
     result = run(arguments.clients, arguments.seconds, arguments.out, arguments.load)
     print(json.dumps(result, indent=1))

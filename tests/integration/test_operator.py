@@ -18,6 +18,7 @@ import pytest
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.local_clusters import every_cluster
+from lessor.operator.instances import HEALTH_INTERVAL
 from lessor.operator.pools import count_instances
 from lessor.protocol.json_object import Json
 from tests.integration.operator_harness import (
@@ -245,6 +246,29 @@ def test_a_burst_of_queued_leases_is_counted_without_a_pool_write_for_each(
     depths = [int(line) for line in (watching.communicate()[0] or "").split()]
     assert depths[-1] == 30
     assert len(depths) <= elapsed + 3, f"{len(depths)} writes in {elapsed:.1f}s: {depths}"
+
+
+def test_a_ready_cluster_is_checked_on_its_interval_not_at_each_change(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
+) -> None:
+    """Issue 45: a claim, and the status write that says Leased, each made the operator check
+    the cluster's backend again: with the `namespace` backend five kube-apiserver requests per
+    lease, on the path of every lease bound beside it. A cluster that passed its check is
+    checked again once HEALTH_INTERVAL has passed, whatever changes meanwhile."""
+    objects, started = env
+    operator = start_operator(cluster, objects, started, tmp_path)
+    objects.pool("checked", warmTarget=1, maxInstances=1)
+    wait_for("1 ready", lambda: objects.pool_status("checked").get("ready") == 1)
+    name = f'lessor_cluster_checks_total{{namespace="{objects.namespace}",pool="checked"'
+    before, since = operator.metric(name), time.monotonic()
+    assert before >= 1  # the checks are counted
+    objects.lease("checked-1", "checked")
+    instance = objects.wait_phase("checked-1", "Bound")["status"]["clusterName"]
+    wait_for("Leased", lambda: objects.status("clusterinstance", instance).get("phase") == "Leased")
+    time.sleep(1)  # a check the claim or the Leased write brought about would show by now
+    made, elapsed = operator.metric(name) - before, time.monotonic() - since
+    due = 1 + int(elapsed // HEALTH_INTERVAL)  # the checks the interval itself may have made
+    assert made <= due, f"{made:.0f} checks of one ready cluster in {elapsed:.1f}s"
 
 
 def test_quarantine_when_teardown_cannot_be_verified(
