@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import re
@@ -222,8 +223,8 @@ def measured(stack: Stack, mode: str, clients: int, seconds: float) -> dict[str,
     `lease-alone`, within the rounds' windows)."""
     meter = Meter(stack)
     if mode == "lease-alone":
-        ended = lambda: meter.end(settle=1.0)  # noqa: E731
-        samples = load(stack, mode, clients, seconds, window=(meter.begin, ended))
+        window = (meter.begin, functools.partial(meter.end, settle=1.0))
+        samples = load(stack, mode, clients, seconds, window=window)
     else:
         meter.begin()
         samples = load(stack, mode, clients, seconds)

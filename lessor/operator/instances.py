@@ -145,7 +145,7 @@ class InstanceReconciler:
             await delete_fenced(self.client, INSTANCES, obj)
             return Result()
         status = _status(instance)
-        if (due := self._next_check(instance)) > 0:
+        if (due := self._next_check(key, instance)) > 0:
             return await self._between_checks(obj, instance, status, due)
         failure: BackendError | None = None
         try:
@@ -179,10 +179,9 @@ class InstanceReconciler:
             raise failure
         return result
 
-    def _next_check(self, instance: ClusterInstance) -> float:
+    def _next_check(self, key: str, instance: ClusterInstance) -> float:
         """Seconds until a healthy, ready cluster is due for its next check; 0 when it is due
         now, or is not one (a starting or failing cluster is checked at every pass)."""
-        key = f"{instance.metadata.namespace}/{instance.metadata.name}"
         uid, at = self._passed.get(key, ("", 0.0))
         status = instance.status
         if (
