@@ -18,6 +18,7 @@ import time
 
 from prometheus_client import Counter
 
+from lessor.operator.addons.preparation import Gate, Preparation
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef, Readiness
 from lessor.operator.backends.registry import Backends
 from lessor.operator.conditions import find, is_false, with_condition
@@ -27,6 +28,7 @@ from lessor.operator.kinds import (
     INSTANCE_FINALIZER,
     INSTANCES,
     LEASES,
+    POOLS,
     SECRETS,
     index_by_claim,
 )
@@ -42,22 +44,35 @@ from lessor.operator.writes import (
     remove_finalizer,
     write_status,
 )
+from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
-from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Teardown
+from lessor.resources.addons import ADDONS_APPLIED
+from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, HealthCheck, Teardown
 
 log = logging.getLogger(__name__)
 
-HEALTH_INTERVAL = 15.0
 CHECKS = Counter(
     "lessor_cluster_checks_total",
-    "Backend checks of clusters: at every pass while a cluster starts or fails, every "
-    "HEALTH_INTERVAL (15 s) while it is ready, by result (ready, not_ready).",
+    "Checks of clusters (the backend's, then the readiness gates): at every pass while a cluster "
+    "starts, every few seconds while it fails, every healthCheck.period while it is ready, by "
+    "result (ready, not_ready).",
     ["namespace", "pool", "result"],
 )
 HEALTHY = "Healthy"
 WAS_READY = ("Ready", "Leased", "Unhealthy")
 QUARANTINE_RECHECK = 60.0
+# A cluster that failed a check is checked again this soon (or at its period, if sooner): its
+# lease, if it has one, learns of a recovery within seconds.
+FAILING_RECHECK = 5.0
+
+
+def _seconds(duration: str) -> float:
+    return parse_duration(duration).total_seconds()
+
+
+def _result(passed: bool) -> str:
+    return "ready" if passed else "not_ready"
 
 
 def _status(instance: ClusterInstance) -> ClusterInstanceStatus:
@@ -79,11 +94,12 @@ def setup(context: Context) -> Controller:
         context.client,
         instances=instances,
         leases=leases,
+        pools=context.informer(POOLS),
         backends=context.backends,
         events=context.events,
         teardown_grace=settings.teardown_grace,
-        unhealthy_after=settings.unhealthy_after,
         start_timeout=settings.start_timeout,
+        preparation=Preparation(context.client, settings.namespace),
     )
 
     def claimed_by(lease: Json) -> list[str]:
@@ -104,28 +120,30 @@ class InstanceReconciler:
         *,
         instances: Informer,
         leases: Informer,
+        pools: Informer,
         backends: Backends,
         events: EventRecorder,
         teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2),
-        unhealthy_after: datetime.timedelta = datetime.timedelta(seconds=30),
         start_timeout: datetime.timedelta = datetime.timedelta(minutes=5),
+        preparation: Preparation,
     ) -> None:
+        self.preparation = preparation
         self.start_timeout = start_timeout
         self.teardown_grace = teardown_grace
-        self.unhealthy_after = unhealthy_after
         self.client = client
         self.instances = instances
         self.leases = leases
+        self.pools = pools
         self.backends = backends
         self.events = events
-        # key -> (uid, monotonic time) of the cluster's last passed check, this process's own:
-        # a new leader checks every cluster at its first pass.
-        self._passed: dict[str, tuple[str, float]] = {}
+        # key -> (uid, monotonic time, passed) of the last check of a cluster that was ready,
+        # this process's own: a new leader checks every cluster at its first pass.
+        self._checked: dict[str, tuple[str, float, bool]] = {}
 
     async def reconcile(self, key: str) -> Result:
         obj = self.instances.store.get(key)
         if obj is None:
-            self._passed.pop(key, None)
+            self._checked.pop(key, None)
             return Result()
         instance = ClusterInstance.model_validate(obj)
         meta = instance.metadata
@@ -145,8 +163,36 @@ class InstanceReconciler:
             await delete_fenced(self.client, INSTANCES, obj)
             return Result()
         status = _status(instance)
-        if (due := self._next_check(key, instance)) > 0:
-            return await self._between_checks(obj, instance, status, due)
+        health = self._health_check(instance)
+        if (due := self._next_check(key, instance, health)) > 0:
+            return await self._between_checks(obj, instance, status, key, due)
+        failure, failing, readiness = await self._check(obj, instance, ref, backend, status)
+        passed = readiness.ready and failing is None
+        if status.phase in WAS_READY or passed:
+            self._checked[key] = (meta.uid or "", time.monotonic(), passed)
+        if passed:
+            return await self._healthy(obj, instance, status, readiness.message, health)
+        if status.phase in WAS_READY:
+            result = await self._failing(obj, instance, status, health)
+        else:
+            lasting = failing is not None and failing.lasting
+            result = await self._starting(obj, instance, status, status.message, lasting=lasting)
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _check(
+        self,
+        obj: Json,
+        instance: ClusterInstance,
+        ref: InstanceRef,
+        backend: ClusterBackend,
+        status: ClusterInstanceStatus,
+    ) -> tuple[BackendError | None, Gate | None, Readiness]:
+        """One check, its findings set in `status`: the backend's (provisioning first, until
+        the cluster was first ready), then, once the cluster serves, its readiness gates.
+        Returns the backend's error (raised after the status is written, for the
+        controller's backoff), the first gate that did not pass, and the backend's verdict."""
         failure: BackendError | None = None
         try:
             if status.ready_at is None:
@@ -157,76 +203,118 @@ class InstanceReconciler:
             readiness = await backend.readiness(ref)
         except BackendError as error:
             # A failed check like any other (a cluster that never starts is replaced, one that
-            # breaks is reported), then raised for the controller's backoff.
+            # breaks is reported).
             failure, readiness = error, Readiness(False, str(error), status.backend_details)
-        checked = "ready" if readiness.ready else "not_ready"
-        CHECKS.labels(meta.namespace or "", instance.spec.pool, checked).inc()
         status.backend_details = readiness.details
         if "endpoint" in readiness.details:
             status.endpoint = readiness.details["endpoint"]
         status.message = readiness.message
+        failing: Gate | None = None
         if readiness.ready:
-            await self._publish_kubeconfig(obj, ref, backend)
-            result = await self._healthy(obj, instance, status, readiness.message)
-            self._passed[key] = (meta.uid or "", time.monotonic())
-            return result
-        self._passed.pop(key, None)
-        if status.phase in WAS_READY:
-            result = await self._failing(obj, status, readiness.message)
-        else:
-            result = await self._starting(obj, instance, status, readiness.message)
-        if failure is not None:
-            raise failure
-        return result
+            admin = await self._publish_kubeconfig(obj, ref, backend)
+            failing = await self._gates(instance, status, admin)
+            if failing is not None:
+                status.message = f"{failing.type}: {failing.message}"
+        passed = readiness.ready and failing is None
+        CHECKS.labels(ref.namespace, instance.spec.pool, _result(passed)).inc()
+        return failure, failing, readiness
 
-    def _next_check(self, key: str, instance: ClusterInstance) -> float:
-        """Seconds until a healthy, ready cluster is due for its next check; 0 when it is due
-        now, or is not one (a starting or failing cluster is checked at every pass)."""
-        uid, at = self._passed.get(key, ("", 0.0))
+    def _health_check(self, instance: ClusterInstance) -> HealthCheck:
+        """The pool's health check as it is now (not a copy made with the instance: a change
+        applies at the next check), the default if the pool is gone or unreadable."""
+        pool = self.pools.store.get(f"{instance.metadata.namespace}/{instance.spec.pool}")
+        try:
+            return HealthCheck.model_validate((pool or {}).get("spec", {}).get("healthCheck", {}))
+        except ValueError:
+            return HealthCheck()
+
+    def _next_check(self, key: str, instance: ClusterInstance, health: HealthCheck) -> float:
+        """Seconds until a cluster that was ready is due for its next check: a period after one
+        it passed, FAILING_RECHECK after one it failed (each failure counts toward the
+        threshold, so a pass brought about by the failure's own status write must not check
+        again). 0 when it is due now, or was never ready (a starting cluster is checked at
+        every pass)."""
+        uid, at, passed = self._checked.get(key, ("", 0.0, False))
         status = instance.status
-        if (
-            uid != instance.metadata.uid
-            or status is None
-            or status.phase not in ("Ready", "Leased")
-            or is_false(status.conditions, HEALTHY)
-        ):
+        if uid != instance.metadata.uid or status is None or status.phase not in WAS_READY:
             return 0.0
-        return max(0.0, at + HEALTH_INTERVAL - time.monotonic())
+        period = _seconds(health.period)
+        interval = period if passed else min(FAILING_RECHECK, period)
+        return max(0.0, at + interval - time.monotonic())
 
     async def _between_checks(
-        self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, due: float
+        self,
+        obj: Json,
+        instance: ClusterInstance,
+        status: ClusterInstanceStatus,
+        key: str,
+        due: float,
     ) -> Result:
-        """A change of a cluster that passed its check less than HEALTH_INTERVAL ago: its claim
-        taken or dropped (the phase says so), or this reconciler's own status write coming
+        """A change of a cluster checked less than an interval ago: its claim taken or dropped
+        (the phase of a passing one says so), or this reconciler's own status write coming
         back. Checking it again for that cost the namespace backend five requests per lease,
         on the path of every other lease bound at the same moment (issue 45); the check keeps
         its interval instead."""
-        status.phase = "Leased" if instance.spec.claim_ref else "Ready"
-        await write_status(self.client, INSTANCES, obj, status)
+        if self._checked[key][2] and not is_false(status.conditions, HEALTHY):
+            status.phase = "Leased" if instance.spec.claim_ref else "Ready"
+            await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=due)
 
     async def _starting(
-        self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, message: str
+        self,
+        obj: Json,
+        instance: ClusterInstance,
+        status: ClusterInstanceStatus,
+        message: str,
+        *,
+        lasting: bool = False,
     ) -> Result:
-        """A new cluster, not ready yet. Past `start_timeout` it failed to start: Unhealthy,
-        which its pool replaces, pausing longer after each failure in a row
+        """A new cluster, not ready yet. Past `start_timeout`, or at once for a failure that
+        waiting cannot mend (`lasting`: an addon the API refuses), it failed to start:
+        Unhealthy, which its pool replaces, pausing longer after each failure in a row
         (lessor.operator.pools)."""
         created = instance.metadata.creation_timestamp or utcnow()
-        failed = utcnow() - created > self.start_timeout
+        timed_out = utcnow() - created > self.start_timeout
+        failed = timed_out or lasting
         turned = failed and status.phase != "Unhealthy"
         status.phase = "Unhealthy" if failed else "Creating"
         obj = await write_status(self.client, INSTANCES, obj, status)
         if turned:
             seconds = self.start_timeout.total_seconds()
-            await self.events.record(
-                obj, "Warning", "FailedToStart", f"not ready after {seconds:.0f}s: {message}"
-            )
+            why = f"not ready after {seconds:.0f}s: {message}" if timed_out else message
+            await self.events.record(obj, "Warning", "FailedToStart", why)
         return Result(requeue_after=5.0 if failed else 1.0)
 
+    async def _gates(
+        self, instance: ClusterInstance, status: ClusterInstanceStatus, admin: str
+    ) -> Gate | None:
+        """The first of the instance's readiness gates that does not pass, each gate's condition
+        set in `status`; None when all pass. A leased cluster is its tenant's: what they do to
+        it is theirs, so its gates are not asked again (its API still is, by the backend)."""
+        spec = instance.spec
+        if spec.claim_ref or not (spec.addons or spec.readiness_gates):
+            return None
+        applied = find(status.conditions, ADDONS_APPLIED)
+        gates = await self.preparation.gates(
+            admin, spec, applied=applied is not None and applied.status == "True"
+        )
+        for gate in gates:
+            status.conditions = with_condition(
+                status.conditions, gate.type, gate.passed, gate.reason, gate.message,
+                generation=instance.metadata.generation,
+            )  # fmt: skip
+        return next((gate for gate in gates if not gate.passed), None)
+
     async def _healthy(
-        self, obj: Json, instance: ClusterInstance, status: ClusterInstanceStatus, message: str
+        self,
+        obj: Json,
+        instance: ClusterInstance,
+        status: ClusterInstanceStatus,
+        message: str,
+        health: HealthCheck,
     ) -> Result:
         status.kubeconfig_secret = kubeconfig_secret_name(instance.metadata.name or "")
+        status.failed_checks = 0
         if status.ready_at is None:
             status.ready_at = now_seconds()
         recovered = is_false(status.conditions, HEALTHY)
@@ -241,27 +329,39 @@ class InstanceReconciler:
             await self.events.record(obj, "Normal", "Recovered", message)
         elif not was_ready:
             await self.events.record(obj, "Normal", "Ready", message)
-        return Result(requeue_after=HEALTH_INTERVAL)
+        return Result(requeue_after=_seconds(health.period))
 
-    async def _failing(self, obj: Json, status: ClusterInstanceStatus, message: str) -> Result:
+    async def _failing(
+        self,
+        obj: Json,
+        instance: ClusterInstance,
+        status: ClusterInstanceStatus,
+        health: HealthCheck,
+    ) -> Result:
         """A cluster that was ready fails its check. Its Healthy condition turns False at once
-        (no new lease binds it); it becomes Unhealthy only once it has failed for
-        `unhealthy_after`, so that one slow answer does not cost a warm cluster. A leased cluster
-        is never torn down for it (the pool replaces only unclaimed ones): its lease reports it
-        and it stays until the lease ends."""
+        (no new lease binds it); it becomes Unhealthy only once it has failed the pool's
+        `healthCheck.failureThreshold` checks in a row, so that one slow answer does not cost a
+        warm cluster. The count is in the status: a new leader goes on from it. A leased
+        cluster is never torn down for it (the pool replaces only unclaimed ones): its lease
+        reports it and it stays until the lease ends."""
+        message = status.message
         status.conditions = with_condition(
             status.conditions, HEALTHY, False, "HealthCheckFailed", message,
             generation=obj["metadata"].get("generation"),
         )  # fmt: skip
-        failing = find(status.conditions, HEALTHY)
-        assert failing is not None
+        status.failed_checks += 1
         turned = False
-        if utcnow() - failing.last_transition_time >= self.unhealthy_after:
+        if status.failed_checks >= health.failure_threshold:
             turned, status.phase = status.phase != "Unhealthy", "Unhealthy"
         obj = await write_status(self.client, INSTANCES, obj, status)
         if turned:
-            await self.events.record(obj, "Warning", "Unhealthy", message)
-        return Result(requeue_after=5.0)
+            await self.events.record(
+                obj,
+                "Warning",
+                "Unhealthy",
+                f"{status.failed_checks} checks failed in a row: {message}",
+            )
+        return Result(requeue_after=min(FAILING_RECHECK, _seconds(health.period)))
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref
@@ -271,14 +371,15 @@ class InstanceReconciler:
 
     async def _publish_kubeconfig(
         self, obj: Json, ref: InstanceRef, backend: ClusterBackend
-    ) -> None:
+    ) -> str:
+        """The cluster's admin kubeconfig, published in its Secret."""
         name = kubeconfig_secret_name(ref.name)
         # Published on an earlier pass (a cluster's credentials never change): a read first, so
         # that a pass after a crash writes nothing it need not (a kubeconfig may cost a write:
         # a token request).
         with contextlib.suppress(NotFoundError):
-            await self.client.get(SECRETS.path(ref.namespace, name))
-            return
+            published = await self.client.get(SECRETS.path(ref.namespace, name))
+            return base64.b64decode(published.get("data", {}).get("kubeconfig", "")).decode()
         kubeconfig = await backend.kubeconfig(ref)
         secret = {
             "apiVersion": "v1",
@@ -294,6 +395,7 @@ class InstanceReconciler:
         }
         with contextlib.suppress(ConflictError):
             await self.client.create(SECRETS.path(ref.namespace), secret)
+        return kubeconfig
 
     async def _tear_down(self, obj: Json, instance: ClusterInstance, ref: InstanceRef) -> Result:
         if INSTANCE_FINALIZER not in instance.metadata.finalizers:

@@ -90,13 +90,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
     parser.add_argument(
-        "--unhealthy-after",
-        type=float,
-        default=30.0,
-        help="seconds a ready cluster may fail its health check before it is Unhealthy "
-        "(then replaced, unless a lease holds it)",
-    )
-    parser.add_argument(
         "--start-timeout",
         type=float,
         default=300.0,

@@ -18,6 +18,8 @@ import datetime
 import logging
 import time
 
+from prometheus_client import Counter
+
 from lessor.operator import autoscale, pool_gauges, rollout
 from lessor.operator.backends.registry import unavailable
 from lessor.operator.conditions import find, with_condition
@@ -50,6 +52,13 @@ from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatu
 
 log = logging.getLogger(__name__)
 
+REPLACED = Counter(
+    "lessor_clusters_replaced_total",
+    "Unleased clusters deleted to be replaced, by reason: unhealthy (failed healthCheck."
+    "failureThreshold checks in a row after being ready), failed_to_start (never ready).",
+    ["namespace", "pool", "reason"],
+)
+
 MAX_CREATES_PER_PASS = 5
 # A pool's counts follow its instances and leases within this many seconds: a burst of binds
 # is one status write instead of one per bind (issue 19; the profile counted 3.3 per lease).
@@ -58,6 +67,8 @@ EXPECTATION_TIMEOUT = 60.0
 BACKEND_HEALTHY = "BackendHealthy"
 DIAGNOSTICS_READY = "DiagnosticsReady"
 START_BACKOFF = datetime.timedelta(seconds=10)
+# What an instance copies of its pool when it is made (lessor.operator.rollout.template).
+TEMPLATE = {"backend", "addons", "readiness_gates"}
 MAX_START_BACKOFF = datetime.timedelta(minutes=10)
 # A status change that is the queue depth alone is written at most this often per pool: every
 # create and bind of a busy pool changes it, and each write is a request to kube-apiserver and
@@ -209,7 +220,7 @@ class PoolReconciler:
             created = await self._create_instance(obj, pool)
             self._expected.setdefault(key, {})[created] = time.monotonic()
             counts["creating"] += 1
-        current = rollout.template(pool.spec.backend)
+        current = rollout.template(pool.spec)
         for instance in decided.retire:
             outdated = rollout.outdated(instance, current)
             why = "replaced by one of the current template" if outdated else f"beyond {warm} warm"
@@ -232,7 +243,7 @@ class PoolReconciler:
                 "outdated": decided.outdated,
                 "target": warm,
                 "autoscale": scaled.status if scaled else None,
-                "template_hash": rollout.template_hash(pool.spec.backend),
+                "template_hash": rollout.template_hash(pool.spec),
                 "observed_generation": pool.metadata.generation,
                 "phase": (
                     "Unavailable"
@@ -344,7 +355,13 @@ class PoolReconciler:
                 and not instance["metadata"].get("deletionTimestamp")
             ):
                 await delete_fenced(self.client, INSTANCES, instance)
-                if not status.get("readyAt"):
+                started = bool(status.get("readyAt"))
+                REPLACED.labels(
+                    instance["metadata"]["namespace"],
+                    instance["spec"]["pool"],
+                    "unhealthy" if started else "failed_to_start",
+                ).inc()
+                if not started:
                     failed.append(instance)
         return failed
 
@@ -430,7 +447,7 @@ class PoolReconciler:
             },
             "spec": {
                 "pool": name,
-                "backend": pool.spec.backend.model_dump(by_alias=True, exclude_none=True),
+                **pool.spec.model_dump(by_alias=True, exclude_none=True, include=TEMPLATE),
             },
         }
         created = await self.client.create(INSTANCES.path(namespace), body)

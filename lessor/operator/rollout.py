@@ -3,10 +3,10 @@ of the pool's template (its `backend`) reaches every warm cluster without a leas
 fewer warm clusters than before the change, and a lowered target removes idle warm clusters
 (issue 23). Never a leased one, never one while leases wait.
 
-A cluster's template is the `backend` copied into its spec when it was made; a warm cluster
-whose copy differs from the pool's (after both are read through the model, so defaults count)
-is outdated. A leased one keeps its template until its lease ends: a tenant's cluster never
-changes under it.
+A cluster's template is the `backend`, `addons` and `readinessGates` copied into its spec when it
+was made; a warm cluster whose copy differs from the pool's (after both are read through the
+model, so defaults count) is outdated. A leased one keeps its template until its lease ends: a
+tenant's cluster never changes under it.
 
 The roll is a surge, as a Deployment's: up to `policy.maxSurge` clusters of the new template are
 made beyond `warmTarget`, and an outdated warm cluster is retired only once a new one is *ready*
@@ -27,25 +27,35 @@ import json
 from dataclasses import dataclass, field
 
 from lessor.protocol.json_object import Json
-from lessor.resources.cluster import Backend, ClusterPoolSpec
+from lessor.resources.cluster import ClusterInstanceSpec, ClusterPoolSpec
 
 
-def template(backend: Backend) -> Json:
-    """A template as it is compared: the model's dump, defaults written out."""
-    dumped: Json = backend.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
+def template(spec: ClusterPoolSpec | ClusterInstanceSpec) -> Json:
+    """A template as it is compared: the models' dump, defaults written out. Without addons and
+    gates it is the backend's dump alone, as it was before there were any, so that upgrading
+    lessor changes no pool's hash and rolls no warm cluster."""
+    backend: Json = spec.backend.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not spec.addons and spec.readiness_gates is None:
+        return backend
+    return {
+        "backend": backend,
+        "addons": [addon.model_dump(mode="json", exclude_none=True) for addon in spec.addons],
+        "readinessGates": spec.readiness_gates.model_dump(mode="json")
+        if spec.readiness_gates
+        else None,
+    }
 
 
-def template_hash(backend: Backend) -> str:
+def template_hash(spec: ClusterPoolSpec) -> str:
     """A short digest of the template, shown in the pool's status to say which is current."""
-    canonical = json.dumps(template(backend), sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(template(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
 def outdated(instance: Json, current: Json) -> bool:
     """Whether a cluster was made from another template than `current` (template(...))."""
     try:
-        made_from = template(Backend.model_validate(instance.get("spec", {}).get("backend", {})))
+        made_from = template(ClusterInstanceSpec.model_validate(instance.get("spec", {})))
     except ValueError:
         return True  # a template this version cannot read is not the current one
     return made_from != current
@@ -80,7 +90,7 @@ def plan(
     pool's queue; `warm`: the warm clusters to keep (warmTarget, or the autoscaler's target);
     `can_create`: false while the backend is unavailable or new clusters fail to start (then
     nothing is retired that could not be replaced)."""
-    current = template(spec.backend)
+    current = template(spec)
     ready_new: list[Json] = []
     ready_old: list[Json] = []
     starting_new = expected

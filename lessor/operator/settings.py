@@ -35,7 +35,6 @@ class Settings:
     local_orphan_grace: datetime.timedelta = datetime.timedelta(minutes=2)
     workers: int = 4
     teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2)
-    unhealthy_after: datetime.timedelta = datetime.timedelta(seconds=30)
     start_timeout: datetime.timedelta = datetime.timedelta(minutes=5)
     # None: ended leases are kept forever (`--lease-retention 0`).
     lease_retention: datetime.timedelta | None = datetime.timedelta(days=1)
@@ -62,7 +61,6 @@ class Settings:
             local_orphan_grace=datetime.timedelta(seconds=args.local_orphan_grace),
             workers=args.workers,
             teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
-            unhealthy_after=datetime.timedelta(seconds=args.unhealthy_after),
             start_timeout=datetime.timedelta(seconds=args.start_timeout),
             lease_retention=(
                 datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None

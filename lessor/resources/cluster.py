@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from lessor.protocol.durations import PositiveDuration, parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
+from lessor.resources.addons import Addon, ReadinessGates, unique_names
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
@@ -33,6 +34,8 @@ from lessor.resources.base import (
 from lessor.resources.lease_time import expires_at
 
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
+# Unique by name, said in the CRD the way Kubernetes says it of a list keyed by a field.
+ADDON_LIST: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
 
 
 class GatewayRef(SpecModel):
@@ -531,6 +534,42 @@ class Diagnostics(SpecModel):
         return self
 
 
+class HealthCheck(SpecModel):
+    """How the pool's ready clusters are checked: the backend's check (its API answers) and the
+    readiness gates again for those no lease holds. Not part of the template: a change applies
+    to every cluster at its next check, since no cluster need be remade for it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "duration(self.period).getSeconds() <= 600",
+                    "message": "period is at most 10m",
+                }
+            ]
+        }
+    )
+
+    period: PositiveDuration = Field(
+        default="15s",
+        description="Between two checks of a cluster that passed (at most 10m). One that"
+        " failed is checked again within 5 s.",
+    )
+    failure_threshold: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Checks failed in a row before a ready cluster is Unhealthy: then replaced"
+        " if no lease holds it, reported on its lease if one does.",
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> HealthCheck:
+        if parse_duration(self.period) > datetime.timedelta(minutes=10):
+            raise ValueError("period is at most 10m")
+        return self
+
+
 BACKEND_REQUIRED = (
     "spec.backend.type is required: apiserver, k3s or vcluster (clusters in the host cluster;"
     " k3s also needs the operator's allowPrivilegedBackends), local (processes on the operator's"
@@ -568,7 +607,22 @@ class ClusterPoolSpec(SpecModel):
     )
     policy: PoolPolicy = Field(default_factory=PoolPolicy)
     backend: Backend
+    addons: list[Addon] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Applied to each new cluster, in order, before it is Ready (part of the"
+        " template: a change rolls the pool).",
+        json_schema_extra=ADDON_LIST,
+    )
+    readiness_gates: ReadinessGates | None = Field(
+        default=None,
+        description="What must be true inside a new cluster before it is Ready (part of the"
+        " template).",
+    )
+    health_check: HealthCheck = Field(default_factory=HealthCheck)
     diagnostics: Diagnostics | None = None
+
+    _unique_addons = field_validator("addons")(unique_names)
 
 
 PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
@@ -670,6 +724,15 @@ class ClusterInstanceSpec(SpecModel):
         description="Copied from the pool at creation: editing a pool never changes a cluster "
         "that already exists."
     )
+    addons: list[Addon] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Copied from the pool at creation.",
+        json_schema_extra=ADDON_LIST,
+    )
+    readiness_gates: ReadinessGates | None = Field(
+        default=None, description="Copied from the pool at creation."
+    )
     claim_ref: ClaimRef | None = Field(
         default=None,
         description="The lease this instance is reserved for; written once, with the instance's "
@@ -695,6 +758,9 @@ class ClusterInstanceStatus(StatusModel):
     ready_at: datetime.datetime | None = None
     kubeconfig_secret: str | None = None
     teardown: Teardown | None = None
+    failed_checks: int = Field(
+        default=0, ge=0, description="Health checks failed in a row since it was last ready."
+    )
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

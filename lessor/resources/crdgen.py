@@ -31,6 +31,8 @@ _KEPT = (
     "maxItems",
     "description",
     "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 )
 
 

@@ -192,6 +192,11 @@ class Objects:
     def pool_status(self, name: str) -> Json:
         return (self.get("clusterpool", name) or {}).get("status", {})
 
+    def backend_healthy(self, pool: str) -> Json:
+        """The pool's BackendHealthy condition ({} while it has none)."""
+        conditions = self.pool_status(pool).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "BackendHealthy"), {})
+
     def events(self, name: str) -> list[str]:
         """The reasons of the Events about `name`."""
         return [reason for reason, _ in self.event_notes(name)]

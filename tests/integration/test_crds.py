@@ -198,6 +198,28 @@ def test_pool_policies_the_operator_could_not_follow_are_refused(
     assert message in refusal_of_pool(cluster, policy=policy)
 
 
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ({"addons": [{"name": "a"}]}, "an addon has either manifests or configMapRef"),
+        (
+            {"addons": [{"name": "a", "manifests": "x", "configMapRef": {"name": "c"}}]},
+            "an addon has either manifests or configMapRef",
+        ),
+        (
+            {"addons": [{"name": "a", "manifests": "x"}, {"name": "a", "manifests": "y"}]},
+            "Duplicate value",
+        ),
+        ({"readinessGates": {"deploymentsAvailable": ["web"]}}, "deploymentsAvailable[0]"),
+    ],
+    ids=["no-source", "two-sources", "same-name", "deployment-without-namespace"],
+)
+def test_addons_and_gates_the_operator_could_not_follow_are_refused(
+    cluster: Cluster, template: dict[str, object], message: str
+) -> None:
+    assert message in refusal_of_pool(cluster, **template)
+
+
 def test_a_pool_exposed_through_a_gateway_is_accepted(cluster: Cluster) -> None:
     document = yaml.safe_load(VALID_POOL)
     document["metadata"]["name"] = "routed"

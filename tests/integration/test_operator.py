@@ -18,9 +18,10 @@ import pytest
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.local_clusters import every_cluster
-from lessor.operator.instances import HEALTH_INTERVAL
 from lessor.operator.pools import count_instances
+from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
+from lessor.resources.cluster import HealthCheck
 from tests.integration.operator_harness import (
     CrashPoint,
     Objects,
@@ -254,7 +255,7 @@ def test_a_ready_cluster_is_checked_on_its_interval_not_at_each_change(
     """Issue 45: a claim, and the status write that says Leased, each made the operator check
     the cluster's backend again: with the `namespace` backend five kube-apiserver requests per
     lease, on the path of every lease bound beside it. A cluster that passed its check is
-    checked again once HEALTH_INTERVAL has passed, whatever changes meanwhile."""
+    checked again once its pool's healthCheck.period has passed, whatever changes meanwhile."""
     objects, started = env
     operator = start_operator(cluster, objects, started, tmp_path)
     objects.pool("checked", warmTarget=1, maxInstances=1)
@@ -267,7 +268,8 @@ def test_a_ready_cluster_is_checked_on_its_interval_not_at_each_change(
     wait_for("Leased", lambda: objects.status("clusterinstance", instance).get("phase") == "Leased")
     time.sleep(1)  # a check the claim or the Leased write brought about would show by now
     made, elapsed = operator.metric(name) - before, time.monotonic() - since
-    due = 1 + int(elapsed // HEALTH_INTERVAL)  # the checks the interval itself may have made
+    period = parse_duration(HealthCheck().period).total_seconds()
+    due = 1 + int(elapsed // period)  # the checks the period itself may have made
     assert made <= due, f"{made:.0f} checks of one ready cluster in {elapsed:.1f}s"
 
 
@@ -319,8 +321,8 @@ def test_a_leased_cluster_that_fails_is_reported_and_kept_until_its_lease_ends(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
     objects, started = env
-    operator = start_operator(cluster, objects, started, tmp_path, extra=("--unhealthy-after=3",))
-    objects.pool("sick", warmTarget=1)
+    operator = start_operator(cluster, objects, started, tmp_path)
+    objects.pool("sick", warmTarget=1, healthCheck={"failureThreshold": 2})
     objects.lease("mine", "sick")
     name = objects.wait_phase("mine", "Bound")["status"]["clusterName"]
     instance = objects.get("clusterinstance", name)
@@ -368,8 +370,8 @@ def test_an_unclaimed_cluster_that_fails_is_replaced(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
     objects, started = env
-    start_operator(cluster, objects, started, tmp_path, extra=("--unhealthy-after=1",))
-    objects.pool("flaky", warmTarget=1)
+    start_operator(cluster, objects, started, tmp_path)
+    objects.pool("flaky", warmTarget=1, healthCheck={"failureThreshold": 1})
     wait_for("1 ready", lambda: objects.pool_status("flaky").get("ready") == 1)
     [instance] = objects.list("clusterinstances")
     os.kill(_apiserver_pid(instance), signal.SIGKILL)
@@ -384,12 +386,6 @@ def test_an_unclaimed_cluster_that_fails_is_replaced(
     assert {"Unhealthy", "TeardownVerified"} <= set(objects.events(instance["metadata"]["name"]))
 
 
-def _backend_healthy(objects: Objects, pool: str) -> Json:
-    """The pool's BackendHealthy condition ({} while it has none)."""
-    conditions = objects.pool_status(pool).get("conditions", [])
-    return next((c for c in conditions if c["type"] == "BackendHealthy"), {})
-
-
 def test_a_pool_of_a_backend_the_operator_does_not_serve_says_so_and_creates_nothing(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path
 ) -> None:
@@ -398,7 +394,7 @@ def test_a_pool_of_a_backend_the_operator_does_not_serve_says_so_and_creates_not
     objects.pool("tests-only", warmTarget=1, backend={"type": "namespace"})
     condition = wait_for(
         "the pool to say why",
-        lambda: (c := _backend_healthy(objects, "tests-only")).get("status") == "False" and c,
+        lambda: (c := objects.backend_healthy("tests-only")).get("status") == "False" and c,
     )
     assert condition["reason"] == "BackendUnavailable"
     assert "--test-backends" in condition["message"]
@@ -411,7 +407,7 @@ def test_a_pool_of_a_backend_the_operator_does_not_serve_says_so_and_creates_not
     wait_for("1 ready", lambda: objects.pool_status("tests-only").get("ready") == 1)
     wait_for(
         "BackendHealthy True",
-        lambda: _backend_healthy(objects, "tests-only").get("reason") == "ClustersStart",
+        lambda: objects.backend_healthy("tests-only").get("reason") == "ClustersStart",
     )
     assert objects.pool_status("tests-only")["phase"] == "Healthy"
 
@@ -429,7 +425,7 @@ def test_a_k3s_pool_is_served_only_with_the_opt_in_and_on_nodes_of_its_own(
     def refusal(flag: str) -> Json:
         return wait_for(
             f"the pool to name {flag}",
-            lambda: flag in (c := _backend_healthy(objects, "rooted")).get("message", "") and c,
+            lambda: flag in (c := objects.backend_healthy("rooted")).get("message", "") and c,
         )
 
     assert refusal("--allow-privileged-backends")["reason"] == "BackendUnavailable"
@@ -454,7 +450,7 @@ def test_new_clusters_that_fail_to_start_are_reported_and_retried_after_a_growin
         timeout=180,
     )
     status = objects.pool_status("broken")
-    condition = _backend_healthy(objects, "broken")
+    condition = objects.backend_healthy("broken")
     assert condition["status"] == "False" and condition["reason"] == "StartFailing"
     assert "failed to start" in condition["message"]
     assert "not reachable from outside" in condition["message"]

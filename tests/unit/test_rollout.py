@@ -6,7 +6,9 @@ never touched, no cluster retired while leases wait."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from typing import Any
 
 from lessor.operator.rollout import plan, template_hash
@@ -17,9 +19,11 @@ NEW: dict[str, Any] = {"type": "k3s", "k3s": {"image": "rancher/k3s:v1.35.4-k3s1
 _names = itertools.count()
 
 
-def _instance(backend: dict[str, Any], phase: str | None, lease: str | None = None) -> Any:
+def _instance(
+    backend: dict[str, Any], phase: str | None, lease: str | None = None, **template: Any
+) -> Any:
     n = next(_names)
-    spec: dict[str, Any] = {"pool": "p", "backend": backend}
+    spec: dict[str, Any] = {"pool": "p", "backend": backend, **template}
     if lease:
         spec["claimRef"] = {"name": lease, "uid": lease}
     return {
@@ -105,11 +109,33 @@ def test_defaults_count_as_part_of_the_template() -> None:
     """A pool that spells out a default has the template of one that leaves it out; a new
     default in a new lessor is a new template (its clusters would differ)."""
     spelled = {"type": "k3s", "k3s": {"image": Backend.model_validate(NEW).k3s.image}}  # type: ignore[union-attr]
-    assert template_hash(Backend.model_validate(spelled)) == template_hash(
-        Backend.model_validate({"type": "k3s", "k3s": {}})
+    assert template_hash(_spec(backend=spelled)) == template_hash(
+        _spec(backend={"type": "k3s", "k3s": {}})
     )
     instances = [_instance({"type": "k3s"}, "Ready")]
     assert _plan(_spec(warmTarget=1, backend={"type": "k3s"}), instances).outdated == 0
+
+
+def test_a_pool_without_addons_keeps_the_hash_it_had_before_there_were_any() -> None:
+    """Upgrading lessor must roll no pool: the template of a pool without addons or gates is its
+    backend, digested as before (this digest is what 0.1 wrote into the status)."""
+    canonical = json.dumps(
+        Backend.model_validate(NEW).model_dump(mode="json", by_alias=True, exclude_none=True),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    assert template_hash(_spec()) == hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def test_a_change_of_addons_or_gates_rolls_the_warm_clusters() -> None:
+    addon = {"name": "base", "manifests": "kind: Namespace"}
+    before = [_instance(NEW, "Ready") for _ in range(2)]
+    with_addon = _spec(warmTarget=2, addons=[addon])
+    assert _plan(with_addon, before).outdated == 2
+    now = [_instance(NEW, "Ready", addons=[addon]) for _ in range(2)]
+    assert _plan(with_addon, now).outdated == 0
+    gated = _spec(warmTarget=2, addons=[addon], readinessGates={"crdsEstablished": ["a.b.c"]})
+    assert _plan(gated, now).outdated == 2
 
 
 def test_a_lowered_target_retires_the_newest_idle_clusters_and_no_leased_one() -> None:

@@ -11,16 +11,9 @@ works after the lease's own credential expired with the lease.
 
 from __future__ import annotations
 
-import base64
-import ssl
-import tempfile
-from pathlib import Path
-from typing import Any
-
 import httpx
-import yaml
 
-from lessor.operator.backends.published_kubeconfig import cluster_entry, user_entry
+from lessor.operator.cluster_http import KubeconfigError, connect
 from lessor.operator.diagnostics.bundle import Budget
 
 ERROR_BODY_LIMIT = 512
@@ -34,62 +27,24 @@ class ReadError(Exception):
         self.status = status
 
 
-def _context_namespace(kubeconfig: dict[str, Any]) -> str | None:
-    contexts = kubeconfig.get("contexts")
-    if not isinstance(contexts, list) or len(contexts) != 1 or not isinstance(contexts[0], dict):
-        return None
-    context = contexts[0].get("context")
-    namespace = context.get("namespace") if isinstance(context, dict) else None
-    return namespace if isinstance(namespace, str) and namespace else None
-
-
-def _tls(cluster: dict[str, Any], user: dict[str, Any]) -> ssl.SSLContext:
-    ca = cluster.get("certificate-authority-data")
-    context = ssl.create_default_context(cadata=base64.b64decode(ca).decode() if ca else None)
-    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
-    if cert and key:
-        # ssl loads a key only from a file: one that lives for the call, readable by us alone.
-        with tempfile.TemporaryDirectory(prefix="lessor-capture-") as scratch:
-            path = Path(scratch) / "client.pem"
-            path.touch(mode=0o600)
-            path.write_bytes(base64.b64decode(cert) + b"\n" + base64.b64decode(key))
-            context.load_cert_chain(str(path))
-    return context
-
-
 class ClusterReader:
     """GETs against one cluster with a kubeconfig's server, CA and credentials, each charged to
     `budget`."""
 
     def __init__(self, kubeconfig_text: str, budget: Budget, *, timeout: float = 10.0) -> None:
         self.budget = budget
-        document = yaml.safe_load(kubeconfig_text)
-        cluster = cluster_entry(document) if isinstance(document, dict) else {}
-        if not cluster.get("server"):
-            raise ReadError("the cluster's kubeconfig names no server")
-        user = user_entry(document)
         # identity: the raw bytes are what is counted, so no compressed answer can inflate past
         # the limit in memory (a gzip bomb)
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-        if user.get("token"):
-            headers["Authorization"] = f"Bearer {user['token']}"
-        self.server = str(cluster["server"])
-        # A kubeconfig confined to one namespace (the `namespace` backend's) names it here: what
-        # cannot be listed cluster-wide is listed there.
-        self.namespace = _context_namespace(document)
-        server_name = cluster.get("tls-server-name")
-        self._extensions = {"sni_hostname": server_name} if server_name else {}
         try:
-            tls = _tls(cluster, user)
-        except (ssl.SSLError, ValueError) as error:
-            raise ReadError(f"the cluster's kubeconfig has unusable TLS data: {error}") from None
-        self._client = httpx.AsyncClient(
-            base_url=self.server,
-            verify=tls,
-            headers=headers,
-            timeout=timeout,
-            follow_redirects=False,
-        )
+            connection = connect(kubeconfig_text, headers=headers, timeout=timeout)
+        except KubeconfigError as error:
+            raise ReadError(str(error)) from None
+        self._client = connection.client
+        self._extensions = connection.extensions
+        # A kubeconfig confined to one namespace (the `namespace` backend's) names it: what
+        # cannot be listed cluster-wide is listed there.
+        self.namespace = connection.namespace
 
     async def get(
         self, path: str, limit: int, params: dict[str, str | int] | None = None
