@@ -7,6 +7,16 @@
 # builder that cannot reach PyPI passes a directory of wheels as PIP_FIND_LINKS, with
 # PIP_NO_INDEX=1 (e2e/kind/lessor_image.py does, with a Debian base made on the machine).
 ARG BASE=python:3.12-slim
+# Helm, which the operator renders chart addons with (docs/operator.md, "Preparation"), built
+# from its Go module at HELM_VERSION (versions.json's `helm`; a test holds them equal). A
+# builder that cannot pull golang passes HELM_BUILDER, an image with a helm already built at
+# /go/bin/helm: then nothing is built (e2e/kind/lessor_image.py does).
+ARG HELM_BUILDER=golang:1.26-bookworm
+
+FROM ${HELM_BUILDER} AS helm
+ARG HELM_VERSION=v3.22.0
+RUN test -x /go/bin/helm \
+    || CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 
 FROM ${BASE} AS build
 ARG PIP_FIND_LINKS
@@ -31,6 +41,7 @@ RUN python3 -m venv /opt/lessor \
     && /opt/lessor/bin/pip install --no-cache-dir --no-index --find-links /deps /deps/*.whl \
     && rm -rf /deps \
     && useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin lessor
+COPY --from=helm /go/bin/helm /usr/local/bin/helm
 COPY --from=build /wheels /wheels
 RUN /opt/lessor/bin/pip install --no-cache-dir --no-index --no-deps /wheels/*.whl \
     && /opt/lessor/bin/pip check \

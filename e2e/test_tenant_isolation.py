@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from e2e.installation import NAMESPACE, Installation, wait_for
+from e2e.kind.registry import kind_gateway
 from e2e.kind.sandboxes import SANDBOX_IMAGE
 from e2e.test_scenarios import kubectl_binary
 from lessor.operator.backends import isolation
@@ -149,13 +150,7 @@ class Outside:
 @pytest.fixture
 def outside() -> Iterator[Outside]:
     """The listeners of `Outside`, accepting until the test ends."""
-    network = json.loads(
-        subprocess.run(["docker", "network", "inspect", "kind"], capture_output=True,
-                       text=True, check=True).stdout
-    )  # fmt: skip
-    address = next(
-        c["Gateway"] for c in network[0]["IPAM"]["Config"] if ":" not in c.get("Gateway", ":")
-    )
+    address = kind_gateway()
     sockets = [socket.create_server((address, 0)) for _ in range(2)]
     stop = threading.Event()
 
@@ -180,32 +175,37 @@ def outside() -> Iterator[Outside]:
             server.close()
 
 
-def _lease(configured: Installation, name: str, work: Path) -> Tenant:
+def lease(
+    configured: Installation, pool: str, name: str, work: Path
+) -> tuple[Tenant, dict[str, Any]]:
+    """A lease of `pool`, Bound: its tenant (kubeconfig written into `work`) and its instance.
+    A lease that does not bind fails with what an administrator would look at."""
     configured.apply(
         {
             "apiVersion": "lessor.dev/v1alpha1",
             "kind": "ClusterLease",
             "metadata": {"name": name},
-            "spec": {"pool": POOL, "ttl": "30m", "requester": f"isolation/{name}"},
+            "spec": {"pool": pool, "ttl": "30m", "requester": f"{pool}/{name}"},
         }
     )
 
     def bound() -> dict[str, Any] | None:
-        lease = configured.get("clusterlease", name) or {}
-        return lease if lease.get("status", {}).get("phase") == "Bound" else None
+        found = configured.get("clusterlease", name) or {}
+        return found if found.get("status", {}).get("phase") == "Bound" else None
 
     try:
-        lease = wait_for(f"{name} Bound", bound, timeout=600)
+        found = wait_for(f"{name} Bound", bound, timeout=600)
     except AssertionError as timeout:
-        raise AssertionError(f"{timeout}\n{configured.snapshot(POOL)}") from None
-    secret = configured.get("secret", lease["status"]["kubeconfigSecret"])
+        raise AssertionError(f"{timeout}\n{configured.snapshot(pool)}") from None
+    secret = configured.get("secret", found["status"]["kubeconfigSecret"])
     assert secret is not None
     kubeconfig = work / f"{name}.kubeconfig"
     kubeconfig.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
-    instance = configured.get("clusterinstance", lease["status"]["instance"]["name"])
+    instance = configured.get("clusterinstance", found["status"]["instance"]["name"])
     assert instance is not None
     meta = instance["metadata"]
-    return Tenant(kubeconfig, namespace_name(InstanceRef(NAMESPACE, meta["name"], meta["uid"])))
+    namespace = namespace_name(InstanceRef(NAMESPACE, meta["name"], meta["uid"]))
+    return Tenant(kubeconfig, namespace), instance
 
 
 def _address(configured: Installation, selector: str) -> str:
@@ -248,8 +248,8 @@ def test_a_tenant_reaches_its_own_cluster_and_what_its_pool_allows_and_nothing_e
 
 
 def _isolated(configured: Installation, tmp_path: Path, suffix: str, outside: Outside) -> None:
-    a = _lease(configured, f"tenant-a-{suffix}", tmp_path)
-    b = _lease(configured, f"tenant-b-{suffix}", tmp_path)
+    a, _ = lease(configured, POOL, f"tenant-a-{suffix}", tmp_path)
+    b, _ = lease(configured, POOL, f"tenant-b-{suffix}", tmp_path)
     b_server = f"{b.run_python('server', SERVE)}:{SERVER_PORT}"
     b.run_python("neighbour", HOLD)
     until_verdicts(b, "neighbour", {b_server: "open"})  # B's server answers its own

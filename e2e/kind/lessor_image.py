@@ -18,6 +18,7 @@ import hashlib
 import http.server
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -38,6 +39,7 @@ from e2e.kind.rootfs import ensure_rootfs
 from lessor import __version__
 from lessor.controlplane.binaries import Progress
 from lessor.controlplane.errors import ControlPlaneError
+from lessor.controlplane.helm import ensure_helm, helm_version
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "lessor:dev"
@@ -55,6 +57,20 @@ def python_base(progress: Progress) -> str:
     """A Debian image with python3, of the Debian release the kind node pins."""
     rootfs = ensure_rootfs("python", KindVersions.pinned().debian, PYTHON_PACKAGES, progress)
     return imported(rootfs, "lessor-python-base", progress)
+
+
+def helm_builder(base: str, progress: Progress) -> str:
+    """An image holding the helm built here at /go/bin/helm, for the Dockerfile's HELM_BUILDER:
+    golang cannot be pulled here, and the pinned helm is already built (lessor.controlplane.helm).
+    Made once per base and helm version."""
+    tag = f"lessor-helm-builder:{helm_version()}-{base.rsplit(':', 1)[-1]}"
+    if image_id(tag) is None:
+        progress(f"making {tag} (the helm built here, on {base})")
+        with tempfile.TemporaryDirectory(prefix="lessor-helm-builder-") as context:
+            shutil.copy2(ensure_helm(progress), Path(context) / "helm")
+            (Path(context) / "Dockerfile").write_text(f"FROM {base}\nCOPY helm /go/bin/helm\n")
+            docker("build", "--tag", tag, context)
+    return tag
 
 
 @dataclass(frozen=True)
@@ -159,13 +175,14 @@ def build(
         offline = False
     else:
         raise ControlPlaneError(f"docker does not answer, and {tag} is to be built on {base}")
-    key = source_key(base, *labels.key_parts())
+    helm = [f"--build-arg=HELM_BUILDER={helm_builder(base, progress)}"] if offline else []
+    key = source_key(base, *labels.key_parts(), *helm)
     if image_key(tag) == key:
         progress(f"{tag} is up to date")
         return tag
     progress(f"building {tag} on {base} (docker build)")
     arguments = [
-        "build", f"--label={KEY_LABEL}={key}", f"--build-arg=BASE={base}",
+        "build", f"--label={KEY_LABEL}={key}", f"--build-arg=BASE={base}", *helm,
         *labels.build_args(), "--tag", tag,
     ]  # fmt: skip
     if not offline:

@@ -18,6 +18,7 @@ import time
 
 from prometheus_client import Counter
 
+from lessor.operator.addons.charts import Charts, helm_binary
 from lessor.operator.addons.preparation import Gate, Preparation
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef, Readiness
 from lessor.operator.backends.registry import Backends
@@ -99,7 +100,9 @@ def setup(context: Context) -> Controller:
         events=context.events,
         teardown_grace=settings.teardown_grace,
         start_timeout=settings.start_timeout,
-        preparation=Preparation(context.client, settings.namespace),
+        preparation=Preparation(
+            context.client, settings.namespace, Charts(helm_binary(settings.helm))
+        ),
     )
 
     def claimed_by(lease: Json) -> list[str]:

@@ -97,6 +97,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "start (then replaced, with a growing pause between failures)",
     )
     parser.add_argument(
+        "--helm",
+        default=None,
+        help="the helm binary chart addons are rendered with (default: helm on PATH, which the "
+        "image ships)",
+    )
+    parser.add_argument(
         "--lease-retention",
         type=float,
         default=86400.0,

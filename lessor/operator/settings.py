@@ -36,6 +36,8 @@ class Settings:
     workers: int = 4
     teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2)
     start_timeout: datetime.timedelta = datetime.timedelta(minutes=5)
+    # The helm binary chart addons are rendered with; None: found (lessor.operator.addons.charts).
+    helm: str | None = None
     # None: ended leases are kept forever (`--lease-retention 0`).
     lease_retention: datetime.timedelta | None = datetime.timedelta(days=1)
     test_backends: bool = False
@@ -62,6 +64,7 @@ class Settings:
             workers=args.workers,
             teardown_grace=datetime.timedelta(seconds=args.teardown_grace),
             start_timeout=datetime.timedelta(seconds=args.start_timeout),
+            helm=args.helm,
             lease_retention=(
                 datetime.timedelta(seconds=args.lease_retention) if args.lease_retention else None
             ),

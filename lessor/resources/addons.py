@@ -14,7 +14,7 @@ version to roll.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -45,6 +45,50 @@ class ConfigMapKeyRef(SpecModel):
     )
 
 
+class Chart(SpecModel):
+    """A Helm chart, rendered by the operator (`helm template`) and applied like manifests: not
+    a Helm release in the cluster (docs/operator.md, "Preparation", says why)."""
+
+    repository: str = Field(
+        min_length=8,
+        max_length=1024,
+        pattern=r"^(oci|https?)://[^\s]+$",
+        description="A chart repository (https://charts.example.com), or an OCI reference"
+        " without the version (oci://registry.example.com/charts/widgets). Reached by the"
+        " operator without credentials.",
+    )
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$",
+        description="The chart's name in the repository (not for oci://, whose reference names"
+        " it).",
+    )
+    version: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]*)?$",
+        description="The exact version (no range): every cluster of the pool gets the same.",
+    )
+    namespace: str = Field(
+        default="default",
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="The release's namespace (created if missing): where the chart's objects go"
+        " unless they name another.",
+    )
+    release_name: str | None = Field(
+        default=None,
+        max_length=53,
+        pattern=DNS_LABEL,
+        description="Helm's release name (default: the addon's name).",
+    )
+    values: dict[str, Any] = Field(
+        default_factory=dict, description="Values, as a values.yaml would give them."
+    )
+
+
 class Addon(SpecModel):
     """One addon: Kubernetes objects applied to each new cluster by server-side apply (field
     manager `lessor`), in the order they are written, after the cluster's API answers."""
@@ -53,9 +97,16 @@ class Addon(SpecModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "has(self.manifests) != has(self.configMapRef)",
-                    "message": "an addon has either manifests or configMapRef",
-                }
+                    "rule": "[has(self.manifests), has(self.configMapRef), has(self.chart)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "an addon has one of manifests, configMapRef or chart",
+                },
+                {
+                    "rule": "!has(self.chart) || (self.chart.repository.startsWith('oci://')"
+                    " == !has(self.chart.name))",
+                    "message": "chart.name is required for a chart repository and refused for"
+                    " oci://",
+                },
             ]
         }
     )
@@ -78,11 +129,17 @@ class Addon(SpecModel):
         description="The manifests are this key of a ConfigMap in the operator's namespace,"
         " read when each cluster is made.",
     )
+    chart: Chart | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Addon:
-        if (self.manifests is None) == (self.config_map_ref is None):
-            raise ValueError("an addon has either manifests or configMapRef")
+        sources = (self.manifests, self.config_map_ref, self.chart)
+        if sum(source is not None for source in sources) != 1:
+            raise ValueError("an addon has one of manifests, configMapRef or chart")
+        if self.chart is not None and (
+            self.chart.repository.startswith("oci://") == (self.chart.name is not None)
+        ):
+            raise ValueError("chart.name is required for a chart repository and refused for oci://")
         return self
 
 

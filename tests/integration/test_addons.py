@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,33 +20,11 @@ import pytest
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster, ExistingCluster
 from lessor.protocol.json_object import Json
+from tests.integration.addon_sources import WIDGETS, serve_gadgets
 from tests.integration.operator_harness import Objects, Operator, start_operator, wait_for
 
 pytestmark = pytest.mark.integration
 
-WIDGETS = """
-apiVersion: v1
-kind: Namespace
-metadata: {name: ci}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  names: {plural: widgets, singular: widget, kind: Widget}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-# A kind the CRD above makes served a moment after it is applied: applied at a later pass.
-apiVersion: example.com/v1
-kind: Widget
-metadata: {name: first, namespace: ci}
-"""
 
 PULL_SECRET = """
 apiVersion: v1
@@ -65,6 +44,12 @@ spec:
     metadata: {labels: {app: web}}
     spec: {containers: [{name: web, image: registry.k8s.io/pause:3.10}]}
 """
+
+
+@pytest.fixture(scope="module")
+def chart_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serve_gadgets(tmp_path_factory.mktemp("charts")) as url:
+        yield url
 
 
 def kubectl_in(objects: Objects, secret: str, tmp_path: Path) -> ExistingCluster:
@@ -208,6 +193,53 @@ def test_a_warm_cluster_whose_gate_stops_passing_is_replaced_before_a_lease_take
     )
     replaced = 'lessor_clusters_replaced_total{namespace="%s",pool="checked",reason="unhealthy"}'
     assert operator.metric(replaced % objects.namespace) == 1
+
+
+def test_a_chart_from_a_repository_is_rendered_with_its_values_into_its_namespace(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path, chart_repository: str
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    chart = {
+        "repository": chart_repository, "name": "gadgets", "version": "0.3.1",
+        "namespace": "gadgets", "values": {"greeting": "hi from the pool"},
+    }  # fmt: skip
+    objects.pool(
+        "charted",
+        warmTarget=1,
+        addons=[{"name": "gadgets", "chart": chart}],
+        readinessGates={"crdsEstablished": ["gadgets.example.com"]},
+    )
+    objects.lease("job", "charted")
+    objects.wait_phase("job", "Bound")
+    job = kubectl_in(objects, "lease-job-kubeconfig", tmp_path)
+    settings = json.loads(
+        job.kubectl("get", "configmap", "gadgets-settings", "-n", "gadgets", "-o", "json").stdout
+    )
+    assert settings["data"] == {"greeting": "hi from the pool", "namespace": "gadgets"}
+    assert job.kubectl("get", "deployment", "gadgets-controller", "-n", "gadgets").returncode == 0
+    assert job.kubectl("get", "crd", "gadgets.example.com").returncode == 0
+    # A chart is not a Helm release here: no release Secret, nothing for `helm upgrade`.
+    secrets = job.kubectl("get", "secrets", "-n", "gadgets", "-o", "name").stdout
+    assert "sh.helm.release" not in secrets
+
+
+def test_a_chart_that_does_not_exist_fails_the_start_at_once_and_says_so(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path, chart_repository: str
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    chart = {"repository": chart_repository, "name": "gadgets", "version": "9.9.9"}
+    objects.pool("missing", warmTarget=1, addons=[{"name": "gadgets", "chart": chart}])
+    wait_for(
+        "a failed start",
+        lambda: objects.pool_status("missing").get("startFailures", 0) >= 1,
+        timeout=60,  # the start timeout is 300 s: only a failure at once is seen in time
+    )
+    message = objects.backend_healthy("missing")["message"]
+    assert "AddonsApplied: addon gadgets: helm template failed:" in message
+    assert "9.9.9" in message  # helm's own words name the version it did not find
+    _assert_no_start_before_retry(objects, "missing")
 
 
 def _events(objects: Objects) -> list[tuple[str, str]]:

@@ -201,18 +201,57 @@ def test_pool_policies_the_operator_could_not_follow_are_refused(
 @pytest.mark.parametrize(
     ("template", "message"),
     [
-        ({"addons": [{"name": "a"}]}, "an addon has either manifests or configMapRef"),
+        ({"addons": [{"name": "a"}]}, "an addon has one of manifests, configMapRef or chart"),
         (
             {"addons": [{"name": "a", "manifests": "x", "configMapRef": {"name": "c"}}]},
-            "an addon has either manifests or configMapRef",
+            "an addon has one of manifests, configMapRef or chart",
         ),
         (
             {"addons": [{"name": "a", "manifests": "x"}, {"name": "a", "manifests": "y"}]},
             "Duplicate value",
         ),
         ({"readinessGates": {"deploymentsAvailable": ["web"]}}, "deploymentsAvailable[0]"),
+        (
+            {
+                "addons": [
+                    {"name": "a", "chart": {"repository": "https://c.example", "version": "1.0.0"}}
+                ]
+            },
+            "chart.name is required for a chart repository",
+        ),
+        (
+            {
+                "addons": [
+                    {
+                        "name": "a",
+                        "chart": {
+                            "repository": "oci://r.example/c",
+                            "name": "c",
+                            "version": "1.0.0",
+                        },
+                    }
+                ]
+            },
+            "refused for oci://",
+        ),
+        (
+            {
+                "addons": [
+                    {"name": "a", "chart": {"repository": "oci://r.example/c", "version": "^1.0"}}
+                ]
+            },
+            "spec.addons[0].chart.version",
+        ),
     ],
-    ids=["no-source", "two-sources", "same-name", "deployment-without-namespace"],
+    ids=[
+        "no-source",
+        "two-sources",
+        "same-name",
+        "deployment-without-namespace",
+        "chart-without-name",
+        "oci-with-name",
+        "version-range",
+    ],
 )
 def test_addons_and_gates_the_operator_could_not_follow_are_refused(
     cluster: Cluster, template: dict[str, object], message: str

@@ -39,10 +39,10 @@ def test_a_manifest_that_cannot_be_applied_as_written_is_a_lasting_error(
 @pytest.mark.parametrize(
     ("spec", "said"),
     [
-        ({"addons": [{"name": "a"}]}, "either manifests or configMapRef"),
+        ({"addons": [{"name": "a"}]}, "one of manifests, configMapRef or chart"),
         (
             {"addons": [{"name": "a", "manifests": "x", "configMapRef": {"name": "c"}}]},
-            "either manifests or configMapRef",
+            "one of manifests, configMapRef or chart",
         ),
         (
             {"addons": [{"name": "a", "manifests": "x"}, {"name": "a", "manifests": "y"}]},

@@ -21,6 +21,7 @@ import yaml
 import lessor
 from e2e.kind import lessor_image
 from lessor.cli.commands import status
+from lessor.controlplane.helm import helm_version
 from release import actionlint, build, versioning
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +65,8 @@ def test_the_chart_the_manifests_and_the_image_say_the_packages_version() -> Non
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert f"ARG VERSION={VERSION}\n" in dockerfile
     assert "org.opencontainers.image.version=${VERSION}" in dockerfile
+    # The helm the image ships for chart addons is the one pinned beside the control plane's.
+    assert f"ARG HELM_VERSION={helm_version()}\n" in dockerfile
     # The image built here (lessor:dev and a release's) passes the version explicitly.
     assert f"--build-arg=VERSION={VERSION}" in lessor_image.Labels().build_args()
 

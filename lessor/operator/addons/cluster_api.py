@@ -60,15 +60,16 @@ class ClusterApi:
                 return None
             raise
 
-    async def apply(self, manifest: Manifest) -> None:
+    async def apply(self, manifest: Manifest, namespace: str | None = None) -> None:
         """Server-side apply of one object, lessor's field manager forcing its fields: the
-        cluster is new, and what lessor applied is lessor's."""
+        cluster is new, and what lessor applied is lessor's. A namespaced object that names no
+        namespace goes to `namespace` (a chart's release namespace), else the default one."""
         resource = await self._resource(manifest["apiVersion"], manifest["kind"])
         name = manifest["metadata"]["name"]
         path = _group_path(manifest["apiVersion"])
         if resource.get("namespaced"):
-            namespace = manifest["metadata"].get("namespace") or self.default_namespace
-            path += f"/namespaces/{namespace}"
+            where = manifest["metadata"].get("namespace") or namespace or self.default_namespace
+            path += f"/namespaces/{where}"
         await self._call(
             "PATCH",
             f"{path}/{resource['name']}/{name}",

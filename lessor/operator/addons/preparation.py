@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 
+from lessor.operator.addons.charts import Charts
 from lessor.operator.addons.cluster_api import ApiError, ClusterApi
-from lessor.operator.addons.manifests import ManifestError, describe, parse, text_of
+from lessor.operator.addons.manifests import Manifest, ManifestError, describe, parse, text_of
 from lessor.operator.cluster_http import KubeconfigError
 from lessor.operator.runtime.client import KubeClient
 from lessor.resources.addons import (
@@ -52,10 +53,11 @@ def _condition_true(obj: dict[str, Any], kind: str) -> bool:
 
 
 class Preparation:
-    def __init__(self, client: KubeClient, namespace: str) -> None:
+    def __init__(self, client: KubeClient, namespace: str, charts: Charts) -> None:
         self.client = client
         # Where addons' ConfigMaps are read: the operator's namespace.
         self.namespace = namespace
+        self.charts = charts
 
     async def gates(
         self, kubeconfig: str, spec: ClusterInstanceSpec, *, applied: bool
@@ -91,15 +93,18 @@ class Preparation:
     async def _apply(self, api: ClusterApi, addons: list[Addon]) -> Gate:
         for addon in addons:
             try:
-                objects = parse(await text_of(addon, self.client, self.namespace))
+                objects, namespace = await self._objects(addon)
             except ManifestError as error:
-                reason = "ManifestInvalid" if error.lasting else "ManifestMissing"
+                if addon.chart is not None:
+                    reason = "ChartFailed"
+                else:
+                    reason = "ManifestInvalid" if error.lasting else "ManifestMissing"
                 return Gate(
                     ADDONS_APPLIED, False, reason, f"addon {addon.name}: {error}", error.lasting
                 )
             for manifest in objects:
                 try:
-                    await api.apply(manifest)
+                    await api.apply(manifest, namespace)
                 except ApiError as error:
                     refused = error.status in REFUSALS
                     return Gate(
@@ -110,6 +115,23 @@ class Preparation:
                         refused,
                     )
         return Gate(ADDONS_APPLIED, True, "Applied", _applied(addons))
+
+    async def _objects(self, addon: Addon) -> tuple[list[Manifest], str | None]:
+        """The addon's objects, in order, and the namespace of those that name none."""
+        chart = addon.chart
+        if chart is None:
+            return parse(await text_of(addon, self.client, self.namespace)), None
+        text = await self.charts.render(chart.release_name or addon.name, chart)
+        objects = parse(text)
+        if chart.namespace != "default":
+            # `helm install --create-namespace`: the release's namespace, first.
+            release = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": chart.namespace},
+            }
+            objects.insert(0, release)
+        return objects, chart.namespace
 
 
 def _gate_types(spec: ClusterInstanceSpec) -> list[GateType]:

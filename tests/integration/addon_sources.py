@@ -1,0 +1,106 @@
+"""The addons that tests/integration/test_addons.py, e2e/test_addons.py and bench/addons.py
+prepare clusters with: a manifest (`WIDGETS`), and a real Helm chart repository: a small chart
+built here (a CRD, a ConfigMap from its values, a Deployment), packaged and indexed by the pinned
+helm, and served over HTTP with its index.yaml, as any chart repository is."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lessor.controlplane.helm import ensure_helm
+
+
+def crd(singular: str, kind: str) -> str:
+    """A namespaced CRD of the group example.com that keeps whatever its objects hold."""
+    return f"""
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {singular}s.example.com}}
+spec:
+  group: example.com
+  names: {{plural: {singular}s, singular: {singular}, kind: {kind}}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"""
+
+
+WIDGETS = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: ci}}
+---{crd("widget", "Widget")}---
+# A kind the CRD above makes served a moment after it is applied: applied at a later pass.
+apiVersion: example.com/v1
+kind: Widget
+metadata: {{name: first, namespace: ci}}
+"""
+
+GADGETS = {
+    "Chart.yaml": "apiVersion: v2\nname: gadgets\nversion: 0.3.1\n",
+    "values.yaml": "greeting: hello\nreplicas: 1\nimage: registry.k8s.io/pause:3.10\n",
+    "crds/gadgets.yaml": crd("gadget", "Gadget"),
+    # No namespace in the templates, as most charts write them: the release's namespace.
+    "templates/settings.yaml": """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ .Release.Name }}-settings}
+data: {greeting: {{ .Values.greeting | quote }}, namespace: {{ .Release.Namespace | quote }}}
+""",
+    "templates/controller.yaml": """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: {{ .Release.Name }}-controller}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector: {matchLabels: {app: gadgets}}
+  template:
+    metadata: {labels: {app: gadgets}}
+    spec:
+      containers:
+        - name: controller
+          image: {{ .Values.image }}
+          imagePullPolicy: IfNotPresent
+          command: {{ .Values.command | default list | toJson }}
+          resources: {requests: {cpu: 5m, memory: 16Mi}}
+""",
+}
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve_gadgets(work: Path, address: str = "127.0.0.1") -> Iterator[str]:
+    """The gadgets chart (version 0.3.1) in a repository on `address`; yields its URL."""
+    helm = str(ensure_helm(lambda _: None))
+    source, served = work / "gadgets", work / "repository"
+    for name, text in GADGETS.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    served.mkdir()
+    subprocess.run(
+        [helm, "package", str(source), "-d", str(served)], check=True, capture_output=True
+    )
+    handler = functools.partial(_QuietHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
+    url = f"http://{address}:{server.server_address[1]}"
+    subprocess.run(
+        [helm, "repo", "index", str(served), "--url", url], check=True, capture_output=True
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield url
+    finally:
+        server.shutdown()
