@@ -20,7 +20,7 @@ import pytest
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster, ExistingCluster
 from lessor.protocol.json_object import Json
-from tests.integration.addon_sources import WIDGETS, serve_gadgets
+from tests.integration.addon_sources import WIDGETS, gadgets_in_a_registry, serve_gadgets
 from tests.integration.operator_harness import Objects, Operator, start_operator, wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,6 +50,12 @@ spec:
 def chart_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with serve_gadgets(tmp_path_factory.mktemp("charts")) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def chart_in_a_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with gadgets_in_a_registry(tmp_path_factory.mktemp("oci")) as reference:
+        yield reference
 
 
 def kubectl_in(objects: Objects, secret: str, tmp_path: Path) -> ExistingCluster:
@@ -222,6 +228,27 @@ def test_a_chart_from_a_repository_is_rendered_with_its_values_into_its_namespac
     # A chart is not a Helm release here: no release Secret, nothing for `helm upgrade`.
     secrets = job.kubectl("get", "secrets", "-n", "gadgets", "-o", "name").stdout
     assert "sh.helm.release" not in secrets
+
+
+def test_a_chart_from_an_oci_registry_is_rendered_and_applied(
+    cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path, chart_in_a_registry: str
+) -> None:
+    objects, started = env
+    start_operator(cluster, objects, started, tmp_path)
+    chart = {"repository": chart_in_a_registry, "version": "0.3.1", "namespace": "gadgets"}
+    objects.pool(
+        "oci",
+        warmTarget=1,
+        addons=[{"name": "gadgets", "chart": chart}],
+        readinessGates={"crdsEstablished": ["gadgets.example.com"]},
+    )
+    objects.lease("job", "oci")
+    objects.wait_phase("job", "Bound")
+    job = kubectl_in(objects, "lease-job-kubeconfig", tmp_path)
+    settings = json.loads(
+        job.kubectl("get", "configmap", "gadgets-settings", "-n", "gadgets", "-o", "json").stdout
+    )
+    assert settings["data"] == {"greeting": "hello", "namespace": "gadgets"}  # its defaults
 
 
 def test_a_chart_that_does_not_exist_fails_the_start_at_once_and_says_so(
