@@ -179,7 +179,7 @@ class InstanceReconciler:
             result = await self._failing(obj, instance, status, health)
         else:
             lasting = failing is not None and failing.lasting
-            result = await self._starting(obj, instance, status, status.message, lasting=lasting)
+            result = await self._starting(obj, instance, status, lasting=lasting)
         if failure is not None:
             raise failure
         return result
@@ -268,7 +268,6 @@ class InstanceReconciler:
         obj: Json,
         instance: ClusterInstance,
         status: ClusterInstanceStatus,
-        message: str,
         *,
         lasting: bool = False,
     ) -> Result:
@@ -284,6 +283,7 @@ class InstanceReconciler:
         obj = await write_status(self.client, INSTANCES, obj, status)
         if turned:
             seconds = self.start_timeout.total_seconds()
+            message = status.message
             why = f"not ready after {seconds:.0f}s: {message}" if timed_out else message
             await self.events.record(obj, "Warning", "FailedToStart", why)
         return Result(requeue_after=5.0 if failed else 1.0)

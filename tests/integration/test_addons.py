@@ -201,6 +201,26 @@ def test_a_warm_cluster_whose_gate_stops_passing_is_replaced_before_a_lease_take
     assert operator.metric(replaced % objects.namespace) == 1
 
 
+def leased_with_chart(
+    objects: Objects, pool: str, chart: Json, tmp_path: Path
+) -> tuple[ExistingCluster, Json]:
+    """A lease of a new pool whose one addon is the gadgets `chart` (gated on its CRD), Bound:
+    kubectl with the lease's kubeconfig, and the chart's settings ConfigMap as the lease sees it."""
+    objects.pool(
+        pool,
+        warmTarget=1,
+        addons=[{"name": "gadgets", "chart": chart}],
+        readinessGates={"crdsEstablished": ["gadgets.example.com"]},
+    )
+    objects.lease("job", pool)
+    objects.wait_phase("job", "Bound")
+    job = kubectl_in(objects, "lease-job-kubeconfig", tmp_path)
+    settings = json.loads(
+        job.kubectl("get", "configmap", "gadgets-settings", "-n", "gadgets", "-o", "json").stdout
+    )
+    return job, settings
+
+
 def test_a_chart_from_a_repository_is_rendered_with_its_values_into_its_namespace(
     cluster: Cluster, env: tuple[Objects, list[Operator]], tmp_path: Path, chart_repository: str
 ) -> None:
@@ -210,18 +230,7 @@ def test_a_chart_from_a_repository_is_rendered_with_its_values_into_its_namespac
         "repository": chart_repository, "name": "gadgets", "version": "0.3.1",
         "namespace": "gadgets", "values": {"greeting": "hi from the pool"},
     }  # fmt: skip
-    objects.pool(
-        "charted",
-        warmTarget=1,
-        addons=[{"name": "gadgets", "chart": chart}],
-        readinessGates={"crdsEstablished": ["gadgets.example.com"]},
-    )
-    objects.lease("job", "charted")
-    objects.wait_phase("job", "Bound")
-    job = kubectl_in(objects, "lease-job-kubeconfig", tmp_path)
-    settings = json.loads(
-        job.kubectl("get", "configmap", "gadgets-settings", "-n", "gadgets", "-o", "json").stdout
-    )
+    job, settings = leased_with_chart(objects, "charted", chart, tmp_path)
     assert settings["data"] == {"greeting": "hi from the pool", "namespace": "gadgets"}
     assert job.kubectl("get", "deployment", "gadgets-controller", "-n", "gadgets").returncode == 0
     assert job.kubectl("get", "crd", "gadgets.example.com").returncode == 0
@@ -236,18 +245,7 @@ def test_a_chart_from_an_oci_registry_is_rendered_and_applied(
     objects, started = env
     start_operator(cluster, objects, started, tmp_path)
     chart = {"repository": chart_in_a_registry, "version": "0.3.1", "namespace": "gadgets"}
-    objects.pool(
-        "oci",
-        warmTarget=1,
-        addons=[{"name": "gadgets", "chart": chart}],
-        readinessGates={"crdsEstablished": ["gadgets.example.com"]},
-    )
-    objects.lease("job", "oci")
-    objects.wait_phase("job", "Bound")
-    job = kubectl_in(objects, "lease-job-kubeconfig", tmp_path)
-    settings = json.loads(
-        job.kubectl("get", "configmap", "gadgets-settings", "-n", "gadgets", "-o", "json").stdout
-    )
+    _, settings = leased_with_chart(objects, "oci", chart, tmp_path)
     assert settings["data"] == {"greeting": "hello", "namespace": "gadgets"}  # its defaults
 
 
