@@ -56,6 +56,13 @@ class Server(BaseApplication):  # type: ignore[misc]
         return create_app(self.settings)
 
 
+def _flush_spans(_server: Any, _worker: Any) -> None:
+    """gunicorn's worker_exit: a worker's buffered spans are sent before it goes."""
+    from lessor import tracing  # noqa: PLC0415 - in the worker, as create_app is
+
+    tracing.shutdown()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lessor.apiserver", description=__doc__)
     parser.add_argument("--bind", default="0.0.0.0:8000")
@@ -350,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "limit_request_field_size": 16380,
         "reuse_port": args.reuse_port,
         "post_worker_init": lifecycle.watch,
+        "worker_exit": _flush_spans,
     }
     settings = Settings(
         namespace=args.namespace,

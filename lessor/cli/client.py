@@ -47,6 +47,7 @@ from lessor.cli.limits import (
     TIMEOUT_SECONDS,
 )
 from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
+from lessor.cli.trace_context import TraceContext
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import LEASE_ID
 from lessor.protocol.ssh_signature import audience_of
@@ -260,6 +261,7 @@ class Client:
         self._opener = _opener(self._context)
         self._session = sessions.load(self.endpoint)
         self.debug = debug.enabled()
+        self.trace = TraceContext()
         self.request_timeout = _seconds_from_env(REQUEST_TIMEOUT_ENV, TIMEOUT_SECONDS)
         self.retry_budget = _seconds_from_env(RETRY_BUDGET_ENV, RETRY_BUDGET_SECONDS)
         self._waited = 0.0  # of the retry budget, by all this command's requests
@@ -325,6 +327,7 @@ class Client:
         request = urllib.request.Request(url, data=data or None, method=method)  # noqa: S310
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", USER_AGENT)
+        request.add_header("traceparent", self.trace.traceparent)
         if data:
             request.add_header("Content-Type", "application/json")
         signer = credential or Anonymous()
@@ -356,7 +359,9 @@ class Client:
             ) from None
         if self.debug:
             request_id = next((v for k, v in headers.items() if k.lower() == "x-request-id"), "-")
-            debug.trace(f"< {status} in {time.monotonic() - started:.3f}s, request id {request_id}")
+            took = time.monotonic() - started
+            trace_id = self.trace.trace_id
+            debug.trace(f"< {status} in {took:.3f}s, request id {request_id}, trace {trace_id}")
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:

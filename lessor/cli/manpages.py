@@ -37,6 +37,9 @@ all a CI job needs
 .B LESSOR_DEBUG
 1 traces every HTTP exchange on stderr, as \\fB-v\\fR does (credentials left out)
 .TP
+.B TRACEPARENT
+a W3C trace context (a CI job's span): every request of the command joins that trace
+.TP
 .B LESSOR_COMPLETION_TIMEOUT
 seconds shell completion waits for the server for lease ids and pools (default 5)
 .TP

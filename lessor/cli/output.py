@@ -120,6 +120,21 @@ def until(timestamp: str | None) -> str:
     return timestamp if away == timestamp else f"{timestamp} ({away})"
 
 
+def age(timestamp: str | None) -> str:
+    """How long ago, as kubectl says it: `45s`, `3m`, `2h`, `4d`; `-` without a time."""
+    if not timestamp:
+        return "-"
+    try:
+        moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return timestamp
+    ago = max(0, int((datetime.datetime.now(datetime.UTC) - moment).total_seconds()))
+    for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60)):
+        if ago >= seconds:
+            return f"{ago // seconds}{unit}"
+    return f"{ago}s"
+
+
 def relative(timestamp: str | None) -> str:
     """`in 14m58s`, `passed`, or `-` without a time."""
     if not timestamp:

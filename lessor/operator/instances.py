@@ -16,8 +16,7 @@ import datetime
 import logging
 import time
 
-from prometheus_client import Counter
-
+from lessor.operator import cluster_metrics, lease_traces
 from lessor.operator.addons.charts import Charts, helm_binary
 from lessor.operator.addons.preparation import Gate, Preparation
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef, Readiness
@@ -53,13 +52,6 @@ from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, Hea
 
 log = logging.getLogger(__name__)
 
-CHECKS = Counter(
-    "lessor_cluster_checks_total",
-    "Checks of clusters (the backend's, then the readiness gates): at every pass while a cluster "
-    "starts, every few seconds while it fails, every healthCheck.period while it is ready, by "
-    "result (ready, not_ready).",
-    ["namespace", "pool", "result"],
-)
 HEALTHY = "Healthy"
 WAS_READY = ("Ready", "Leased", "Unhealthy")
 QUARANTINE_RECHECK = 60.0
@@ -219,7 +211,7 @@ class InstanceReconciler:
             if failing is not None:
                 status.message = f"{failing.type}: {failing.message}"
         passed = readiness.ready and failing is None
-        CHECKS.labels(ref.namespace, instance.spec.pool, _result(passed)).inc()
+        cluster_metrics.CHECKS.labels(ref.namespace, instance.spec.pool, _result(passed)).inc()
         return failure, failing, readiness
 
     def _health_check(self, instance: ClusterInstance) -> HealthCheck:
@@ -286,6 +278,7 @@ class InstanceReconciler:
             message = status.message
             why = f"not ready after {seconds:.0f}s: {message}" if timed_out else message
             await self.events.record(obj, "Warning", "FailedToStart", why)
+            cluster_metrics.failed_to_start(instance, "timeout" if timed_out else "addon_failed")
         return Result(requeue_after=5.0 if failed else 1.0)
 
     async def _gates(
@@ -318,7 +311,8 @@ class InstanceReconciler:
     ) -> Result:
         status.kubeconfig_secret = kubeconfig_secret_name(instance.metadata.name or "")
         status.failed_checks = 0
-        if status.ready_at is None:
+        first_ready = status.ready_at is None
+        if first_ready:
             status.ready_at = now_seconds()
         recovered = is_false(status.conditions, HEALTHY)
         was_ready = status.phase in WAS_READY
@@ -328,6 +322,8 @@ class InstanceReconciler:
             generation=instance.metadata.generation,
         )  # fmt: skip
         obj = await write_status(self.client, INSTANCES, obj, status)
+        if first_ready:
+            cluster_metrics.started(instance)
         if recovered:
             await self.events.record(obj, "Normal", "Recovered", message)
         elif not was_ready:
@@ -365,6 +361,20 @@ class InstanceReconciler:
                 f"{status.failed_checks} checks failed in a row: {message}",
             )
         return Result(requeue_after=min(FAILING_RECHECK, _seconds(health.period)))
+
+    def _trace_teardown(self, instance: ClusterInstance, started_at: datetime.datetime) -> None:
+        """The teardown, verified, as a span of the trace of the lease that held the cluster."""
+        claim = instance.spec.claim_ref
+        lease = (
+            self.leases.store.get(f"{instance.metadata.namespace}/{claim.name}") if claim else None
+        )
+        if claim is None or lease is None or lease["metadata"].get("uid") != claim.uid:
+            return
+        cluster = {
+            "lessor.cluster.name": instance.metadata.name or "",
+            "lessor.backend.type": instance.spec.backend.type,
+        }
+        lease_traces.record("cluster.teardown", lease, started_at, attributes=cluster)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref
@@ -432,6 +442,8 @@ class InstanceReconciler:
         if report.verified:
             obj = await write_status(self.client, INSTANCES, obj, status)
             await remove_finalizer(self.client, INSTANCES, obj, INSTANCE_FINALIZER)
+            cluster_metrics.torn_down(instance, started_at)
+            self._trace_teardown(instance, started_at)
             await self.events.record(obj, "Normal", "TeardownVerified", "; ".join(report.evidence))
             return Result()
         if status.phase != "Quarantined" and utcnow() - started_at < self.teardown_grace:

@@ -34,6 +34,14 @@ BIND_DURATION = Histogram(
     ["kind", "namespace", "pool"],
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
 )
+QUEUE_DURATION = Histogram(
+    "lessor_cluster_lease_queue_duration_seconds",
+    "Time a cluster lease waited in its pool's queue for a cluster: from its creation to Bound "
+    "if it was Pending, 0 if a warm cluster was bound to it at once. The share of leases above "
+    "0 is the share the warm target did not serve.",
+    ["namespace", "pool"],
+    buckets=(0, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800),
+)
 OUTCOMES = Counter(
     "lessor_lease_outcomes_total",
     "Leases that ended, by outcome: released (by request), expired (TTL or provisioning "
@@ -65,5 +73,8 @@ def transition(
         created = datetime.datetime.fromisoformat(metadata["creationTimestamp"])
         seconds = max(0.0, (utcnow() - created).total_seconds())
         BIND_DURATION.labels(kind, namespace, pool).observe(seconds)
+        if kind == "cluster":
+            queued = _phase(before) == "Pending"
+            QUEUE_DURATION.labels(namespace, pool).observe(seconds if queued else 0.0)
     elif entered in OUTCOME_OF_PHASE:
         OUTCOMES.labels(kind, namespace, pool, OUTCOME_OF_PHASE[entered]).inc()

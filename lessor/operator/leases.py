@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from lessor.operator import lease_kubeconfigs, lease_metrics
+from lessor.operator import lease_kubeconfigs, lease_metrics, lease_traces
 from lessor.operator.backends.base import BackendError, InstanceRef, LeaseRef
 from lessor.operator.backends.registry import Backends
 from lessor.operator.claims_in_flight import ClaimsInFlight
@@ -62,7 +62,7 @@ from lessor.operator.writes_in_flight import WritesInFlight
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
-from lessor.resources.base import ObjectRef
+from lessor.resources.base import READY, ObjectRef
 from lessor.resources.cluster import (
     CLUSTER_HEALTHY,
     LEASE_FINALIZER,
@@ -306,26 +306,27 @@ class LeaseReconciler:
         if secret is None or secret["metadata"]["name"] != source:
             secret = await self.client.get(SECRETS.path(namespace, source))
         assert status.effective_ttl is not None  # set by _pending
-        bound_at = now_seconds()
-        expiry = lease.spec.expires_at(bound_at, status.effective_ttl).replace(microsecond=0)
-        kubeconfig = await self._issue(lease, instance, secret, expiry)
-        await lease_kubeconfigs.publish(self.client, obj, kubeconfig, expiry)
-        status = status.model_copy(
-            update={
-                "phase": "Bound",
-                "queue_position": None,
-                "instance": ObjectRef(
-                    name=instance["metadata"]["name"], uid=instance["metadata"]["uid"]
-                ),
-                "bound_at": bound_at,
-                "expires_at": expiry,
-                "cluster_name": instance["metadata"]["name"],
-                "kubeconfig_secret": lease_kubeconfigs.secret_name(name),
-                "extensions": min(len(lease.spec.extensions), lease.spec.max_extensions),
-                "message": "",
-            }
-        )
-        obj = await self._write_status(obj, status)
+        instance_name = instance["metadata"]["name"]
+        with lease_traces.span("lease.bind", obj, {"lessor.cluster.name": instance_name}):
+            bound_at = now_seconds()
+            expiry = lease.spec.expires_at(bound_at, status.effective_ttl).replace(microsecond=0)
+            kubeconfig = await self._issue(lease, instance, secret, expiry)
+            await lease_kubeconfigs.publish(self.client, obj, kubeconfig, expiry)
+            status = status.model_copy(
+                update={
+                    "phase": "Bound",
+                    "queue_position": None,
+                    "instance": ObjectRef(name=instance_name, uid=instance["metadata"]["uid"]),
+                    "bound_at": bound_at,
+                    "expires_at": expiry,
+                    "cluster_name": instance_name,
+                    "kubeconfig_secret": lease_kubeconfigs.secret_name(name),
+                    "extensions": min(len(lease.spec.extensions), lease.spec.max_extensions),
+                    "message": "",
+                }
+            )
+            obj = await self._write_status(obj, status)
+        self._trace_wait(obj, instance, queued=queued)
         created = lease.metadata.creation_timestamp
         waited = (
             f" after {format_duration(max(bound_at - created, datetime.timedelta()))} in the queue"
@@ -336,11 +337,34 @@ class LeaseReconciler:
             obj,
             "Normal",
             "Bound",
-            f"bound to {instance['metadata']['name']}{waited}, expires {timestamp(expiry)}",
+            f"bound to {instance_name}{waited}, expires {timestamp(expiry)}",
         )
         for waiting in self.queue_of(pool_key):  # everyone behind moves up one place
             self._enqueue(waiting)
         return Result(requeue_after=max(0.0, (expiry - utcnow()).total_seconds()))
+
+    @staticmethod
+    def _trace_wait(obj: Json, instance: Json, *, queued: bool) -> None:
+        """The lease's wait in the queue, and the start of its cluster if the cluster was made
+        while the lease waited, as spans of its trace (times from the objects)."""
+        created = obj["metadata"].get("creationTimestamp")
+        bound = obj.get("status", {}).get("boundAt")
+        if not (queued and created and bound):
+            return
+        lease_created = datetime.datetime.fromisoformat(created)
+        lease_traces.record(
+            "lease.queue", obj, lease_created, datetime.datetime.fromisoformat(bound)
+        )
+        started = instance["metadata"].get("creationTimestamp")
+        ready = instance.get("status", {}).get("readyAt")
+        if started and ready and datetime.datetime.fromisoformat(started) >= lease_created:
+            backend = str(instance["spec"].get("backend", {}).get("type", ""))
+            cluster = {"lessor.cluster.name": instance["metadata"]["name"]}
+            lease_traces.record(
+                "cluster.start", obj,
+                datetime.datetime.fromisoformat(started), datetime.datetime.fromisoformat(ready),
+                {**cluster, "lessor.backend.type": backend},
+            )  # fmt: skip
 
     async def _issue(
         self, lease: ClusterLease, instance: Json, admin_secret: Json, expiry: datetime.datetime
@@ -501,6 +525,11 @@ class LeaseReconciler:
             status.ended_at = now_seconds()
         obj = await self._write_status(obj, status)
         await self.events.record(obj, "Normal", f"Lease{reason}", status.message)
+        # From the moment a bound lease stopped being usable (its Ready condition turned False).
+        unusable = find(status.conditions, READY)
+        usable = unusable is not None and status.bound_at is not None
+        ended = unusable.last_transition_time if unusable and usable else status.ended_at
+        lease_traces.record("lease.end", obj, ended, attributes={"lessor.lease.outcome": reason})
         # Nothing is left to tear down: a finished lease is deleted at once when asked to (by
         # kubectl, or by the retention sweep, which never sees it in a cache). Its diagnostics
         # record was kept when the capture was Captured. A crash before this write leaves the

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from lessor import build_info, tracing
 from lessor.config_file import apply_defaults
 from lessor.logs import configure as configure_logging
 from lessor.operator import (
@@ -166,4 +167,9 @@ async def run(settings: Settings) -> int:
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_args(parse_args(argv))
     configure_logging(settings.log_level, settings.log_format)
-    return asyncio.run(run(settings))
+    build_info.export()
+    tracing.configure("lessor-operator")
+    try:
+        return asyncio.run(run(settings))
+    finally:
+        tracing.shutdown()  # the spans still buffered

@@ -19,6 +19,7 @@ administrator's objects), `state` from a fixed set.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ class PoolRow:
     warm_target: int
     instances: dict[str, int]
     waiting: list[Json]
+    conditions: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The status of each of the pool's conditions, by type: True, False or Unknown."""
 
 
 Source = Callable[[], Iterable[PoolRow]]
@@ -98,6 +101,12 @@ class PoolGauges(Collector):
             "Instances the pool keeps ready now (its warm target, or the autoscaler's).",
             labels=labels,
         )
+        condition = GaugeMetricFamily(
+            "lessor_pool_status_condition",
+            "1 for the status (true, false, unknown) each condition of the pool has, 0 for the "
+            "others: BackendHealthy, DiagnosticsReady, Warm and the rest (docs/operations.md).",
+            labels=[*labels, "condition", "status"],
+        )
         if self._leading():
             now = utcnow()
             for kind, source in sorted(self._sources.items()):
@@ -108,7 +117,11 @@ class PoolGauges(Collector):
                     queue.add_metric(key, len(row.waiting))
                     oldest.add_metric(key, _oldest_seconds(row.waiting, now))
                     warm.add_metric(key, row.warm_target)
-        yield from (instances, queue, oldest, warm)
+                    for type_, status in sorted(row.conditions.items()):
+                        for value in ("True", "False", "Unknown"):
+                            labelled = [*key, type_, value.lower()]
+                            condition.add_metric(labelled, 1.0 if status == value else 0.0)
+        yield from (instances, queue, oldest, warm, condition)
 
 
 GAUGES = PoolGauges()
@@ -121,6 +134,9 @@ def by_pool(pools: Informer, rows: Callable[[Json, str], PoolRow]) -> Source:
     def source() -> Iterator[PoolRow]:
         for pool in pools.store.list():
             metadata = pool["metadata"]
-            yield rows(pool, f"{metadata.get('namespace')}/{metadata['name']}")
+            row = rows(pool, f"{metadata.get('namespace')}/{metadata['name']}")
+            found = pool.get("status", {}).get("conditions", [])
+            conditions = {c["type"]: c.get("status", "Unknown") for c in found if "type" in c}
+            yield dataclasses.replace(row, conditions=conditions)
 
     return source

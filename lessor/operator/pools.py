@@ -18,9 +18,7 @@ import datetime
 import logging
 import time
 
-from prometheus_client import Counter
-
-from lessor.operator import autoscale, pool_gauges, rollout
+from lessor.operator import autoscale, cluster_metrics, pool_gauges, rollout
 from lessor.operator.backends.registry import unavailable
 from lessor.operator.conditions import find, with_condition
 from lessor.operator.context import Context
@@ -51,13 +49,6 @@ from lessor.resources.base import UP_TO_DATE, Condition
 from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatus
 
 log = logging.getLogger(__name__)
-
-REPLACED = Counter(
-    "lessor_clusters_replaced_total",
-    "Unleased clusters deleted to be replaced, by reason: unhealthy (failed healthCheck."
-    "failureThreshold checks in a row after being ready), failed_to_start (never ready).",
-    ["namespace", "pool", "reason"],
-)
 
 MAX_CREATES_PER_PASS = 5
 # A pool's counts follow its instances and leases within this many seconds: a burst of binds
@@ -356,7 +347,7 @@ class PoolReconciler:
             ):
                 await delete_fenced(self.client, INSTANCES, instance)
                 started = bool(status.get("readyAt"))
-                REPLACED.labels(
+                cluster_metrics.REPLACED.labels(
                     instance["metadata"]["namespace"],
                     instance["spec"]["pool"],
                     "unhealthy" if started else "failed_to_start",
@@ -374,6 +365,7 @@ class PoolReconciler:
         problem: str | None,
     ) -> None:
         """Set `BackendHealthy`, the start failures in a row and the pause they cost."""
+        cluster_metrics.pool_seen(pool)
         generation = pool.metadata.generation
         if problem:
             status.conditions = with_condition(

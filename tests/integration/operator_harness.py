@@ -7,6 +7,7 @@ started, SIGKILLed and restarted like a real deployment's pod.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,6 +66,7 @@ class Operator:
     teardown_grace: float = 120.0
     leader_election: bool = True
     extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # beside this process's own
     process: subprocess.Popen[bytes] | None = None
     # The port of /metrics stays reserved for this operator's life, restarts included: a
     # restarted process finds it free, and no other process on the machine is handed it.
@@ -97,7 +99,9 @@ class Operator:
             argv.append("--no-leader-election")
         argv += self.extra
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            )
         return self
 
     def kill(self, signum: int = signal.SIGKILL) -> int:

@@ -463,6 +463,14 @@ def test_a_lease_through_the_api_from_create_to_release(stack: Stack, tmp_path: 
         ),
     )
 
+    def reasons() -> list[str]:
+        answer = stack.api.call("GET", f"/v1/leases/{lease_id}/events", token=ALICE)
+        assert answer.status == 200, answer.body
+        return [event["reason"] for event in answer.body]
+
+    told = wait_for("the lease's events", lambda: "Extended" in reasons() and reasons())
+    assert told.index("Bound") < told.index("Extended"), told
+
     assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204
     assert stack.api.call("DELETE", f"/v1/leases/{lease_id}", token=ALICE).status == 204, (
         "repeat is safe"
@@ -593,6 +601,8 @@ def test_another_tenants_lease_is_not_found_and_redacted_in_listings(stack: Stac
     for method, body in (("GET", None), ("PATCH", {"extend_ttl": "5m"}), ("DELETE", None)):
         response = stack.api.call(method, f"/v1/leases/{lease_id}", token=BOB, body=body)
         assert (response.status, response.body["reason"]) == (404, "not_found"), method
+    events = stack.api.call("GET", f"/v1/leases/{lease_id}/events", token=BOB)
+    assert (events.status, events.body["reason"]) == (404, "not_found"), "nor its events"
     rows = stack.api.call("GET", "/v1/pools/api-cold/leases", token=BOB).body
     [row] = [r for r in rows if r["id"] == lease_id]
     assert row["requester"] == "redacted"

@@ -633,7 +633,11 @@ def test_get_kubeconfig_and_wait_come_back_to_a_lease_and_release_removes_what_t
     one = user.json("get", "back-1")
     assert (one["id"], one["kind"], one["profile"]) == (lease, "Cluster", "cli-warm")
     assert "kubeconfig" not in one, "a credential is never printed"
-    assert "lessor kubeconfig" in user.run("get", lease).stdout
+    assert "Bound" in [event["reason"] for event in one["events"]], one["events"]
+    described = user.run("get", lease).stdout
+    assert "lessor kubeconfig" in described
+    assert re.search(r"^Events:\nTYPE +REASON +AGE +MESSAGE\n", described, re.MULTILINE)
+    assert re.search(r"^Normal +Bound +\d+[smhd] +bound to ", described, re.MULTILINE), described
 
     kubectl = str(ensure_binaries() / "kubectl")
 
@@ -826,7 +830,9 @@ def test_verbose_shows_each_exchange_and_never_a_credential(user: User) -> None:
     shown = user.run("get", "-v", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE)
     assert shown.returncode == 0, shown.stderr
     assert f"lessor: > GET {user.stack.api.base}/v1/leases (0 bytes, Bearer)" in shown.stderr
-    assert re.search(r"lessor: < 200 in [\d.]+s, request id [0-9a-f]{32}", shown.stderr)
+    assert re.search(
+        r"lessor: < 200 in [\d.]+s, request id [0-9a-f]{32}, trace [0-9a-f]{32}", shown.stderr
+    )
     assert ALICE not in shown.stderr + shown.stdout
     quiet = user.run("get", "--endpoint", user.stack.api.base, LESSOR_TOKEN=ALICE)
     assert quiet.stderr == "", "nothing without -v"

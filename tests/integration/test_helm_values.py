@@ -117,6 +117,8 @@ REFUSED = {
     "config.apiserver.wokers=4": "additional properties 'wokers' not allowed",
     "config.log.level=verbose": "at '/config/log/level'",
     "config.namespace=elsewhere": "additional properties 'namespace' not allowed",
+    "tracing.sampler=sometimes": "at '/tracing/sampler'",
+    "tracing.endpoint=collector:4318": "at '/tracing/endpoint'",
 }
 
 
@@ -346,6 +348,32 @@ def test_extra_env_reaches_its_component_only(helm: Path, tmp_path: Path) -> Non
     assert "env" not in apiserver
     assert apiserver["envFrom"] == [{"secretRef": {"name": "oidc"}, "prefix": "X_"}]
     assert "env" not in container(render(helm), "operator")
+
+
+def test_a_tracing_endpoint_turns_traces_on_in_both_components(helm: Path) -> None:
+    """The tracing values are the SDK's own variables in both containers, before extraEnv
+    (where a later entry of the same name would win); without an endpoint, none is set."""
+    objects = render(
+        helm,
+        "--set=tracing.endpoint=http://otel-collector.observability:4318",
+        "--set=tracing.sampler=parentbased_traceidratio",
+        "--set=tracing.samplerArg=0.25",
+        "--set=operator.extraEnv[0].name=AWS_REGION",
+        "--set=operator.extraEnv[0].value=eu-west-1",
+    )
+    tracing = [
+        {
+            "name": "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "value": "http://otel-collector.observability:4318",
+        },
+        {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
+        {"name": "OTEL_TRACES_SAMPLER_ARG", "value": "0.25"},
+    ]
+    operator, apiserver = (container(objects, c) for c in COMPONENTS)
+    assert operator["env"] == [*tracing, {"name": "AWS_REGION", "value": "eu-west-1"}]
+    assert apiserver["env"] == tracing
+    untraced = [container(render(helm), c) for c in COMPONENTS]
+    assert not any("OTEL" in json.dumps(c.get("env", [])) for c in untraced)
 
 
 def test_security_contexts_default_to_restricted_and_can_be_overridden(helm: Path) -> None:

@@ -85,13 +85,22 @@ securityContext:
 {{- end }}
 {{- end }}
 
-{{/* A component's extraEnv and extraEnvFrom, as its container's env and envFrom. */}}
+{{/* A component's env and envFrom: the tracing values' OTEL_ variables, then its extraEnv and
+extraEnvFrom. Takes (dict "component" .Values.<component> "tracing" .Values.tracing). */}}
 {{- define "lessor.env" -}}
-{{- with .extraEnv }}
+{{- $tracing := list }}
+{{- with .tracing.endpoint }}
+{{- $tracing = append $tracing (dict "name" "OTEL_EXPORTER_OTLP_ENDPOINT" "value" .) }}
+{{- $tracing = append $tracing (dict "name" "OTEL_TRACES_SAMPLER" "value" $.tracing.sampler) }}
+{{- with $.tracing.samplerArg }}
+{{- $tracing = append $tracing (dict "name" "OTEL_TRACES_SAMPLER_ARG" "value" .) }}
+{{- end }}
+{{- end }}
+{{- with concat $tracing (.component.extraEnv | default list) }}
 env:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .extraEnvFrom }}
+{{- with .component.extraEnvFrom }}
 envFrom:
   {{- toYaml . | nindent 2 }}
 {{- end }}

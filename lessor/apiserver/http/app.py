@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import falcon
 
-from lessor import __version__
+from lessor import __version__, build_info, tracing
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.auth.sessions import DEFAULT_TTL
 from lessor.apiserver.http import metrics, openapi
@@ -54,6 +54,7 @@ from lessor.apiserver.http.responses import (
     Expiry,
     Lease,
     LeaseCreated,
+    LeaseEvent,
     LeaseSummary,
     PoolLease,
     PoolRecord,
@@ -74,6 +75,7 @@ from lessor.apiserver.leases.cluster_leases import (
     watch_active_leases,
 )
 from lessor.apiserver.leases.diagnostics import DiagnosticsService
+from lessor.apiserver.leases.lease_events import LeaseEvents
 from lessor.apiserver.leases.pools import PoolService
 from lessor.apiserver.policy.store import PolicyStore
 from lessor.apiserver.sandboxes.executions import ExecutionService
@@ -156,6 +158,10 @@ class Services:
     @cached_property
     def watched_pools(self) -> WatchedObjects:
         return WatchedObjects(lambda: self.kube, ClusterPool.crd.plural)
+
+    @cached_property
+    def lease_events(self) -> LeaseEvents:
+        return LeaseEvents(self.kube, self.leases)
 
     @cached_property
     def diagnostics(self) -> DiagnosticsService:
@@ -301,6 +307,13 @@ class LeaseResource(Base):
         caller = principal(req)
         request = parse(ExtendLease, req.context.body, req.content_type)
         resp.media = conform(Expiry, self.services.leases.extend(caller, lease_id, request))
+
+
+class LeaseEventsResource(Base):
+    def on_get(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+        resp.media = conform_each(
+            LeaseEvent, self.services.lease_events.of(principal(req), lease_id)
+        )
 
 
 class DiagnosticsResource(Base):
@@ -606,6 +619,7 @@ _EXECUTIONS = _SANDBOX + "/executions"
 ROUTES: tuple[Route, ...] = (
     Route("/v1/leases", LeasesResource, openapi.leases),
     Route("/v1/leases/{lease_id}", LeaseResource, openapi.lease),
+    Route("/v1/leases/{lease_id}/events", LeaseEventsResource, openapi.lease_events),
     Route("/v1/leases/{lease_id}/diagnostics", DiagnosticsResource, openapi.diagnostics),
     Route("/v1/pools", PoolsResource, openapi.pools),
     Route("/v1/pools/{name}", PoolResource, openapi.pool),
@@ -641,6 +655,8 @@ def create_app(settings: Settings) -> Wsgi:
     """The WSGI application: the WebSocket routes in front of the Falcon app; /metrics at the
     API's address, or on the metrics listener only where there is one
     (lessor.apiserver.http.listeners)."""
+    build_info.export()  # in the worker: its own multiprocess file holds the sample
+    tracing.configure("lessor-apiserver")  # in the worker: an exporter's thread is not forked
     services = Services(settings)
     middleware: list[Shed | Observe | Authenticate] = [
         # Observe reads the body first: a request counts against the worker's bound only once

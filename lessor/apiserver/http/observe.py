@@ -15,7 +15,7 @@ import gevent
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from lessor.apiserver.http import audit, metrics
+from lessor.apiserver.http import audit, metrics, request_spans
 from lessor.apiserver.http.client_address import FORWARDED_FOR, ClientAddress
 from lessor.apiserver.http.errors import (
     HttpError,
@@ -72,6 +72,7 @@ class Observe:
 
     def process_request(self, req: falcon.Request, _resp: falcon.Response) -> None:
         req.context.started = time.perf_counter()
+        request_spans.start(req)
         request_id(req)
         req.context.client = self.clients.of(req.remote_addr, req.get_header(FORWARDED_FOR))
         req.context.body = _read_body(req)
@@ -94,6 +95,7 @@ class Observe:
         duration = time.perf_counter() - started if started is not None else None
         if duration is not None:
             metrics.LATENCY.labels(route, method).observe(duration)
+        request_spans.end(req, resp, route, method)
         resp.set_header(REQUEST_ID_HEADER, request_id(req))
         caller = getattr(req.context, "principal", None)
         # Probes and scrapes come every few seconds from every kubelet and Prometheus: answered

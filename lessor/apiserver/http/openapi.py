@@ -31,6 +31,7 @@ from lessor.apiserver.http.responses import (
     Expiry,
     Lease,
     LeaseCreated,
+    LeaseEvent,
     LeaseSummary,
     PoolLease,
     PoolRecord,
@@ -58,6 +59,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ClusterHealth,
     Lease,
     Expiry,
+    LeaseEvent,
     DiagnosticsBundle,
     PoolRecord,
     PoolLease,
@@ -293,6 +295,17 @@ def lease() -> Json:
         "delete": _operation("Release", 204, None, errors=(*COMMON, 404, 409)),
         "patch": _operation(
             "Extend the TTL", 200, _ref(Expiry), errors=(*COMMON, 404, 409), request=ExtendLease
+        ),
+    }
+
+
+def lease_events() -> Json:
+    return {
+        "get": _operation(
+            "The lease's recent events, oldest first",
+            200,
+            {"type": "array", "items": _ref(LeaseEvent)},
+            errors=(*COMMON, 404),
         ),
     }
 

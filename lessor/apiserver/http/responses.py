@@ -65,6 +65,15 @@ class Lease(LeaseSummary):
     )
 
 
+class LeaseEvent(BaseModel):
+    type: Literal["Normal", "Warning"]
+    reason: str = Field(description="A word: Bound, Extended, ClusterUnhealthy, Released, ...")
+    message: str
+    count: int = Field(description="How many times it happened (repeats are folded into one).")
+    first_seen: str
+    last_seen: str
+
+
 class DiagnosticsBundle(BaseModel):
     url: str = Field(description="A pre-signed GET URL of the bundle (a .tar.gz).")
     expires_at: str

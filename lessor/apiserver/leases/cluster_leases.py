@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from lessor import tracing
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import lifecycle, metrics
 from lessor.apiserver.http.bodies import CreateLease, ExtendLease
@@ -227,7 +228,10 @@ class LeaseService:
                     "metadata": {
                         "name": name,
                         "finalizers": [LEASE_FINALIZER],
-                        "annotations": Reservations.annotation(taken),
+                        "annotations": {
+                            **Reservations.annotation(taken),
+                            **tracing.carried(),  # the operator's spans join this trace
+                        },
                         "labels": {
                             REQUESTER_LABEL: requester_label(principal.owner),
                             POOL_LABEL: pool_name,

@@ -51,8 +51,10 @@ def get(args: argparse.Namespace) -> int:
     if output.wants_names(args):
         output.names([_name(sandbox, lease["id"])])
         return 0
+    events = [] if sandbox else _events(client, lease["id"])
     if output.wants_json(args):
-        output.emit(args, {**lease, "kind": "Sandbox" if sandbox else "Cluster"})
+        kind = "Sandbox" if sandbox else "Cluster"
+        output.emit(args, {**lease, "kind": kind, **({} if sandbox else {"events": events})})
         return 0
     rows: list[tuple[str, object]] = [("lease", lease["id"])]
     if lease.get("alias"):
@@ -75,7 +77,29 @@ def get(args: argparse.Namespace) -> int:
     if has_kubeconfig:
         rows.append(("kubeconfig", f"`lessor kubeconfig {lease['id']}` writes it"))
     output.fields(rows)
+    if events:
+        print("\nEvents:")
+        output.table(["TYPE", "REASON", "AGE", "MESSAGE"], [_event_row(e) for e in events])
     return 0
+
+
+def _events(client: Client, lease_id: str) -> list[dict[str, Any]]:
+    """The lease's recent Events, oldest first, as `kubectl describe` ends with them; none
+    from a server that does not serve them (older than 0.3)."""
+    try:
+        events: list[dict[str, Any]] = client.call("GET", f"/v1/leases/{lease_id}/events")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        return []
+    return events
+
+
+def _event_row(event: dict[str, Any]) -> list[object]:
+    seen = output.age(event.get("last_seen"))
+    if event.get("count", 1) > 1:  # `3m (x4 over 10m)`, as kubectl folds repeats
+        seen += f" (x{event['count']} over {output.age(event.get('first_seen'))})"
+    return [event.get("type"), event.get("reason"), seen, event.get("message")]
 
 
 def _list(client: Client, args: argparse.Namespace) -> int:

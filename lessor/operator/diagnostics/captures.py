@@ -27,6 +27,7 @@ from cachetools import TTLCache
 from prometheus_client import Counter
 
 from lessor.bucket import Bucket, BucketError, Credentials, Location
+from lessor.operator import lease_traces
 from lessor.operator.conditions import with_condition
 from lessor.operator.diagnostics import records
 from lessor.operator.diagnostics.bundle import BundleWriter
@@ -178,7 +179,12 @@ class Captures:
         )
         status = lease.status.model_copy(update={"diagnostics": done, "conditions": conditions})
         obj = await write_status(self.client, LEASES, obj, status)
-        BUNDLES.labels("captured" if outcome.captured else "failed").inc()
+        result = "captured" if outcome.captured else "failed"
+        BUNDLES.labels(result).inc()
+        lease_traces.record(
+            "lease.diagnostics", obj, record.started_at,
+            attributes={"lessor.diagnostics.result": result},
+        )  # fmt: skip
         if outcome.captured:
             await self.events.record(obj, "Normal", "DiagnosticsCaptured", outcome.message)
         else:

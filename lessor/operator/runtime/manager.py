@@ -14,22 +14,16 @@ import contextlib
 import logging
 import signal
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from lessor.operator.runtime import metrics
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import LeaderElector
+from lessor.operator.runtime.probes import ProbeServer
 
 log = logging.getLogger(__name__)
 
 LOST_LEADERSHIP_EXIT_CODE = 3
-# The probes and metrics port shares the event loop with every reconciler: at most this many
-# connections at once (the kubelet's probes and a scraper need a few), each with this long to
-# send its request line and headers, however it trickles them.
-HTTP_CONNECTIONS = 16
-HTTP_REQUEST_SECONDS = 5.0
 
 
 class Manager:
@@ -42,7 +36,6 @@ class Manager:
     ) -> None:
         self.elector = elector
         self.http_host, self.http_port = http_host, http_port
-        self._http_open = 0
         self.informers: list[Informer] = []
         self._shared: dict[tuple[ResourceType, str | None, str | None, str | None], Informer] = {}
         self.controllers: list[Controller] = []
@@ -91,7 +84,8 @@ class Manager:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.stop)
-        server = await asyncio.start_server(self._serve_http, self.http_host, self.http_port)
+        probes = ProbeServer(lambda: self.ready)
+        await probes.start(self.http_host, self.http_port)
         for informer in self.informers:
             informer.start()
         lead = asyncio.create_task(self._lead_forever(), name="leader")
@@ -111,8 +105,7 @@ class Manager:
             stopping.cancel()
             for informer in self.informers:
                 await informer.stop()
-            server.close()
-            await server.wait_closed()
+            await probes.stop()
 
     async def _lead_forever(self) -> None:
         def start_controllers() -> asyncio.Task[None]:
@@ -140,40 +133,3 @@ class Manager:
         return all(
             informer.store.has_synced for informer in self.informers if not informer.optional
         )
-
-    async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """/healthz, /readyz and /metrics: enough HTTP for probes and Prometheus."""
-        if self._http_open >= HTTP_CONNECTIONS:
-            writer.close()  # a flood is turned away unread; the probes retry
-            return
-        self._http_open += 1
-        try:
-            async with asyncio.timeout(HTTP_REQUEST_SECONDS):
-                request = await reader.readline()
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-            parts = request.decode(errors="replace").split()
-            path = parts[1] if len(parts) >= 2 else "/"
-            if path == "/metrics":
-                status, body, content_type = "200 OK", generate_latest(), CONTENT_TYPE_LATEST
-            elif path == "/healthz" or (path == "/readyz" and self.ready):
-                status, body, content_type = "200 OK", b"ok\n", "text/plain"
-            elif path == "/readyz":
-                status, body, content_type = (
-                    "503 Service Unavailable",
-                    b"caches syncing\n",
-                    "text/plain",
-                )
-            else:
-                status, body, content_type = "404 Not Found", b"not found\n", "text/plain"
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        finally:
-            self._http_open -= 1
-            writer.close()
