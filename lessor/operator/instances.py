@@ -365,10 +365,10 @@ class InstanceReconciler:
     def _trace_teardown(self, instance: ClusterInstance, started_at: datetime.datetime) -> None:
         """The teardown, verified, as a span of the trace of the lease that held the cluster."""
         claim = instance.spec.claim_ref
-        lease = (
-            self.leases.store.get(f"{instance.metadata.namespace}/{claim.name}") if claim else None
-        )
-        if claim is None or lease is None or lease["metadata"].get("uid") != claim.uid:
+        if claim is None:
+            return
+        lease = self.leases.store.get(f"{instance.metadata.namespace}/{claim.name}")
+        if lease is None or lease["metadata"].get("uid") != claim.uid:
             return
         cluster = {
             "lessor.cluster.name": instance.metadata.name or "",
