@@ -14,6 +14,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from lessor.protocol.durations import PositiveDuration
 from lessor.resources.base import (
     AGE,
+    OBSERVED_GENERATION,
     Condition,
     CrdInfo,
     PrinterColumn,
@@ -21,6 +22,7 @@ from lessor.resources.base import (
     SecretKeyRef,
     SpecModel,
     StatusModel,
+    conditions_field,
 )
 
 Algorithm = Literal["RS256", "ES256", "RS384", "ES384"]
@@ -130,9 +132,20 @@ class Auth(SpecModel):
         }
     )
 
-    oidc: OidcAuth | None = None
-    static_tokens: list[StaticToken] = Field(default_factory=list)
-    ssh_keys: list[SshKey] = Field(default_factory=list)
+    oidc: OidcAuth | None = Field(
+        default=None,
+        description="Accept OIDC ID tokens (JWTs) of one issuer, sent as Bearer tokens; unset: no"
+        " OIDC.",
+    )
+    static_tokens: list[StaticToken] = Field(
+        default_factory=list,
+        description="Bearer tokens kept in Secrets, each with the claims its holder is given.",
+    )
+    ssh_keys: list[SshKey] = Field(
+        default_factory=list,
+        description="Ed25519 keys whose SSH request signatures are accepted (only where the API"
+        " server is configured with sshAudiences), each with the claims its holder is given.",
+    )
     sessions: Sessions = Field(default_factory=Sessions)
 
     @model_validator(mode="after")
@@ -178,12 +191,32 @@ class SandboxGrant(SpecModel):
     extend; `release` (delete) is granted independently so that, for example, an agent may
     create sandboxes whose release only a supervisor decides."""
 
-    match: Match | None = None
+    match: Match | None = Field(
+        default=None,
+        description="A claim the caller must have, as in a rule; without it the grant applies to"
+        " every caller of the policy.",
+    )
     pools: list[Glob] = Field(min_length=1, description="SandboxPool name globs.")
-    verbs: list[SandboxVerb] = Field(min_length=1)
-    max_ttl: PositiveDuration | None = None
-    max_extensions: int = Field(default=2, ge=0, le=100)
-    max_concurrent_sandboxes: int | None = Field(default=None, ge=0)
+    verbs: list[SandboxVerb] = Field(
+        min_length=1,
+        description="lease: create, read and extend Sandbox leases; release: release (delete)"
+        " them, granted apart.",
+    )
+    max_ttl: PositiveDuration | None = Field(
+        default=None,
+        description="Ceiling of a Sandbox lease's lifetime, measured from readiness and"
+        " extensions included, besides the pool's maxTtl (a duration such as 1h30m); unset: the"
+        " pool's alone.",
+    )
+    max_extensions: int = Field(
+        default=2, ge=0, le=100, description="Extensions per Sandbox lease (default 2); 0 forbids."
+    )
+    max_concurrent_sandboxes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Ceiling on the identity's simultaneous active Sandbox leases; unset: the API"
+        " server's apiserver.defaultMaxConcurrentLeases (20 by default).",
+    )
     max_cpu: str | None = Field(
         default=None,
         pattern=r"^[0-9]+(\.[0-9]+)?m?$",
@@ -225,7 +258,10 @@ IdentityTemplate = Annotated[
 
 
 class AccessPolicySpec(SpecModel):
-    auth: Auth
+    auth: Auth = Field(
+        description="How callers authenticate: at least one of oidc, staticTokens and sshKeys."
+        " Each method ends in a set of claims, which identity and the rules read."
+    )
     identity: IdentityTemplate = Field(
         description="Identity template: {claim} placeholders, dot paths, literal separators "
         "between placeholders. Claim values are escaped where they could pass for the "
@@ -238,8 +274,13 @@ class AccessPolicySpec(SpecModel):
 
 
 class AccessPolicyStatus(StatusModel):
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready: True (reason Valid) when the API server applies the whole policy; False with"
+        " reason Invalid when it ignores the policy (a field its model refuses), or"
+        " SecretMissing when a static token's Secret or key is missing (that token is refused,"
+        " the other methods work)."
+    )
 
 
 class AccessPolicy(Resource[AccessPolicySpec, AccessPolicyStatus]):

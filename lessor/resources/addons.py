@@ -39,9 +39,18 @@ class ConfigMapKeyRef(SpecModel):
     """A key of a ConfigMap in the operator's namespace: an administrator's, like the pool (a
     ConfigMap in the pool's namespace could be written by whoever may write there)."""
 
-    name: str = Field(min_length=1, max_length=253, pattern=OBJECT_NAME)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=OBJECT_NAME,
+        description="The ConfigMap's name, in the operator's namespace (lessor-system as shipped).",
+    )
     key: str = Field(
-        default="manifests.yaml", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$"
+        default="manifests.yaml",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="The key of its data holding the YAML (default manifests.yaml).",
     )
 
 

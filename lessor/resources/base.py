@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 GROUP = "lessor.dev"
 VERSION = "v1alpha1"
@@ -56,12 +57,54 @@ class ObjectMeta(BaseModel):
 class Condition(StatusModel):
     """The shape of metav1.Condition, so `kubectl wait --for=condition=...` works."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
-    message: str = Field(default="", max_length=32768)
-    last_transition_time: datetime.datetime
-    observed_generation: int | None = Field(default=None, ge=0)
+    type: str = Field(
+        description="The condition's type (CamelCase, such as Ready): at most one condition of"
+        " each type."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="Whether the condition holds: True, False or Unknown."
+    )
+    reason: str = Field(
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        max_length=1024,
+        description="Why it has this status, in one CamelCase word meant for programs (for"
+        " Ready, usually the phase).",
+    )
+    message: str = Field(
+        default="",
+        max_length=32768,
+        description="Why it has this status, for people; empty when there is nothing to add.",
+    )
+    last_transition_time: datetime.datetime = Field(
+        description="When the status last changed (RFC 3339): unchanged while the status stays,"
+        " so it says since when the condition has held."
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The object's metadata.generation the condition was decided from.",
+    )
+
+
+# Unique by type, said in the CRD the way Kubernetes says it of metav1.Condition lists: the API
+# server then refuses a status with two conditions of one type, which no reader could tell apart.
+CONDITION_LIST: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+
+
+def conditions_field(types: str) -> Any:
+    """The `conditions` field of a status: a list keyed by type, written by the operator;
+    `types` says which types the kind has and what each means."""
+    return Field(
+        default_factory=list,
+        description=f"The object's conditions, one of each type, written by the operator: {types}",
+        json_schema_extra=CONDITION_LIST,
+    )
+
+
+OBSERVED_GENERATION = (
+    "The metadata.generation this status was decided from, written by the operator with every"
+    " status: while it is below metadata.generation the status does not reflect the latest spec."
+)
 
 
 # Conditions the operator derives from an object's phase and its other conditions
@@ -94,18 +137,32 @@ def problems_for_tenants(conditions: list[Condition]) -> list[str]:
 class ObjectRef(StatusModel):
     """A reference that survives name reuse: the uid tells a recreated object from the original."""
 
-    name: str
-    uid: str
-    namespace: str | None = None
+    name: str = Field(description="The object's name.")
+    uid: str = Field(
+        description="The object's uid: an object later made under the same name is not this one."
+    )
+    namespace: str | None = Field(
+        default=None,
+        description="The object's namespace; unset: the namespace of the object holding the"
+        " reference.",
+    )
 
 
 class SecretRef(SpecModel):
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The Secret's name, in the namespace of the object that names it.",
+    )
 
 
 class SecretKeyRef(SpecModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The Secret's name, in the namespace of the object that names it.",
+    )
+    key: str = Field(min_length=1, max_length=253, description="The key of the Secret's data.")
 
 
 @dataclass(frozen=True)

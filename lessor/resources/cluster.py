@@ -21,6 +21,7 @@ from lessor.resources.addons import Addon, ReadinessGates, unique_names
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
+    OBSERVED_GENERATION,
     POOL_NAME,
     Condition,
     CrdInfo,
@@ -30,17 +31,30 @@ from lessor.resources.base import (
     SecretRef,
     SpecModel,
     StatusModel,
+    conditions_field,
 )
 from lessor.resources.lease_time import expires_at
 
 PoolName = Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
 # Unique by name, said in the CRD the way Kubernetes says it of a list keyed by a field.
 ADDON_LIST: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+# Both kinds of lease: written by the API server at admission (lessor.apiserver.auth's owner).
+REQUESTER = (
+    "Who owns the lease, <AccessPolicy name>/<identity>: written by the API server at creation,"
+    " and only that caller may read, extend or release it through the API. Unset for a lease made"
+    " with kubectl, which no API caller can reach."
+)
+ALIAS = (
+    "A name the caller gave the lease (a DNS label), unique among its requester's active leases"
+    " of the kind: the API accepts it where the lease's id goes."
+)
 
 
 class GatewayRef(SpecModel):
-    name: str = Field(min_length=1, max_length=253)
-    namespace: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    name: str = Field(min_length=1, max_length=253, description="The Gateway's name.")
+    namespace: str = Field(
+        min_length=1, max_length=63, pattern=DNS_LABEL, description="The Gateway's namespace."
+    )
     section_name: str | None = Field(
         default=None,
         max_length=253,
@@ -162,12 +176,34 @@ class MemoryBounds(SpecModel):
 class K3sBackendConfig(MemoryBounds):
     model_config = LIMIT_AT_LEAST_REQUEST
 
-    image: str = Field(default="rancher/k3s:v1.35.4-k3s1", min_length=1)
+    image: str = Field(
+        default="rancher/k3s:v1.35.4-k3s1",
+        min_length=1,
+        description="The k3s image, run as a server with its agent in one privileged container"
+        " (default rancher/k3s:v1.35.4-k3s1).",
+    )
     persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
-    storage_size: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")
-    storage_class: str | None = None
-    cpu: str = Field(default="500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    memory: str = Field(default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    storage_size: str = Field(
+        default="1Gi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
+        description="Size of the datastore's PVC when persistent (a quantity; default 1Gi).",
+    )
+    storage_class: str | None = Field(
+        default=None,
+        description="StorageClass of the datastore's PVC when persistent; unset: the host"
+        " cluster's default StorageClass.",
+    )
+    cpu: str = Field(
+        default="500m",
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$",
+        description="The k3s container's CPU request (a quantity such as 500m or 2; default 500m).",
+    )
+    memory: str = Field(
+        default="1Gi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="The k3s container's memory request (a quantity such as 1Gi or 500M;"
+        " default 1Gi).",
+    )
     memory_limit: str = Field(
         default="2Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
     )
@@ -188,9 +224,24 @@ class VclusterBackendConfig(MemoryBounds):
         description="An image with kube-apiserver and kube-controller-manager under /kubernetes"
         " and a `cp`: an init container copies them into the pod.",
     )
-    coredns_image: str = Field(default="coredns/coredns:1.12.1", min_length=1)
-    cpu: str = Field(default="200m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    coredns_image: str = Field(
+        default="coredns/coredns:1.12.1",
+        min_length=1,
+        description="The image of the virtual cluster's DNS, CoreDNS (default"
+        " coredns/coredns:1.12.1).",
+    )
+    cpu: str = Field(
+        default="200m",
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$",
+        description="The vcluster container's CPU request, for its syncer, kine, kube-apiserver"
+        " and kube-controller-manager (a quantity such as 200m or 2; default 200m).",
+    )
+    memory: str = Field(
+        default="256Mi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="The vcluster container's memory request (a quantity such as 256Mi or 1G;"
+        " default 256Mi).",
+    )
     memory_limit: str = Field(
         default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
     )
@@ -218,10 +269,29 @@ class ApiserverBackendConfig(MemoryBounds):
         }
     )
 
-    image: str = Field(default="registry.k8s.io/kube-apiserver:v1.35.4", min_length=1)
-    etcd_image: str = Field(default="registry.k8s.io/etcd:3.6.6-0", min_length=1)
-    cpu: str = Field(default="100m", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    memory: str = Field(default="256Mi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    image: str = Field(
+        default="registry.k8s.io/kube-apiserver:v1.35.4",
+        min_length=1,
+        description="The kube-apiserver image, pulled IfNotPresent (default"
+        " registry.k8s.io/kube-apiserver:v1.35.4).",
+    )
+    etcd_image: str = Field(
+        default="registry.k8s.io/etcd:3.6.6-0",
+        min_length=1,
+        description="The etcd image, pulled IfNotPresent (default registry.k8s.io/etcd:3.6.6-0).",
+    )
+    cpu: str = Field(
+        default="100m",
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$",
+        description="The kube-apiserver container's CPU request (a quantity such as 100m or 2;"
+        " default 100m); etcd's container asks for 50m.",
+    )
+    memory: str = Field(
+        default="256Mi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="The kube-apiserver container's memory request (a quantity such as 256Mi or"
+        " 1G; default 256Mi).",
+    )
     memory_limit: str = Field(
         default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
     )
@@ -291,10 +361,23 @@ class Network(SpecModel):
 
 
 class Toleration(SpecModel):
-    key: str | None = Field(default=None, max_length=316)
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = Field(default=None, max_length=63)
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """A toleration of the cluster's own pod, copied into its spec as Kubernetes has it."""
+
+    key: str | None = Field(
+        default=None,
+        max_length=316,
+        description="The taint key tolerated; unset, with operator Exists: every taint.",
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal",
+        description="Equal (default): the taint's value must be `value`; Exists: any value.",
+    )
+    value: str | None = Field(
+        default=None, max_length=63, description="The taint's value, with operator Equal."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect tolerated; unset: every effect."
+    )
 
 
 class Placement(SpecModel):
@@ -302,9 +385,17 @@ class Placement(SpecModel):
     (k3s) must be pinned to nodes of its own (docs/security.md, "Privileged backends")."""
 
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, max_length=16
+        default_factory=dict,
+        max_length=16,
+        description="Labels a node must have to run the cluster's own pod (its nodeSelector);"
+        " empty: any node.",
     )
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=16)
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Tolerations of the cluster's own pod, for the taints of the nodes"
+        " nodeSelector names.",
+    )
     shared_nodes: bool = Field(
         default=False,
         description="A k3s pool without a nodeSelector is refused unless this is true: an"
@@ -318,7 +409,9 @@ class Quota(SpecModel):
     take of the host in all (vcluster's pods run there; k3s's and apiserver's own pod is
     bounded by its limits)."""
 
-    pods: int = Field(default=50, ge=1, le=10000)
+    pods: int = Field(
+        default=50, ge=1, le=10000, description="Pods the namespace may hold (default 50)."
+    )
     cpu: str = Field(default="8", pattern=CPU, description="Sum of the pods' CPU requests.")
     memory: str = Field(
         default="16Gi", pattern=BYTES, description="Sum of the memory requests, and of the limits."
@@ -326,12 +419,21 @@ class Quota(SpecModel):
     ephemeral_storage: str = Field(
         default="20Gi", pattern=BYTES, description="Sum of the pods' ephemeral-storage requests."
     )
-    persistent_volume_claims: int = Field(default=10, ge=0, le=1000)
+    persistent_volume_claims: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="PersistentVolumeClaims the namespace may hold (default 10).",
+    )
     storage: str = Field(default="50Gi", pattern=BYTES, description="Sum of the claims' size.")
     default_memory: str = Field(
         default="512Mi", pattern=BYTES, description="A container's memory limit when it sets none."
     )
-    default_ephemeral_storage: str = Field(default="1Gi", pattern=BYTES)
+    default_ephemeral_storage: str = Field(
+        default="1Gi",
+        pattern=BYTES,
+        description="A container's ephemeral-storage limit when it sets none (default 1Gi).",
+    )
 
 
 _SETTINGS_BLOCKS = ("apiserver", "k3s", "vcluster")
@@ -372,8 +474,16 @@ class Backend(SpecModel):
     )
     apiserver: ApiserverBackendConfig | None = None
     # An explicit alias: the camelCase generator would spell it "k3S".
-    k3s: K3sBackendConfig | None = Field(default=None, alias="k3s")
-    vcluster: VclusterBackendConfig | None = None
+    k3s: K3sBackendConfig | None = Field(
+        default=None,
+        alias="k3s",
+        description="Settings of the k3s backend, for type k3s only; unset: its defaults.",
+    )
+    vcluster: VclusterBackendConfig | None = Field(
+        default=None,
+        description="Settings of the vcluster backend, for type vcluster only; unset: its"
+        " defaults.",
+    )
     network: Network = Field(
         default_factory=Network,
         description="k3s and vcluster: what the cluster's pods may reach (its namespace's"
@@ -425,8 +535,9 @@ class PoolPolicy(SpecModel):
         default=1,
         ge=1,
         le=100,
-        description="While warm instances of an older template (backend) are replaced: how many"
-        " new ones may be made beyond the target. An old one goes only once a new one is ready.",
+        description="While warm instances of an older template (backend, addons, readinessGates)"
+        " are replaced: how many new ones may be made beyond the target (default 1). An old one"
+        " goes only once a new one is ready.",
     )
     min_warm: int = Field(default=0, ge=0, le=1000, description="autoscale: the fewest warm.")
     max_warm: int | None = Field(
@@ -478,7 +589,12 @@ class Diagnostics(SpecModel):
         }
     )
 
-    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+    bucket: str = Field(
+        min_length=3,
+        max_length=63,
+        pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
+        description="The bucket's name; it must exist (lessor never creates one).",
+    )
     prefix: str = Field(
         default="",
         max_length=512,
@@ -493,7 +609,12 @@ class Diagnostics(SpecModel):
             "unset: AWS S3 of `region`, virtual-hosted."
         ),
     )
-    region: str = Field(default="us-east-1", pattern=r"^[a-z0-9-]{1,32}$")
+    region: str = Field(
+        default="us-east-1",
+        pattern=r"^[a-z0-9-]{1,32}$",
+        description="The bucket's region, which requests are signed for (default us-east-1);"
+        " without `endpoint`, also which AWS S3 endpoint is used.",
+    )
     credentials_secret_ref: SecretRef | None = Field(
         default=None,
         description=(
@@ -502,8 +623,19 @@ class Diagnostics(SpecModel):
             "credentials (environment, web identity, instance profile)."
         ),
     )
-    server_side_encryption: Literal["AES256", "aws:kms"] | None = None
-    kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    server_side_encryption: Literal["AES256", "aws:kms"] | None = Field(
+        default=None,
+        description="Server-side encryption asked for with each bundle stored: AES256 (keys"
+        " the store manages) or aws:kms (with kmsKeyId); unset: none asked for, so the"
+        " bucket's own default applies.",
+    )
+    kms_key_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2048,
+        description="The KMS key (id or ARN) bundles are encrypted with, for aws:kms only;"
+        " unset: the store's default key.",
+    )
     url_ttl: PositiveDuration = Field(
         default="15m",
         description="How long a pre-signed URL stays valid (longer than 7d is cut to 7d, the"
@@ -596,8 +728,17 @@ class ClusterPoolSpec(SpecModel):
 
     model_config = ConfigDict(json_schema_extra=_backend_required)
 
-    ttl: PositiveDuration = Field(default="1h", description="Default lease TTL.")
-    warm_target: int = Field(default=1, ge=0, le=1000, description="Instances kept Ready.")
+    ttl: PositiveDuration = Field(
+        default="1h",
+        description="The TTL of a lease that asks for none (a duration such as 30m or 1h30m;"
+        " default 1h), within the caller's rule's maxTtl.",
+    )
+    warm_target: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Instances kept Ready, with policy.mode fixed (default 1).",
+    )
     max_instances: int = Field(
         default=100,
         ge=1,
@@ -629,8 +770,12 @@ PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
 
 
 class Arrivals(StatusModel):
-    start: datetime.datetime
-    leases: int = Field(ge=0)
+    start: datetime.datetime = Field(
+        description="The start of the window (windows are aligned to the Unix epoch)."
+    )
+    leases: int = Field(
+        ge=0, description="Leases created in the window that bound a cluster or still may."
+    )
 
 
 class AutoscaleStatus(StatusModel):
@@ -650,27 +795,47 @@ class AutoscaleStatus(StatusModel):
 
 
 class ClusterPoolStatus(StatusModel):
-    phase: PoolPhase | None = None
+    phase: PoolPhase | None = Field(
+        default=None,
+        description="Healthy; Degraded while an instance is Unhealthy or Quarantined or"
+        " BackendHealthy is False; Unavailable when the pool should keep warm instances and has"
+        " none ready, leased or being created.",
+    )
     target: int | None = Field(
         default=None, description="Warm instances kept now: warmTarget, or the autoscaler's."
     )
-    ready: int = 0
-    leased: int = 0
-    creating: int = 0
-    recycling: int = 0
-    unhealthy: int = 0
+    ready: int = Field(default=0, description="Unleased instances that are Ready (warm).")
+    leased: int = Field(default=0, description="Instances claimed by a lease.")
+    creating: int = Field(
+        default=0,
+        description="Instances not ready yet, those just created and not yet seen included.",
+    )
+    recycling: int = Field(default=0, description="Instances being deleted and torn down.")
+    unhealthy: int = Field(
+        default=0,
+        description="Unleased instances that are Unhealthy, to be replaced (a leased one counts"
+        " as leased).",
+    )
     quarantined: int = Field(
         default=0, description="Instances whose teardown could not be verified; capacity withheld."
     )
-    queue_depth: int = 0
+    queue_depth: int = Field(
+        default=0,
+        description="Leases waiting for a cluster (Pending, or with no phase yet); a change of"
+        " it alone is written at most once a second.",
+    )
     outdated: int = Field(
         default=0,
         description="Unleased instances of an older template, being replaced (condition UpToDate).",
     )
     template_hash: str | None = Field(
-        default=None, description="Digest of the current template (spec.backend)."
+        default=None,
+        description="Digest of the current template (spec.backend, addons and readinessGates).",
     )
-    autoscale: AutoscaleStatus | None = None
+    autoscale: AutoscaleStatus | None = Field(
+        default=None,
+        description="What the autoscaler decided and from what; policy.mode autoscale only.",
+    )
     start_failures: int = Field(
         default=0,
         description="New clusters in a row that failed to start (condition BackendHealthy says"
@@ -680,8 +845,13 @@ class ClusterPoolStatus(StatusModel):
         default=None,
         description="No new cluster is started before this, after start failures in a row.",
     )
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready (the phase is Healthy), Warm (target instances ready; reason Warming until then),"
+        " UpToDate (no warm instance of an older template left; reason Rolling until then),"
+        " BackendHealthy (new clusters start; reason BackendUnavailable or StartFailing when"
+        " not) and, with spec.diagnostics, DiagnosticsReady (the bucket can be written)."
+    )
 
 
 class ClusterPool(Resource[ClusterPoolSpec, ClusterPoolStatus]):
@@ -714,12 +884,17 @@ class ClusterPool(Resource[ClusterPoolSpec, ClusterPoolStatus]):
 
 
 class ClaimRef(SpecModel):
-    name: str = Field(min_length=1)
-    uid: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="The lease's name, in the instance's namespace.")
+    uid: str = Field(
+        min_length=1,
+        description="The lease's uid: a lease later made under the same name holds no claim.",
+    )
 
 
 class ClusterInstanceSpec(SpecModel):
-    pool: PoolName
+    pool: PoolName = Field(
+        description="The ClusterPool that made this instance, in the same namespace."
+    )
     backend: Backend = Field(
         description="Copied from the pool at creation: editing a pool never changes a cluster "
         "that already exists."
@@ -744,25 +919,75 @@ InstancePhase = Literal["Creating", "Ready", "Leased", "Unhealthy", "Recycling",
 
 
 class Teardown(StatusModel):
-    verified: bool
-    evidence: list[str] = Field(default_factory=list)
-    started_at: datetime.datetime | None = None
-    checked_at: datetime.datetime | None = None
+    """The teardown of a deleted instance's cluster, and whether it was verified. Kept on a
+    Quarantined instance, never discarded: its evidence says what to clean up by hand."""
+
+    verified: bool = Field(
+        description="Whether the backend looked for every trace of the cluster and found none;"
+        " the instance's finalizer is removed only then."
+    )
+    evidence: list[str] = Field(
+        default_factory=list,
+        description="What the verification found, one line each: unverified, the traces left;"
+        " verified, what it checked.",
+    )
+    started_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the teardown started: unverified past the operator's"
+        " --teardown-grace from then, the instance is Quarantined.",
+    )
+    checked_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the verification's finding last changed (a recheck that finds the"
+        " same leaves it).",
+    )
 
 
 class ClusterInstanceStatus(StatusModel):
-    phase: InstancePhase | None = None
-    message: str = ""
-    endpoint: str | None = None
-    backend_details: dict[str, str] = Field(default_factory=dict)
-    ready_at: datetime.datetime | None = None
-    kubeconfig_secret: str | None = None
+    phase: InstancePhase | None = Field(
+        default=None,
+        description="Creating (starting, or its addons and readiness gates not all passed),"
+        " Ready (warm), Leased (claimed by a lease), Unhealthy (failed to start, or failed"
+        " healthCheck.failureThreshold checks in a row), Recycling (being torn down), or"
+        " Quarantined (its teardown could not be verified).",
+    )
+    message: str = Field(
+        default="",
+        description="What the last check found: the backend's word on the cluster, or the first"
+        " readiness gate that does not pass; Quarantined, that teardown was not verified.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="Where the cluster's API server is reached, as its backend last found it:"
+        " host:port for a cluster in a pod (what its kubeconfigs connect to), an https:// URL on"
+        " 127.0.0.1 for local.",
+    )
+    backend_details: dict[str, str] = Field(
+        default_factory=dict,
+        description="The backend's own facts from its last check, for people debugging: for"
+        " example the cluster's namespace, Service and endpoint, or a local cluster's directory"
+        " and process ids.",
+    )
+    ready_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the cluster was first ready. From then on it is never provisioned"
+        " again: a cluster that breaks is reported, not remade under its name.",
+    )
+    kubeconfig_secret: str | None = Field(
+        default=None,
+        description="The Secret, <instance>-kubeconfig in this namespace (key kubeconfig),"
+        " holding the cluster's admin kubeconfig, which leases never get: each has its own.",
+    )
     teardown: Teardown | None = None
     failed_checks: int = Field(
         default=0, ge=0, description="Health checks failed in a row since it was last ready."
     )
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready (the phase is Ready or Leased), Healthy (the last health check passed), and one"
+        " per readiness gate the pool has: AddonsApplied, DeploymentsAvailable, CRDsEstablished"
+        " (the message says what is missing)."
+    )
 
 
 class ClusterInstance(Resource[ClusterInstanceSpec, ClusterInstanceStatus]):
@@ -784,7 +1009,11 @@ class ClusterInstance(Resource[ClusterInstanceSpec, ClusterInstanceStatus]):
 
 class Extension(SpecModel):
     ttl: PositiveDuration = Field(description="How much later the lease should expire.")
-    requested_at: datetime.datetime | None = None
+    requested_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the API server recorded the request (for people: lessor does not"
+        " read it).",
+    )
 
 
 class ClusterLeaseSpec(SpecModel):
@@ -792,8 +1021,17 @@ class ClusterLeaseSpec(SpecModel):
     ttl: PositiveDuration | None = Field(
         default=None, description="Effective TTL after policy clamping; default the pool's ttl."
     )
-    requester: str | None = Field(default=None, max_length=1024)
-    alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
+    requester: str | None = Field(
+        default=None,
+        max_length=1024,
+        description=REQUESTER,
+    )
+    alias: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description=ALIAS,
+    )
     metadata: dict[str, Any] | None = Field(
         default=None, description="Caller metadata: opaque, untrusted, never used for decisions."
     )
@@ -805,7 +1043,11 @@ class ClusterLeaseSpec(SpecModel):
         description="Ceiling of the lease's lifetime measured from binding, from the policy rule "
         "at creation: no extension carries the expiry past it.",
     )
-    release_requested: bool = Field(default=False, description="Release intent.")
+    release_requested: bool = Field(
+        default=False,
+        description="Release intent, written by the API's DELETE: the operator then ends the lease"
+        " (Released) and tears its cluster down.",
+    )
     extensions: list[Extension] = Field(
         default_factory=list,
         max_length=100,
@@ -834,14 +1076,38 @@ class DiagnosticsRecord(StatusModel):
     """The diagnostics bundle of one lease: where it went, with a copy of the pool's settings
     taken at capture, so the bundle stays reachable when the pool changes or is deleted."""
 
-    state: DiagnosticsState
-    started_at: datetime.datetime
-    finished_at: datetime.datetime | None = None
-    store: Diagnostics
-    key: str
-    size_bytes: int | None = Field(default=None, ge=0)
-    truncated: bool = Field(default=False, description="Something did not fit in maxBytes.")
-    message: str = ""
+    state: DiagnosticsState = Field(
+        description="Capturing (written before the capture starts, so that an operator"
+        " restarted meanwhile resumes it), then Captured or Failed."
+    )
+    started_at: datetime.datetime = Field(
+        description="When the capture started; its captureTimeout counts from then."
+    )
+    finished_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the capture ended, captured or not; the bundle's retention counts from"
+        " then.",
+    )
+    store: Diagnostics = Field(
+        description="The pool's spec.diagnostics as they were when the capture started."
+    )
+    key: str = Field(
+        description="The bundle's object name in the bucket:"
+        " <prefix><namespace>/<lease>/<lease uid>.tar.gz."
+    )
+    size_bytes: int | None = Field(
+        default=None, ge=0, description="Bytes of the stored .tar.gz (compressed), once captured."
+    )
+    truncated: bool = Field(
+        default=False,
+        description="The bundle is partial: a bound (maxBytes, a page, the logs) cut something,"
+        " or the cluster's part ran out of time; its capture.json lists what.",
+    )
+    message: str = Field(
+        default="",
+        description="What the capture stored (files, bytes, where) and what was cut, or why it"
+        " failed.",
+    )
 
     def retained_until(self) -> datetime.datetime:
         """When lessor stops serving the bundle: `retention` after the capture ended."""
@@ -849,23 +1115,63 @@ class DiagnosticsRecord(StatusModel):
 
 
 class ClusterLeaseStatus(StatusModel):
-    phase: ClusterLeasePhase | None = None
-    queue_position: int | None = Field(default=None, ge=1)
+    phase: ClusterLeasePhase | None = Field(
+        default=None,
+        description="Pending (in its pool's queue), Bound (its cluster is usable), Recycling"
+        " (ended, the cluster being torn down), Released or Expired (ended, teardown verified),"
+        " or Quarantined (teardown could not be verified: capacity withheld).",
+    )
+    queue_position: int | None = Field(
+        default=None,
+        ge=1,
+        description="Place in the pool's queue of Pending leases, from 1 (the next to bind);"
+        " unset once bound.",
+    )
     instance: ObjectRef | None = Field(default=None, description="The bound ClusterInstance.")
-    bound_at: datetime.datetime | None = None
-    expires_at: datetime.datetime | None = None
-    effective_ttl: str | None = None
-    cluster_name: str | None = None
-    kubeconfig_secret: str | None = None
+    bound_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the lease was bound to its cluster; expiresAt counts from it.",
+    )
+    expires_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the lease ends: boundAt plus effectiveTtl plus the extensions applied,"
+        " never past boundAt plus spec.maxTtl. The lease's kubeconfig is valid until then.",
+    )
+    effective_ttl: str | None = Field(
+        default=None,
+        description="The TTL expiresAt is computed from: spec.ttl, or the pool's ttl when it is"
+        " unset (a duration such as 1h30m).",
+    )
+    cluster_name: str | None = Field(
+        default=None, description="The bound cluster's name: its ClusterInstance's."
+    )
+    kubeconfig_secret: str | None = Field(
+        default=None,
+        description="The Secret, lease-<name>-kubeconfig in this namespace (key kubeconfig),"
+        " holding the lease's own kubeconfig, whose certificate expires at expiresAt; deleted"
+        " once the lease has ended.",
+    )
     extensions: int = Field(default=0, description="Extensions applied to expiresAt.")
-    end_reason: Literal["Released", "Expired"] | None = None
+    end_reason: Literal["Released", "Expired"] | None = Field(
+        default=None,
+        description="Why the lease ended: Released (a release was requested, or the object"
+        " deleted) or Expired (expiresAt passed).",
+    )
     ended_at: datetime.datetime | None = Field(
         default=None, description="When it became Released or Expired; retention counts from it."
     )
     diagnostics: DiagnosticsRecord | None = None
-    message: str = ""
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    message: str = Field(
+        default="",
+        description="What the operator says of the lease now: why it waits, what ended it, or"
+        " what teardown left.",
+    )
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready (the phase is Bound), ClusterHealthy (the bound cluster's health checks, written"
+        " once one fails) and, for a pool with diagnostics, DiagnosticsCaptured (whether the"
+        " bundle was stored)."
+    )
 
 
 class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):

@@ -81,10 +81,19 @@ def _object(node: Schema, definitions: Schema, out: Schema) -> None:
         out["minProperties"] = node["minProperties"]
 
 
+def _prose(text: str) -> str:
+    """A description as `kubectl explain` should get it: the lines of each paragraph joined.
+    A class docstring's line breaks are the source's, and explain, which wraps text itself,
+    would keep them too, breaking lines mid-sentence."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.split("\n\n"))
+
+
 def structural(node: Schema, definitions: Schema) -> Schema:
     """Rewrite one JSON Schema node (and its children) into a structural OpenAPI v3 schema."""
     node = _collapse_optional(_inline(node, definitions), definitions)
     out: Schema = {key: node[key] for key in _KEPT if key in node}
+    if "description" in out:
+        out["description"] = _prose(out["description"])
     if "const" in node:
         out["enum"] = [node["const"]]
     if node.get("default") is not None and node.get("type") != "object":
@@ -102,6 +111,28 @@ def structural(node: Schema, definitions: Schema) -> Schema:
     return out
 
 
+# What every Kubernetes kind says of the fields it shares, in Kubernetes' own words (their
+# schema is the API server's, not the models'), so `kubectl explain` reads as it does for a Pod.
+# Not `metadata`'s: kube-apiserver refuses a CRD whose schema says more of it than its type, and
+# publishes ObjectMeta's own schema, description included, in its place.
+_CONVENTIONS = "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+STANDARD_FIELDS: Schema = {
+    "apiVersion": {
+        "type": "string",
+        "description": "APIVersion defines the versioned schema of this representation of an"
+        " object. Servers should convert recognized schemas to the latest internal value, and may"
+        f" reject unrecognized values. More info: {_CONVENTIONS}#resources",
+    },
+    "kind": {
+        "type": "string",
+        "description": "Kind is a string value representing the REST resource this object"
+        " represents. Servers may infer this from the endpoint the client submits requests to."
+        f" Cannot be updated. In CamelCase. More info: {_CONVENTIONS}#types-kinds",
+    },
+    "metadata": {"type": "object"},
+}
+
+
 def schema_of(resource: type[Resource[Any, Any]]) -> Schema:
     fields = resource.model_fields
     spec_type = fields["spec"].annotation
@@ -116,15 +147,10 @@ def schema_of(resource: type[Resource[Any, Any]]) -> Schema:
     )
     specs["status"]["description"] = "Written by the lessor operator only."
     return {
+        "description": resource.crd.description,
         "type": "object",
         "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": specs["spec"],
-            "status": specs["status"],
-        },
+        "properties": {**STANDARD_FIELDS, "spec": specs["spec"], "status": specs["status"]},
     }
 
 

@@ -21,7 +21,10 @@ from lessor.resources.cluster import DiagnosticsRecord, PoolName
 
 class DiagnosticsBundleSpec(SpecModel):
     lease_uid: str = Field(min_length=1, max_length=64, description="The lease's uid.")
-    pool: PoolName
+    pool: PoolName = Field(
+        description="The lease's ClusterPool: the bundle is served only to its requester while"
+        " their policy grants this pool."
+    )
     requester: str = Field(
         default="",
         max_length=1024,

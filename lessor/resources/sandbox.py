@@ -21,6 +21,7 @@ from lessor.protocol.phases import SANDBOX_LEASE, ExecutionState, LeasePhases, S
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
+    OBSERVED_GENERATION,
     Condition,
     CrdInfo,
     ObjectRef,
@@ -28,8 +29,9 @@ from lessor.resources.base import (
     Resource,
     SpecModel,
     StatusModel,
+    conditions_field,
 )
-from lessor.resources.cluster import Extension, PoolName
+from lessor.resources.cluster import ALIAS, REQUESTER, Extension, PoolName
 from lessor.resources.lease_time import expires_at
 
 # The SandboxPool's defaults, also what a lease admitted without its own copy falls back to.
@@ -54,9 +56,16 @@ class Runner(SpecModel):
 
 
 class DeclaredPort(SpecModel):
-    name: str = Field(max_length=15, pattern=DNS_LABEL)
-    port: int = Field(ge=1, le=65535)
-    protocol: Literal["TCP"] = "TCP"
+    name: str = Field(
+        max_length=15,
+        pattern=DNS_LABEL,
+        description="The port's name (a DNS label of at most 15 characters): port-forward may"
+        " ask for the port by it.",
+    )
+    port: int = Field(ge=1, le=65535, description="The sandbox pod's port number.")
+    protocol: Literal["TCP"] = Field(
+        default="TCP", description="TCP, the only protocol port-forward carries."
+    )
 
 
 # Executions per lease lifetime unless the pool says otherwise (spec 8: the bound "exists per
@@ -65,7 +74,11 @@ DEFAULT_MAX_EXECUTIONS = 500
 
 
 class SandboxPoolSpec(SpecModel):
-    default_ttl: PositiveDuration = Field(default=DEFAULT_TTL)
+    default_ttl: PositiveDuration = Field(
+        default=DEFAULT_TTL,
+        description="The TTL of a lease that asks for none (a duration such as 30m or 1h30m;"
+        " default 30m), within maxTtl and the caller's grant.",
+    )
     max_ttl: PositiveDuration = Field(default="4h", description="TTL cap of the pool.")
     template: dict[str, Any] = Field(
         description="Pod template of the sandbox (the agent-sandbox SandboxTemplate's podTemplate)."
@@ -94,7 +107,11 @@ class SandboxPoolSpec(SpecModel):
 
 
 class SandboxPoolStatus(StatusModel):
-    phase: Literal["Healthy", "Degraded", "Unavailable"] | None = None
+    phase: Literal["Healthy", "Degraded", "Unavailable"] | None = Field(
+        default=None,
+        description="Healthy when `warm` sandboxes are ready, Degraded while fewer are, or"
+        " Unavailable while the installed agent-sandbox fails the compatibility check.",
+    )
     ready: int = Field(default=0, description="Warm sandboxes ready to be claimed.")
     creating: int = Field(default=0, description="Warm sandboxes made but not ready yet.")
     leased: int = Field(default=0, description="Sandboxes of Provisioning and Ready leases.")
@@ -102,12 +119,26 @@ class SandboxPoolStatus(StatusModel):
     unhealthy: int = Field(
         default=0, description="Ready leases whose pod is being replaced (no pod recorded)."
     )
-    quarantined: int = 0
+    quarantined: int = Field(
+        default=0,
+        description="Quarantined leases: their cleanup could not be verified, so their capacity"
+        " is withheld.",
+    )
     queue_depth: int = Field(default=0, description="Leases not yet given a sandbox.")
-    template_ref: ObjectRef | None = None
-    warm_pool_ref: ObjectRef | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    template_ref: ObjectRef | None = Field(
+        default=None,
+        description="The agent-sandbox SandboxTemplate lessor-<pool> made from spec.template.",
+    )
+    warm_pool_ref: ObjectRef | None = Field(
+        default=None,
+        description="The agent-sandbox SandboxWarmPool lessor-<pool>, which keeps `warm`"
+        " sandboxes; leases are placed only once it exists.",
+    )
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready (the phase is Healthy) and AgentSandboxCompatible (the installed agent-sandbox"
+        " passes the compatibility check; the message says why not)."
+    )
 
 
 class SandboxPool(Resource[SandboxPoolSpec, SandboxPoolStatus]):
@@ -132,7 +163,7 @@ class SandboxLeaseSpec(SpecModel):
     so the operator never needs the caller's claims), then only `releaseRequested` and
     `extensions` change."""
 
-    pool: PoolName
+    pool: PoolName = Field(description="The SandboxPool, in the same namespace.")
     ttl: PositiveDuration | None = Field(default=None, description="As requested; none: default.")
     effective_ttl: PositiveDuration | None = Field(
         default=None, description="The TTL granted: request or default, within both caps."
@@ -143,12 +174,33 @@ class SandboxLeaseSpec(SpecModel):
     provisioning_timeout: PositiveDuration | None = Field(
         default=None, description="From creation to Ready, copied from the pool at admission."
     )
-    alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
-    idempotency_key: IdempotencyKey | None = Field(default=None, min_length=1, max_length=253)
-    requester: str | None = Field(default=None, max_length=1024)
-    max_extensions: int = Field(default=2, ge=0, le=100)
-    release_requested: bool = False
-    extensions: list[Extension] = Field(default_factory=list, max_length=100)
+    alias: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL, description=ALIAS)
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="The caller's key for this create (1 to 253 bytes): the lease's name is"
+        " derived from it and the requester, so a retry with the same key finds this lease.",
+    )
+    requester: str | None = Field(default=None, max_length=1024, description=REQUESTER)
+    max_extensions: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="Extensions allowed, from the Sandbox grant at admission (default 2); 0"
+        " forbids.",
+    )
+    release_requested: bool = Field(
+        default=False,
+        description="Release intent, written by the API's DELETE: the operator then releases the"
+        " lease (cause Requested).",
+    )
+    extensions: list[Extension] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Extension intents, appended by the API: the first maxExtensions count, and"
+        " never past maxTtl from readiness.",
+    )
     max_executions: int = Field(
         default=DEFAULT_MAX_EXECUTIONS,
         ge=0,
@@ -174,26 +226,62 @@ ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]
 
 
 class SandboxLeaseStatus(StatusModel):
-    phase: SandboxLeasePhase | None = None
-    effective_ttl: str | None = None
+    phase: SandboxLeasePhase | None = Field(
+        default=None,
+        description="Pending (not placed yet; the message says why), Provisioning (its"
+        " SandboxClaim made, the sandbox not ready), Ready (usable until expiresAt), Releasing"
+        " (access revoked, cleanup being verified), Released or Expired (cleanup verified), or"
+        " Quarantined (cleanup could not be verified: capacity withheld).",
+    )
+    effective_ttl: str | None = Field(
+        default=None,
+        description="The TTL expiresAt is computed from: spec.effectiveTtl, or spec.ttl for a"
+        " lease admitted without one (a duration such as 30m).",
+    )
     provisioning_deadline: datetime.datetime | None = Field(
         default=None, description="From the lease's creation time; never reset by a retry."
     )
     release_cause: ReleaseCause | None = Field(
         default=None, description="Recorded once when teardown starts; never changed."
     )
-    ready_at: datetime.datetime | None = None
-    expires_at: datetime.datetime | None = None
-    releasing_since: datetime.datetime | None = None
-    ended_at: datetime.datetime | None = None
-    extensions_count: int = 0
-    claim: ObjectRef | None = None
-    sandbox: ObjectRef | None = None
-    pod: ObjectRef | None = None
+    ready_at: datetime.datetime | None = Field(
+        default=None, description="When the sandbox became ready; expiresAt counts from it."
+    )
+    expires_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the lease ends: readyAt plus effectiveTtl plus the extensions applied,"
+        " never past readyAt plus spec.maxTtl.",
+    )
+    releasing_since: datetime.datetime | None = Field(
+        default=None,
+        description="When teardown started: unverified past the operator's --teardown-grace from"
+        " then, the lease is Quarantined.",
+    )
+    ended_at: datetime.datetime | None = Field(
+        default=None,
+        description="When it became Released or Expired; the operator's --lease-retention counts"
+        " from it.",
+    )
+    extensions_count: int = Field(default=0, description="Extensions applied to expiresAt.")
+    claim: ObjectRef | None = Field(
+        default=None,
+        description="The agent-sandbox SandboxClaim made for the lease, named after it.",
+    )
+    sandbox: ObjectRef | None = Field(
+        default=None, description="The agent-sandbox Sandbox the claim was given."
+    )
+    pod: ObjectRef | None = Field(
+        default=None,
+        description="The sandbox's live pod, where executions, attach and port-forward go;"
+        " unset while agent-sandbox replaces it.",
+    )
     evidence: list[str] = Field(default_factory=list, description="What cleanup left behind.")
-    message: str = ""
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    message: str = Field(
+        default="",
+        description="What the operator says of the lease now: why it waits, or what cleanup left.",
+    )
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field("Ready (the phase is Ready).")
 
 
 class SandboxLease(Resource[SandboxLeaseSpec, SandboxLeaseStatus]):
@@ -282,22 +370,70 @@ class SandboxExecutionSpec(SpecModel):
     requested_timeout: PositiveDuration | None = Field(
         default=None, description="As the caller asked: what a keyed retry is compared with."
     )
-    container: str | None = Field(default=None, max_length=63)
-    idempotency_key: IdempotencyKey = Field(min_length=1, max_length=253)
-    detach: bool = False
-    requester: str | None = Field(default=None, max_length=1024)
-    cancel_requested: bool = False
+    container: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The container the caller asked for, one of the pool template's; unset: the"
+        " runner's container.",
+    )
+    idempotency_key: IdempotencyKey = Field(
+        min_length=1,
+        max_length=253,
+        description="The caller's key for this execution (1 to 253 bytes): the name is derived"
+        " from it and the lease's uid, so a retry with the same key finds this execution and"
+        " never runs the command again.",
+    )
+    detach: bool = Field(
+        default=False,
+        description="As the caller asked: true answered at once, false (wait mode) waited for"
+        " the outcome. A keyed retry must ask the same; the operator runs both alike.",
+    )
+    requester: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Who asked for it, <AccessPolicy name>/<identity>: only that caller reads or"
+        " cancels it through the API.",
+    )
+    cancel_requested: bool = Field(
+        default=False,
+        description="Cancel intent, written by the API's DELETE of an execution not yet"
+        " finished: the operator then has the runner signal the command's process group.",
+    )
 
 
 class SandboxExecutionStatus(StatusModel):
-    state: ExecutionState | None = None
-    exit_code: int | None = None
-    started_at: datetime.datetime | None = None
-    finished_at: datetime.datetime | None = None
-    truncated: bool = False
-    message: str = ""
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    state: ExecutionState | None = Field(
+        default=None,
+        description="Queued (also when unset), Running, Succeeded, Failed, Cancelled, TimedOut,"
+        " or Unknown: the outcome could not be established, and the command may have run, so"
+        " never rerun it blindly.",
+    )
+    exit_code: int | None = Field(
+        default=None,
+        description="The command's exit code, when its process reported one (not when a signal"
+        " ended it).",
+    )
+    started_at: datetime.datetime | None = Field(
+        default=None, description="When the runner started the command."
+    )
+    finished_at: datetime.datetime | None = Field(
+        default=None, description="When the command ended."
+    )
+    truncated: bool = Field(
+        default=False,
+        description="Output was dropped: the runner keeps the first 1 MiB of each of stdout and"
+        " stderr.",
+    )
+    message: str = Field(
+        default="",
+        description="What the runner or the operator said of the outcome, such as why it is"
+        " Unknown.",
+    )
+    observed_generation: int | None = Field(default=None, description=OBSERVED_GENERATION)
+    conditions: list[Condition] = conditions_field(
+        "Ready (the state is Running or Succeeded) and Finished (it has an outcome, whatever it"
+        " is; the reason is the state)."
+    )
 
 
 class SandboxExecution(Resource[SandboxExecutionSpec, SandboxExecutionStatus]):

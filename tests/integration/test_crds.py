@@ -1,11 +1,16 @@
 """The generated CRDs on a real API server: they install, they hold kubectl users to the models'
-rules with messages naming the field, and status is writable only through its subresource."""
+rules with messages naming the field, `kubectl explain` describes every field, and status is
+writable only through its subresource, one condition of each type."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -293,3 +298,103 @@ def test_status_is_written_only_through_the_status_subresource(cluster: Cluster)
         patch,
     )
     assert cluster.kubectl(*ready).stdout == "5"
+
+
+# `kubectl explain` lists each field as `  name<TAB><type>`, maybe an `  enum: ...` line, then
+# its description indented by four, or `<no description>` when the schema has none.
+FIELD = re.compile(r"^  (\S+)\t<[^>]*>")
+
+
+def explained_fields(text: str) -> dict[str, str]:
+    """Each field of the FIELDS section of `kubectl explain` and the description it printed."""
+    fields: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.partition("\nFIELDS:\n")[2].splitlines():
+        if match := FIELD.match(line):
+            current = fields.setdefault(match.group(1), [])
+        elif line.startswith("    "):
+            current.append(line.strip())
+    return {name: " ".join(lines) for name, lines in fields.items()}
+
+
+def undescribed(fields: dict[str, str]) -> list[str]:
+    return [name for name, text in fields.items() if text in ("", "<no description>")]
+
+
+def properties_at(plural: str, path: tuple[str, ...]) -> set[str]:
+    """The fields the generated CRD has at `path` (a list's at its items)."""
+    crd = yaml.safe_load(render_all()[f"lessor.dev_{plural}.yaml"])
+    node: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for name in path:
+        node = node["properties"][name]
+        node = node.get("items", node)
+    return set(node["properties"])
+
+
+@pytest.mark.parametrize(
+    ("target", "plural", "path"),
+    [
+        ("clusterlease", "clusterleases", ()),
+        ("clusterlease.spec", "clusterleases", ("spec",)),
+        ("clusterpool.spec", "clusterpools", ("spec",)),
+        ("clusterlease.status.conditions", "clusterleases", ("status", "conditions")),
+    ],
+)
+def test_kubectl_explain_describes_every_field(
+    cluster: Cluster, tmp_path: Path, target: str, plural: str, path: tuple[str, ...]
+) -> None:
+    """What a platform engineer reads: kube-apiserver publishes a CRD's schema a moment after
+    the CRD is Established, so explain is asked again until it shows every field described (or
+    a minute has passed). A discovery cache of the test's own keeps other runs' out of it."""
+    wait_established(cluster, f"{plural}.lessor.dev")
+    deadline = time.monotonic() + 60
+    while True:
+        result = cluster.kubectl(
+            "explain", target, f"--cache-dir={tmp_path / 'cache'}", check=False
+        )
+        fields = explained_fields(result.stdout) if result.returncode == 0 else {}
+        if (fields and not undescribed(fields)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert result.returncode == 0, result.stderr
+    assert set(fields) == properties_at(plural, path)
+    assert undescribed(fields) == [], result.stdout
+
+
+def condition(kind: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": "Checked",
+        "message": "",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
+
+
+def write_conditions(
+    cluster: Cluster, *conditions: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    patch = json.dumps({"status": {"conditions": list(conditions)}})
+    return cluster.kubectl(
+        "patch", "clusterpool", "conditions", "-n", NAMESPACE, "--subresource=status",
+        "--type=merge", "-p", patch, check=False,
+    )  # fmt: skip
+
+
+def test_a_status_with_two_conditions_of_one_type_is_refused(cluster: Cluster) -> None:
+    """`conditions` is a list keyed by type: kube-apiserver itself refuses a duplicate, so no
+    writer (an older operator, a person with kubectl) can leave two Ready conditions for
+    `kubectl wait` and GitOps health checks to choose between."""
+    document = yaml.safe_load(VALID_POOL)
+    document["metadata"]["name"] = "conditions"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(document))
+    accepted = write_conditions(cluster, condition("Ready"), condition("Warm"))
+    assert accepted.returncode == 0, accepted.stderr
+    refused = write_conditions(cluster, condition("Ready"), condition("Ready"))
+    assert refused.returncode != 0, "refused"
+    assert "status.conditions[1]: Duplicate value" in refused.stderr
+    stored = cluster.kubectl(
+        "get", "clusterpool", "conditions", "-n", NAMESPACE,
+        "-o", "jsonpath={.status.conditions[*].type}",
+    )  # fmt: skip
+    assert stored.stdout == "Ready Warm", "the refused write changed nothing"
