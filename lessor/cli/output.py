@@ -120,15 +120,23 @@ def until(timestamp: str | None) -> str:
     return timestamp if away == timestamp else f"{timestamp} ({away})"
 
 
+def _seconds_from_now(timestamp: str) -> int | None:
+    """Seconds from now to `timestamp` (negative: past); None when it is not a time."""
+    try:
+        moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return int((moment - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
 def age(timestamp: str | None) -> str:
     """How long ago, as kubectl says it: `45s`, `3m`, `2h`, `4d`; `-` without a time."""
     if not timestamp:
         return "-"
-    try:
-        moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+    left = _seconds_from_now(timestamp)
+    if left is None:
         return timestamp
-    ago = max(0, int((datetime.datetime.now(datetime.UTC) - moment).total_seconds()))
+    ago = max(0, -left)
     for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60)):
         if ago >= seconds:
             return f"{ago // seconds}{unit}"
@@ -139,11 +147,9 @@ def relative(timestamp: str | None) -> str:
     """`in 14m58s`, `passed`, or `-` without a time."""
     if not timestamp:
         return "-"
-    try:
-        moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+    left = _seconds_from_now(timestamp)
+    if left is None:
         return timestamp
-    left = int((moment - datetime.datetime.now(datetime.UTC)).total_seconds())
     if left <= 0:
         return "passed"
     hours, rest = divmod(left, 3600)
