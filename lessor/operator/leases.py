@@ -345,8 +345,9 @@ class LeaseReconciler:
 
     @staticmethod
     def _trace_wait(obj: Json, instance: Json, *, queued: bool) -> None:
-        """The lease's wait in the queue, and the start of its cluster if the cluster was made
-        while the lease waited, as spans of its trace (times from the objects)."""
+        """The lease's wait in the queue, and the start of its cluster if the lease waited for
+        it (the cluster became ready after the lease was made: its start may have begun before),
+        as spans of its trace (times from the objects)."""
         created = obj["metadata"].get("creationTimestamp")
         bound = obj.get("status", {}).get("boundAt")
         if not (queued and created and bound):
@@ -357,7 +358,7 @@ class LeaseReconciler:
         )
         started = instance["metadata"].get("creationTimestamp")
         ready = instance.get("status", {}).get("readyAt")
-        if started and ready and datetime.datetime.fromisoformat(started) >= lease_created:
+        if started and ready and datetime.datetime.fromisoformat(ready) >= lease_created:
             backend = str(instance["spec"].get("backend", {}).get("type", ""))
             cluster = {"lessor.cluster.name": instance["metadata"]["name"]}
             lease_traces.record(
