@@ -15,24 +15,23 @@ from pathlib import Path
 from lessor import build_info, tracing
 from lessor.config_file import apply_defaults
 from lessor.logs import configure as configure_logging
-from lessor.operator import (
-    access_policies,
+from lessor.operator.cluster import (
     instances,
     lease_retention,
     leases,
     local_orphans,
     namespace_orphans,
     pools,
-    reservations,
 )
-from lessor.operator.context import Context
 from lessor.operator.diagnostics import records as diagnostics_records
 from lessor.operator.runtime.client import KubeClient
 from lessor.operator.runtime.controller import Controller
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.leaderelection import LeaderElector, default_identity
 from lessor.operator.runtime.manager import Manager
-from lessor.operator.settings import Settings
+from lessor.operator.tenancy import access_policies, reservations
+from lessor.operator.wiring.context import Context
+from lessor.operator.wiring.settings import Settings, seconds
 
 # Each module's `setup` declares its controller's watches beside its reconciler.
 CLUSTER_CONTROLLERS: tuple[Callable[[Context], Controller], ...] = (
@@ -53,70 +52,84 @@ def sandbox_controllers() -> tuple[Callable[[Context], Controller], ...]:
     SandboxExecutions run by the runner in the sandbox; only with `agentSandbox.mode: external`.
     Imported only then: the runner's exec stream brings the kubernetes client, 0.4 s of CPU that
     every start of an operator without sandboxes would otherwise pay."""
-    from lessor.operator import executions, sandbox_leases, sandbox_pools  # noqa: PLC0415
+    from lessor.operator.sandbox import executions, leases, pools  # noqa: PLC0415
 
-    return (sandbox_pools.setup, sandbox_leases.setup, executions.setup)
+    return (pools.setup, leases.setup, executions.setup)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags, each defaulting to its Settings field (where the default is declared)."""
     parser = argparse.ArgumentParser(prog="python -m lessor.operator", description=__doc__)
-    parser.add_argument("--kubeconfig", help="default: in-cluster, then ~/.kube/config")
     parser.add_argument(
-        "--namespace", default="lessor-system", help="namespace of pools and leases"
+        "--kubeconfig", default=Settings.kubeconfig, help="default: in-cluster, then ~/.kube/config"
+    )
+    parser.add_argument(
+        "--namespace", default=Settings.namespace, help="namespace of pools and leases"
     )
     parser.add_argument(
         "--sandbox-namespace",
         help="namespace of the agent-sandbox objects and sandbox pods (default: --namespace)",
     )
-    parser.add_argument("--http-host", default="0.0.0.0")  # noqa: S104 - probes come from the kubelet
-    parser.add_argument("--http-port", type=int, default=8080, help="/healthz, /readyz, /metrics")
-    parser.add_argument("--leader-election-id", default="lessor-operator")
+    parser.add_argument("--http-host", default=Settings.http_host)
+    parser.add_argument(
+        "--http-port", type=int, default=Settings.http_port, help="/healthz, /readyz, /metrics"
+    )
+    parser.add_argument("--leader-election-id", default=Settings.leader_election_id)
     parser.add_argument("--no-leader-election", action="store_true", help="single replica only")
-    parser.add_argument("--lease-duration", type=float, default=15.0)
-    parser.add_argument("--renew-deadline", type=float, default=10.0)
-    parser.add_argument("--retry-period", type=float, default=2.0)
-    parser.add_argument("--local-backend-dir", type=Path, help="where `local` clusters live")
+    parser.add_argument("--lease-duration", type=float, default=Settings.lease_duration)
+    parser.add_argument("--renew-deadline", type=float, default=Settings.renew_deadline)
+    parser.add_argument("--retry-period", type=float, default=Settings.retry_period)
+    parser.add_argument(
+        "--local-backend-dir",
+        type=Path,
+        default=Settings.local_backend_dir,
+        help="where `local` clusters live",
+    )
     parser.add_argument(
         "--local-orphan-grace",
         type=float,
-        default=120.0,
+        default=seconds(Settings.local_orphan_grace),
         help="seconds a `local` cluster or an instance namespace without a ClusterInstance is left "
         "before it is removed",
     )
-    parser.add_argument("--workers", type=int, default=4, help="workers per controller")
+    parser.add_argument(
+        "--workers", type=int, default=Settings.workers, help="workers per controller"
+    )
     parser.add_argument(
         "--teardown-grace",
         type=float,
-        default=120.0,
+        default=seconds(Settings.teardown_grace),
         help="seconds a teardown may take to verify before the instance is quarantined",
     )
     parser.add_argument(
         "--start-timeout",
         type=float,
-        default=300.0,
+        default=seconds(Settings.start_timeout),
         help="seconds a new cluster may take to become ready before it counts as failed to "
         "start (then replaced, with a growing pause between failures)",
     )
     parser.add_argument(
         "--helm",
-        default=None,
+        default=Settings.helm,
         help="the helm binary chart addons are rendered with (default: helm on PATH, which the "
         "image ships)",
     )
     parser.add_argument(
         "--lease-retention",
         type=float,
-        default=86400.0,
+        default=seconds(Settings.lease_retention),
         help="seconds an ended lease is kept before it is deleted (0: kept forever)",
     )
     parser.add_argument(
         "--test-backends",
         action="store_true",
+        default=Settings.test_backends,
         help="also serve the `namespace` backend (tests and benchmarks; no isolation)",
     )
     parser.add_argument(
         "--allow-privileged-backends",
         action="store_true",
+        default=Settings.allow_privileged_backends,
         help="serve the `k3s` backend, whose tenants are root on their node (its pools must "
         "name nodes of their own)",
     )

@@ -17,6 +17,9 @@ ExecutionState = Literal[
     "Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"
 ]
 
+# Why a lease ended, once it did: its owner released it, or its time ran out.
+EndReason = Literal["Released", "Expired"]
+
 # An execution in one of these states has an outcome; nothing will change it again.
 EXECUTION_FINISHED: frozenset[str] = frozenset(
     {"Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"}
@@ -36,6 +39,8 @@ class LeasePhases:
     """Terminal: nothing happens to the lease any more but its deletion after retention."""
     released_slot: frozenset[str]
     """It no longer counts against its owner's concurrency ceiling."""
+    placed: frozenset[str]
+    """Given what it leased, or being given it: what its pool counts as leased."""
 
     def holds_slot(self, phase: str | None) -> bool:
         return phase not in self.released_slot
@@ -57,10 +62,12 @@ CLUSTER_LEASE = LeasePhases(
     finished=frozenset({"Released", "Expired"}),
     # Recycling holds its slot: the cluster is still being torn down on the owner's account.
     released_slot=frozenset({"Released", "Expired", "Quarantined"}),
+    placed=frozenset({"Bound"}),
 )
 SANDBOX_LEASE = LeasePhases(
     usable="Ready",
     ended=frozenset({"Releasing", "Released", "Expired", "Quarantined"}),
     finished=frozenset({"Released", "Expired"}),
     released_slot=frozenset({"Released", "Expired", "Quarantined"}),
+    placed=frozenset({"Provisioning", "Ready"}),  # Provisioning: its claim is being placed
 )

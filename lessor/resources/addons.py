@@ -6,7 +6,7 @@ the job the minutes the warm pool was meant to save. So a pool says what each ne
 and a cluster is Ready only once it has it (lessor.operator.addons).
 
 Both are part of the pool's template, like its backend: they are copied into each instance when
-it is made, and changing them rolls the pool's warm clusters (lessor.operator.rollout). A
+it is made, and changing them rolls the pool's warm clusters (lessor.operator.cluster.rollout). A
 ConfigMap's content is read when a cluster is made; changing only the content rolls nothing, as
 a Deployment's pods are not rolled by a change to a ConfigMap they mount: name the ConfigMap by
 version to roll.

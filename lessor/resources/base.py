@@ -4,12 +4,24 @@ and the class-level facts its CRD is generated from."""
 from __future__ import annotations
 
 import datetime
+import types
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Self,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+)
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
-from pydantic.config import JsonDict
+from pydantic.config import ExtraValues, JsonDict
 
 GROUP = "lessor.dev"
 VERSION = "v1alpha1"
@@ -29,10 +41,17 @@ class SpecModel(BaseModel):
 
 class StatusModel(BaseModel):
     """Written by the operator: unknown fields are tolerated, so an older API server can read
-    the status a newer operator wrote."""
+    the status a newer operator wrote. Changed by assignment, which mypy checks by name and
+    pydantic validates by value (`validate_assignment`): a phase outside its Literal fails where
+    it is set, not in kube-apiserver's schema at the write (`model_copy(update=...)` checks
+    neither, and drops a misspelt key silently)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", serialize_by_alias=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        serialize_by_alias=True,
+        validate_assignment=True,
     )
 
 
@@ -52,6 +71,7 @@ class ObjectMeta(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Condition(StatusModel):
@@ -108,7 +128,8 @@ OBSERVED_GENERATION = (
 
 
 # Conditions the operator derives from an object's phase and its other conditions
-# (lessor.operator.readiness) for tools that know no lessor kind: `kubectl wait`, GitOps health.
+# (lessor.operator.core.readiness) for tools that know no lessor kind: `kubectl wait`, GitOps
+# health.
 READY = "Ready"
 WARM = "Warm"
 FINISHED = "Finished"
@@ -208,6 +229,112 @@ class Resource(BaseModel, Generic[SpecT, StatusT]):
     status: StatusT | None = None
 
     @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: ExtraValues | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """An object as kube-apiserver stores it, read tolerantly: a field this lessor does not
+        know is ignored, not an error. The CRDs in the cluster may be newer than this replica
+        (a rolling upgrade applies them first), and a read that refused the new field would
+        fail every lease a newer replica made. Writing stays strict: a model built in code
+        (`ClusterLease(spec=ClusterLeaseSpec(...))`, then `manifest()`) refuses a misspelt field,
+        and so does a request body (lessor.apiserver.http.bodies)."""
+        return super().model_validate(
+            obj,
+            strict=strict,
+            extra=extra or "ignore",
+            from_attributes=from_attributes,
+            context=context,
+            by_alias=by_alias,
+            by_name=by_name,
+        )
+
+    @classmethod
     def kind_name(cls) -> str:
         """The kind, read from the class (every resource fixes its `kind` field's default)."""
         return str(cls.model_fields["kind"].default)
+
+    def manifest(self) -> dict[str, Any]:
+        """The object to create, as kube-apiserver takes it: apiVersion and kind from the class,
+        camelCase keys, and only the fields given, never a null. A default is left to the CRD,
+        as a manifest written by hand leaves it, so a created object holds what its creator
+        decided and nothing else; a misspelt field never gets this far (`extra="forbid"`)."""
+        given = self.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+        return {"apiVersion": self.api_version, "kind": self.kind, **given}
+
+    def owner_reference(self) -> dict[str, str]:
+        """This exact object (name and uid) as the owner of another: kube-apiserver's garbage
+        collector deletes that one with this one, and never with a successor of the same name."""
+        if self.metadata.name is None or self.metadata.uid is None:
+            raise ValueError(f"a {self.kind} owns nothing before it is stored (no name or uid)")
+        return {"apiVersion": self.api_version, "kind": self.kind,
+                "name": self.metadata.name, "uid": self.metadata.uid}  # fmt: skip
+
+
+def json_pointer(*path: str, model: type[BaseModel]) -> str:
+    """The JSON pointer (RFC 6901) of `path`, given by Python field names from `model` down, each
+    spelt as the model serializes it: `json_pointer("spec", "release_requested",
+    model=ClusterLease) == "/spec/releaseRequested"`. What a JSON patch writes is then named by
+    the model that reads it. A name the model at that step lacks is a ValueError at once: a patch
+    to a misspelt path is no error to kube-apiserver, whose structural schema prunes the unknown
+    field, so the intent would silently do nothing. Below a dict a step is a key (`"metadata",
+    "annotations", "lessor.dev/x"`), below a list an index or `-` (the end), below `Any` anything.
+    """
+    tokens: list[str] = []
+    current: Any = model
+    for step in path:
+        current = _single_type(current)
+        origin = get_origin(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(step)
+            if info is None:
+                raise ValueError(f"{current.__name__} has no field {step!r}")
+            tokens.append(info.serialization_alias or info.alias or step)
+            current = info.annotation
+        elif origin is dict:
+            tokens.append(step)
+            current = get_args(current)[1]
+        elif origin is list:
+            if step != "-" and not step.isdigit():
+                raise ValueError(f"{step!r} is not an index of a list (a number, or -)")
+            tokens.append(step)
+            current = get_args(current)[0]
+        elif current is Any:
+            tokens.append(step)
+        else:
+            raise ValueError(
+                f"{'/'.join(path)}: {step!r} is below a {current}, which has no fields"
+            )
+    return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in tokens)
+
+
+def _single_type(annotation: Any) -> Any:
+    """`X` of `Annotated[X, ...]` and of `X | None`; any other annotation as it is."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or origin is types.UnionType:
+            present = [arg for arg in get_args(annotation) if arg is not type(None)]
+            if len(present) != 1:
+                return annotation
+            annotation = present[0]
+        else:
+            return annotation
+
+
+_INSTANT: TypeAdapter[datetime.datetime] = TypeAdapter(datetime.datetime)
+
+
+def instant_json(moment: datetime.datetime) -> str:
+    """An instant of a lessor object as its JSON spells it: RFC 3339 as pydantic writes it,
+    which is how the operator's status writes store it (fractions of a second included). An
+    answer that repeats a status instant read through the model repeats the stored text."""
+    return str(_INSTANT.dump_python(moment, mode="json"))

@@ -10,13 +10,14 @@ spec written by the API; the operator acts on them and owns every status field.
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from lessor.protocol.durations import PositiveDuration, parse_duration
-from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, LeasePhases
+from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, EndReason, LeasePhases
 from lessor.resources.addons import Addon, ReadinessGates, unique_names
 from lessor.resources.base import (
     AGE,
@@ -162,6 +163,14 @@ def quantity_bytes(quantity: str) -> int:
     return int(digits) * UNITS[quantity[len(digits) :]]
 
 
+def stating_default(default: str, description: str, **constraints: Any) -> Any:
+    """A Field whose description names its default where it says `{default}`, from the same
+    value: `kubectl explain` shows a field's description but not the CRD's `default:`, and a
+    value written twice drifts. The operator renders these models' own defaults
+    (lessor.operator.backends), so an image bump is this one value."""
+    return Field(default=default, description=description.format(default=default), **constraints)
+
+
 class MemoryBounds(SpecModel):
     memory: str
     memory_limit: str
@@ -176,33 +185,33 @@ class MemoryBounds(SpecModel):
 class K3sBackendConfig(MemoryBounds):
     model_config = LIMIT_AT_LEAST_REQUEST
 
-    image: str = Field(
-        default="rancher/k3s:v1.35.4-k3s1",
+    image: str = stating_default(
+        "rancher/k3s:v1.35.4-k3s1",
+        "The k3s image, run as a server with its agent in one privileged container"
+        " (default {default}).",
         min_length=1,
-        description="The k3s image, run as a server with its agent in one privileged container"
-        " (default rancher/k3s:v1.35.4-k3s1).",
     )
     persistent: bool = Field(default=True, description="Datastore on a PVC, else an emptyDir.")
-    storage_size: str = Field(
-        default="1Gi",
+    storage_size: str = stating_default(
+        "1Gi",
+        "Size of the datastore's PVC when persistent (a quantity; default {default}).",
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
-        description="Size of the datastore's PVC when persistent (a quantity; default 1Gi).",
     )
     storage_class: str | None = Field(
         default=None,
         description="StorageClass of the datastore's PVC when persistent; unset: the host"
         " cluster's default StorageClass.",
     )
-    cpu: str = Field(
-        default="500m",
+    cpu: str = stating_default(
+        "500m",
+        "The k3s container's CPU request (a quantity such as {default} or 2; default {default}).",
         pattern=r"^[0-9]+(\.[0-9]+)?m?$",
-        description="The k3s container's CPU request (a quantity such as 500m or 2; default 500m).",
     )
-    memory: str = Field(
-        default="1Gi",
+    memory: str = stating_default(
+        "1Gi",
+        "The k3s container's memory request (a quantity such as {default} or 500M;"
+        " default {default}).",
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
-        description="The k3s container's memory request (a quantity such as 1Gi or 500M;"
-        " default 1Gi).",
     )
     memory_limit: str = Field(
         default="2Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
@@ -224,23 +233,22 @@ class VclusterBackendConfig(MemoryBounds):
         description="An image with kube-apiserver and kube-controller-manager under /kubernetes"
         " and a `cp`: an init container copies them into the pod.",
     )
-    coredns_image: str = Field(
-        default="coredns/coredns:1.12.1",
+    coredns_image: str = stating_default(
+        "coredns/coredns:1.12.1",
+        "The image of the virtual cluster's DNS, CoreDNS (default {default}).",
         min_length=1,
-        description="The image of the virtual cluster's DNS, CoreDNS (default"
-        " coredns/coredns:1.12.1).",
     )
-    cpu: str = Field(
-        default="200m",
+    cpu: str = stating_default(
+        "200m",
+        "The vcluster container's CPU request, for its syncer, kine, kube-apiserver"
+        " and kube-controller-manager (a quantity such as {default} or 2; default {default}).",
         pattern=r"^[0-9]+(\.[0-9]+)?m?$",
-        description="The vcluster container's CPU request, for its syncer, kine, kube-apiserver"
-        " and kube-controller-manager (a quantity such as 200m or 2; default 200m).",
     )
-    memory: str = Field(
-        default="256Mi",
+    memory: str = stating_default(
+        "256Mi",
+        "The vcluster container's memory request (a quantity such as {default} or 1G;"
+        " default {default}).",
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
-        description="The vcluster container's memory request (a quantity such as 256Mi or 1G;"
-        " default 256Mi).",
     )
     memory_limit: str = Field(
         default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
@@ -269,28 +277,27 @@ class ApiserverBackendConfig(MemoryBounds):
         }
     )
 
-    image: str = Field(
-        default="registry.k8s.io/kube-apiserver:v1.35.4",
+    image: str = stating_default(
+        "registry.k8s.io/kube-apiserver:v1.35.4",
+        "The kube-apiserver image, pulled IfNotPresent (default {default}).",
         min_length=1,
-        description="The kube-apiserver image, pulled IfNotPresent (default"
-        " registry.k8s.io/kube-apiserver:v1.35.4).",
     )
-    etcd_image: str = Field(
-        default="registry.k8s.io/etcd:3.6.6-0",
+    etcd_image: str = stating_default(
+        "registry.k8s.io/etcd:3.6.6-0",
+        "The etcd image, pulled IfNotPresent (default {default}).",
         min_length=1,
-        description="The etcd image, pulled IfNotPresent (default registry.k8s.io/etcd:3.6.6-0).",
     )
-    cpu: str = Field(
-        default="100m",
+    cpu: str = stating_default(
+        "100m",
+        "The kube-apiserver container's CPU request (a quantity such as {default} or 2;"
+        " default {default}); etcd's container asks for 50m.",
         pattern=r"^[0-9]+(\.[0-9]+)?m?$",
-        description="The kube-apiserver container's CPU request (a quantity such as 100m or 2;"
-        " default 100m); etcd's container asks for 50m.",
     )
-    memory: str = Field(
-        default="256Mi",
+    memory: str = stating_default(
+        "256Mi",
+        "The kube-apiserver container's memory request (a quantity such as {default} or"
+        " 1G; default {default}).",
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$",
-        description="The kube-apiserver container's memory request (a quantity such as 256Mi or"
-        " 1G; default 256Mi).",
     )
     memory_limit: str = Field(
         default="1Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$", description=MEMORY_LIMIT
@@ -507,7 +514,7 @@ class Backend(SpecModel):
 
 class PoolPolicy(SpecModel):
     """How many warm instances a pool keeps: `warmTarget` (fixed), or a number that follows
-    demand between `minWarm` and `maxWarm` (autoscale; lessor.operator.autoscale)."""
+    demand between `minWarm` and `maxWarm` (autoscale; lessor.operator.cluster.autoscale)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -721,6 +728,11 @@ def _backend_required(schema: JsonDict) -> None:
     ]
 
 
+# The TTL of a lease whose pool sets none (ClusterPoolSpec.ttl's default), and so of a lease
+# whose own TTL was never recorded (ClusterLease.effective_ttl).
+DEFAULT_POOL_TTL = "1h"
+
+
 class ClusterPoolSpec(SpecModel):
     """A pool's backend has no default: the one a default could name (`local`) works only
     where the operator runs beside its clusters' processes, never in the shipped image, so a pool
@@ -729,9 +741,9 @@ class ClusterPoolSpec(SpecModel):
     model_config = ConfigDict(json_schema_extra=_backend_required)
 
     ttl: PositiveDuration = Field(
-        default="1h",
+        default=DEFAULT_POOL_TTL,
         description="The TTL of a lease that asks for none (a duration such as 30m or 1h30m;"
-        " default 1h), within the caller's rule's maxTtl.",
+        f" default {DEFAULT_POOL_TTL}), within the caller's rule's maxTtl.",
     )
     warm_target: int = Field(
         default=1,
@@ -916,6 +928,29 @@ class ClusterInstanceSpec(SpecModel):
 
 
 InstancePhase = Literal["Creating", "Ready", "Leased", "Unhealthy", "Recycling", "Quarantined"]
+INSTANCE_HEALTHY = "Healthy"  # an instance's condition: its last health check passed
+
+
+@dataclass(frozen=True)
+class InstancePhases:
+    """The groups of an instance's phases the operator decides by (None: not yet reconciled)."""
+
+    serving: frozenset[str | None]
+    """Its Ready condition is True: warm, or in a lease's hands."""
+    checked: frozenset[str | None]
+    """Health-checked: it was ready once and is not being torn down."""
+    ending: frozenset[str | None]
+    """Torn down, or its teardown not verified: it will never serve again."""
+    retirable: frozenset[str | None]
+    """Unleased and not past Ready: what a roll or a lower warm target may delete."""
+
+
+INSTANCE_PHASES = InstancePhases(
+    serving=frozenset({"Ready", "Leased"}),
+    checked=frozenset({"Ready", "Leased", "Unhealthy"}),
+    ending=frozenset({"Recycling", "Quarantined"}),
+    retirable=frozenset({None, "Creating", "Ready"}),
+)
 
 
 class Teardown(StatusModel):
@@ -992,6 +1027,7 @@ class ClusterInstanceStatus(StatusModel):
 
 class ClusterInstance(Resource[ClusterInstanceSpec, ClusterInstanceStatus]):
     kind: Literal["ClusterInstance"] = "ClusterInstance"
+    phases: ClassVar[InstancePhases] = INSTANCE_PHASES
     crd: ClassVar[CrdInfo] = CrdInfo(
         plural="clusterinstances",
         singular="clusterinstance",
@@ -1152,7 +1188,7 @@ class ClusterLeaseStatus(StatusModel):
         " once the lease has ended.",
     )
     extensions: int = Field(default=0, description="Extensions applied to expiresAt.")
-    end_reason: Literal["Released", "Expired"] | None = Field(
+    end_reason: EndReason | None = Field(
         default=None,
         description="Why the lease ended: Released (a release was requested, or the object"
         " deleted) or Expired (expiresAt passed).",
@@ -1190,10 +1226,17 @@ class ClusterLease(Resource[ClusterLeaseSpec, ClusterLeaseStatus]):
             PrinterColumn("Queue", ".status.queuePosition", "integer", priority=1),
             PrinterColumn("Expires", ".status.expiresAt"),
             AGE,
-            # Read by the retention sweep as a Table (lessor.operator.lease_retention): strings,
-            # since a `date` column is served as an age ("5m"), not as the time.
+            # Read by the retention sweep as a Table (lessor.operator.cluster.lease_retention):
+            # strings, since a `date` column is served as an age ("5m"), not as the time.
             PrinterColumn("Ended", ".status.endedAt", priority=1),
             PrinterColumn("Deleting", ".metadata.deletionTimestamp", priority=1),
         ),
         selectable_fields=(".status.phase",),
     )
+
+    def effective_ttl(self) -> str:
+        """The TTL the lease's expiry counts from, one rule for the operator that enforces the
+        expiry and the API that answers it: what the operator recorded when it bound the lease
+        (the spec's, else the pool's), else the spec's, else a pool's default."""
+        recorded = self.status.effective_ttl if self.status is not None else None
+        return recorded or self.spec.ttl or DEFAULT_POOL_TTL

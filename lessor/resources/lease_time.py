@@ -1,5 +1,6 @@
 """When a lease expires: one function, used by the operator that enforces it and by the API that
-must answer `expires_at` at once after an extension request."""
+must answer `expires_at` at once after an extension request; and the other spans of a lease's
+life that both components count with."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from lessor.protocol.durations import parse_duration
+
+# A reservation (apiserver/leases/reservations.py) is made just before its lease: one whose lease
+# is not found is left this long, by the operator that deletes orphans and by the API server
+# that reclaims a slot, before either treats the lease as never coming.
+RESERVATION_ORPHAN_GRACE = datetime.timedelta(seconds=30)
 
 
 class Extension(Protocol):

@@ -37,6 +37,10 @@ from lessor.resources.lease_time import expires_at
 # The SandboxPool's defaults, also what a lease admitted without its own copy falls back to.
 DEFAULT_TTL = "30m"
 DEFAULT_PROVISIONING_TIMEOUT = "5m"
+# The ceiling, from readiness, the API holds an extension of a lease without `maxTtl` to. The API
+# writes one at every admission (the pool's and the grant's), so only a lease made otherwise
+# lacks it; the operator's expiry sets no ceiling there (SandboxLeaseSpec.expires_at).
+CEILING_WITHOUT_MAX_TTL = "24h"
 
 
 def _at_most_253_bytes(key: str) -> str:
@@ -220,6 +224,10 @@ class SandboxLeaseSpec(SpecModel):
         """The one expiry rule, for the operator that enforces it and the API that answers it."""
         ttl = self.effective_ttl or self.ttl or DEFAULT_TTL
         return expires_at(ready_at, ttl, self.extensions, self.max_extensions, self.max_ttl)
+
+    def extension_ceiling(self) -> str:
+        """How long after readiness no extension may carry the lease's expiry past."""
+        return self.max_ttl or CEILING_WITHOUT_MAX_TTL
 
 
 ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]

@@ -29,6 +29,7 @@ from lessor.operator.backends.base import BackendError, LeaseRef
 from lessor.operator.backends.exposure import answers_through
 from lessor.operator.backends.owned import label_selector
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Backend
 from tests.integration.backend_helpers import restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
@@ -52,7 +53,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
-        backend = ApiserverBackend(client, manifests.ApiserverConfig())
+        backend = ApiserverBackend(client, Backend(type="apiserver"))
         await backend.provision(instance)
         first_keys = keys()
         await backend.provision(instance)  # a replay after a crash
@@ -127,12 +128,14 @@ def test_a_load_balancer_service_is_reached_at_the_address_its_load_balancer_get
     control_plane.kubectl("create", "namespace", namespace)
     kubeconfigs = install_rbac(control_plane, namespace, tmp_path)
     instance = owned_instance(control_plane, namespace, "apiserver")
-    config = manifests.ApiserverConfig(service_type="LoadBalancer")
+    spec = Backend.model_validate(
+        {"type": "apiserver", "apiserver": {"exposure": {"type": "LoadBalancer"}}}
+    )
     service = manifests.object_name(instance)
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
-        backend = ApiserverBackend(client, config)
+        backend = ApiserverBackend(client, spec)
         await backend.provision(instance)
 
         async def waiting_for_an_address() -> bool:

@@ -30,11 +30,14 @@ from lessor.operator.backends import k3s_manifests as manifests
 from lessor.operator.backends.instance_namespace import namespace_name
 from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Backend
 from tests.integration.backend_helpers import published_kubeconfig, restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
 
 pytestmark = pytest.mark.integration
+# The datastore in an emptyDir: the local control plane has no volume provisioner.
+EPHEMERAL = Backend.model_validate({"type": "k3s", "k3s": {"persistent": False}})
 
 
 def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardown(
@@ -53,7 +56,7 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
-        backend = K3sBackend(client, manifests.K3sConfig(persistent=False))
+        backend = K3sBackend(client, EPHEMERAL)
         await backend.provision(instance)
         first = kubectl("get", token, "-n", own, "-o", "jsonpath={.data.token}")
         await backend.provision(instance)  # a replay after a crash
@@ -128,7 +131,7 @@ def test_a_hostile_published_kubeconfig_is_refused_not_used(
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(control_plane.kubeconfig))
-        backend = K3sBackend(client, manifests.K3sConfig(persistent=False))
+        backend = K3sBackend(client, EPHEMERAL)
         await backend.provision(instance)
 
         async def published() -> bool:

@@ -26,7 +26,7 @@ from lessor.operator.backends import vcluster_manifests as manifests
 from lessor.operator.backends.instance_namespace import namespace_name
 from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.operator.runtime.client import KubeClient
-from lessor.resources.cluster import Quota
+from lessor.resources.cluster import Backend, Quota
 from tests.integration.backend_helpers import published_kubeconfig, restricted_namespace, until
 from tests.integration.owned_instances import owned_instance
 from tests.integration.service_accounts import install_rbac
@@ -51,8 +51,10 @@ def test_objects_under_the_shipped_rbac_readiness_kubeconfig_and_verified_teardo
 
     async def scenario() -> None:
         client = await KubeClient.connect(str(kubeconfigs["lessor-operator"]))
-        config = manifests.VclusterConfig(pod_security="restricted", quota=Quota(pods=8))
-        backend = VclusterBackend(client, config)
+        spec = Backend.model_validate(
+            {"type": "vcluster", "vcluster": {"podSecurity": "restricted"}, "quota": {"pods": 8}}
+        )
+        backend = VclusterBackend(client, spec)
         await backend.provision(instance)
         await backend.provision(instance)  # a replay after a crash
         _, found, _ = kubectl("get", "networkpolicies,resourcequotas,limitranges,statefulsets",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import dataclasses
 import datetime
 import json
 import os
@@ -18,10 +19,11 @@ import pytest
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.kubectl import Cluster
 from lessor.controlplane.local_clusters import every_cluster
-from lessor.operator.pools import count_instances
+from lessor.operator.cluster.pools import count_instances
+from lessor.operator.core.typed import Cached
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
-from lessor.resources.cluster import HealthCheck
+from lessor.resources.cluster import ClusterInstance, HealthCheck
 from tests.integration.operator_harness import (
     CrashPoint,
     Objects,
@@ -567,7 +569,8 @@ def test_sigkill_at_any_point_never_double_binds_or_leaks(
     # Once things settle: the pool is warm again, its counts match, nothing is leaked.
     wait_for("pool settles", lambda: objects.pool_status("crash").get("ready") == 3, timeout=300)
     instances = objects.list("clusterinstances")
-    counts = count_instances(instances)
+    counted = count_instances([Cached(i, ClusterInstance.model_validate(i)) for i in instances])
+    counts = dataclasses.asdict(counted)
     status = objects.pool_status("crash")
     assert {k: status[k] for k in counts} == counts
     assert all(not i["spec"].get("claimRef") for i in instances), "no reservation leaked"

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from lessor.controlplane.kubectl import Cluster
+from lessor.operator.core.writes import patch_fenced
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.leaderelection import COORDINATION_LEASES, LeaderElector
 from lessor.operator.runtime.store import Handler
-from lessor.operator.writes import patch_fenced
 from lessor.protocol.json_object import Json
 from tests.integration.operator_harness import wait_for
 from tests.integration.service_accounts import write_token_kubeconfig

@@ -12,17 +12,18 @@ import yaml
 from cryptography import x509
 
 from lessor.operator.backends import apiserver_manifests as manifests
+from lessor.operator.backends.apiserver import ApiserverBackend
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.registry import apiserver_config
 from lessor.protocol.kubeconfig import kubeconfig
-from lessor.resources.cluster import Backend
+from lessor.resources.cluster import ApiserverBackendConfig, Backend, Exposure, Placement
 
 INSTANCE = InstanceRef(namespace="lessor-system", name="ci-x7k2p", uid="0f1e2d3c")
 
 
-def rendered(config: manifests.ApiserverConfig) -> dict[str, dict[str, object]]:
-    pki = manifests.make_pki(INSTANCE, config)
-    return {m["kind"]: m for m in manifests.render(INSTANCE, config, pki)}
+def rendered(settings: ApiserverBackendConfig | None = None) -> dict[str, dict[str, object]]:
+    settings = settings or ApiserverBackendConfig()
+    pki = manifests.make_pki(INSTANCE, settings)
+    return {m["kind"]: m for m in manifests.render(INSTANCE, settings, Placement(), pki)}
 
 
 def san(pem: bytes) -> set[str]:
@@ -33,7 +34,7 @@ def san(pem: bytes) -> set[str]:
 
 
 def test_the_pod_passes_pod_security_restricted() -> None:
-    pod = rendered(manifests.ApiserverConfig())["StatefulSet"]["spec"]["template"]["spec"]  # type: ignore[index]
+    pod = rendered()["StatefulSet"]["spec"]["template"]["spec"]  # type: ignore[index]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
@@ -46,7 +47,7 @@ def test_the_pod_passes_pod_security_restricted() -> None:
 
 
 def test_the_pod_mounts_the_serving_keys_but_never_the_admin_credentials_or_the_ca_key() -> None:
-    objects = rendered(manifests.ApiserverConfig())
+    objects = rendered()
     secret_keys = set(objects["Secret"]["data"])  # type: ignore[arg-type]
     assert {"admin.crt", "admin.key", "ca.crt", "ca.key", "apiserver.key"} <= secret_keys
     pod = objects["StatefulSet"]["spec"]["template"]["spec"]  # type: ignore[index]
@@ -56,10 +57,12 @@ def test_the_pod_mounts_the_serving_keys_but_never_the_admin_credentials_or_the_
 
 
 def test_the_certificate_names_the_service_and_a_chosen_host() -> None:
-    default = manifests.make_pki(INSTANCE, manifests.ApiserverConfig())
+    default = manifests.make_pki(INSTANCE, ApiserverBackendConfig())
     assert manifests.service_host(INSTANCE) in san(default["apiserver.crt"])
     assert "ci.example.com" not in san(default["apiserver.crt"])
-    chosen = manifests.make_pki(INSTANCE, manifests.ApiserverConfig(host="ci.example.com"))
+    chosen = manifests.make_pki(
+        INSTANCE, ApiserverBackendConfig(exposure=Exposure(host="ci.example.com"))
+    )
     assert "ci.example.com" in san(chosen["apiserver.crt"])
     admin = x509.load_pem_x509_certificate(chosen["admin.crt"])
     assert "O=system:masters" in admin.subject.rfc4514_string()
@@ -77,10 +80,11 @@ def test_a_node_address_kubeconfig_checks_the_certificate_against_the_service_na
     assert "tls-server-name" not in plain["clusters"][0]["cluster"]
 
 
-def test_a_pool_spec_becomes_the_backend_config() -> None:
-    backend = Backend.model_validate(
+def test_a_pool_spec_reaches_the_backend_and_no_block_means_the_blocks_defaults() -> None:
+    spec = Backend.model_validate(
         {"type": "apiserver", "apiserver": {"cpu": "50m", "exposure": {"host": "nodes.example"}}}
     )
-    config = apiserver_config(backend)
-    assert (config.cpu, config.host) == ("50m", "nodes.example")
-    assert apiserver_config(Backend(type="apiserver")) == manifests.ApiserverConfig()
+    backend = ApiserverBackend(None, spec)  # type: ignore[arg-type]
+    assert (backend.settings.cpu, backend.host) == ("50m", "nodes.example")
+    default = ApiserverBackend(None, Backend(type="apiserver"))  # type: ignore[arg-type]
+    assert default.settings == ApiserverBackendConfig()

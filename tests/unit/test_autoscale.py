@@ -1,14 +1,14 @@
-"""The autoscaler's target (lessor.operator.autoscale.decide) as an administrator reads it in the
-pool's status: it follows arrivals, remembers a period ago, stays in its bounds, rises at once,
-falls only after scaleDownDelay, and counts a lease once however often it is seen."""
+"""The autoscaler's target (lessor.operator.cluster.autoscale.decide) as an administrator reads
+it in the pool's status: it follows arrivals, remembers a period ago, stays in its bounds, rises
+at once, falls only after scaleDownDelay, and counts a lease once however often it is seen."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
-from lessor.operator.autoscale import decide
-from lessor.resources.cluster import AutoscaleStatus, PoolPolicy
+from lessor.operator.cluster.autoscale import decide
+from lessor.resources.cluster import AutoscaleStatus, ClusterLease, PoolPolicy
 
 T0 = datetime.datetime(2026, 11, 26, 9, 0, tzinfo=datetime.UTC)
 
@@ -20,8 +20,13 @@ def _policy(**fields: Any) -> PoolPolicy:
     )  # fmt: skip
 
 
-def _leases(*created: datetime.datetime) -> list[Any]:
-    return [{"metadata": {"creationTimestamp": c.isoformat()}} for c in created]
+def _leases(*created: datetime.datetime) -> list[ClusterLease]:
+    return _models([{"metadata": {"creationTimestamp": c.isoformat()}} for c in created])
+
+
+def _models(leases: list[dict[str, Any]]) -> list[ClusterLease]:
+    """Leases as the cache reads them: each with its pool, as every stored lease has."""
+    return [ClusterLease.model_validate({"spec": {"pool": "p"}, **lease}) for lease in leases]
 
 
 def test_a_burst_raises_the_target_at_once_within_the_bounds() -> None:
@@ -80,9 +85,11 @@ def test_leases_released_before_they_bound_are_no_demand() -> None:
          "status": ended}
         for s in range(50)
     ]  # fmt: skip
-    quiet = decide(_policy(), None, churn, waiting=0, now=T0 + datetime.timedelta(minutes=1))
+    quiet = decide(
+        _policy(), None, _models(churn), waiting=0, now=T0 + datetime.timedelta(minutes=1)
+    )
     assert quiet.status.target == 1
     bound = {**ended, "boundAt": T0.isoformat()}
-    used = [{**churn[0], "status": bound}, {**churn[1], "status": bound}, *_leases(T0)]
+    used = [*_models([{**churn[0], "status": bound}, {**churn[1], "status": bound}]), *_leases(T0)]
     busy = decide(_policy(), None, used, waiting=0, now=T0 + datetime.timedelta(minutes=1))
     assert busy.status.target == 3

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from lessor.operator.backends import k3s_manifests, vcluster_manifests
+from lessor.operator.backends import vcluster_manifests
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.exposure import Route
 from lessor.operator.backends.instance_namespace import namespace_name
-from lessor.operator.backends.registry import k3s_config, vcluster_config
+from lessor.operator.backends.k3s import K3sBackend
 from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.resources.cluster import Backend
 
@@ -34,32 +34,34 @@ def of_kind(manifests: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def test_a_routed_vcluster_names_its_host_in_its_certificate_and_keeps_its_service_inside() -> None:
-    config = vcluster_config(
-        Backend.model_validate({"type": "vcluster", "vcluster": {"exposure": ROUTE}})
+    backend = VclusterBackend(
+        None,  # type: ignore[arg-type]
+        Backend.model_validate({"type": "vcluster", "vcluster": {"exposure": ROUTE}}),
     )
-    assert config.route == Route("clusters", "gateways", "tls", "clusters.example.com", 8443)
-    manifests = vcluster_manifests.render(INSTANCE, config, OWN)
+    assert backend.route == Route("clusters", "gateways", "tls", "clusters.example.com", 8443)
+    manifests = backend.render(INSTANCE, OWN)
     assert of_kind(manifests, "Service")["spec"]["type"] == "ClusterIP"
     secret = of_kind(manifests, "Secret")["stringData"]["config.yaml"]
     assert f"{OWN}.clusters.example.com" in secret
 
 
 def test_a_routed_k3s_names_its_host_in_its_certificate() -> None:
-    config = k3s_config(Backend.model_validate({"type": "k3s", "k3s": {"exposure": ROUTE}}))
-    manifests = k3s_manifests.render(INSTANCE, config, "token", OWN)
+    spec = Backend.model_validate({"type": "k3s", "k3s": {"exposure": ROUTE}})
+    manifests = K3sBackend(None, spec).render(INSTANCE, OWN)  # type: ignore[arg-type]
     assert of_kind(manifests, "Service")["spec"]["type"] == "ClusterIP"
     [k3s] = of_kind(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"][:1]
     assert f"--tls-san={OWN}.clusters.example.com" in k3s["args"]
 
 
 def test_the_route_sends_the_clusters_host_name_to_its_service() -> None:
-    config = vcluster_config(
-        Backend.model_validate({"type": "vcluster", "vcluster": {"exposure": ROUTE}})
+    backend = VclusterBackend(
+        None,  # type: ignore[arg-type]
+        Backend.model_validate({"type": "vcluster", "vcluster": {"exposure": ROUTE}}),
     )
-    assert config.route is not None
-    layout = VclusterBackend(None, config).layout(INSTANCE, OWN)  # type: ignore[arg-type]
-    route = config.route.manifest(
-        layout.service, OWN, config.route.hostname(OWN), layout.service_port
+    assert backend.route is not None
+    layout = backend.layout(INSTANCE, OWN)
+    route = backend.route.manifest(
+        layout.service, OWN, backend.route.hostname(OWN), layout.service_port
     )
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["metadata"] == {"name": layout.service, "namespace": OWN}

@@ -11,13 +11,8 @@ from pydantic import ValidationError
 
 from lessor.operator.backends import isolation
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.registry import (
-    PRIVILEGED_DISABLED,
-    UNPINNED,
-    unavailable,
-    vcluster_config,
-)
-from lessor.operator.backends.vcluster_manifests import render
+from lessor.operator.backends.registry import PRIVILEGED_DISABLED, UNPINNED, unavailable
+from lessor.operator.backends.vcluster import VclusterBackend
 from lessor.resources.cluster import Backend, EgressRule, Network
 
 INSTANCE = InstanceRef("lessor-system", "ci-abc", "0123456789abcdef")
@@ -99,8 +94,8 @@ def test_a_load_balancer_admits_only_the_pools_source_ranges() -> None:
     exposure = {"type": "LoadBalancer", "sourceRanges": ["203.0.113.0/24"],
                 "annotations": {"cloud.example/internal": "true"}}  # fmt: skip
     backend = Backend.model_validate({"type": "vcluster", "vcluster": {"exposure": exposure}})
-    config = vcluster_config(backend)
-    services = [o for o in render(INSTANCE, config, "lessor-ci-abc") if o["kind"] == "Service"]
+    rendered = VclusterBackend(None, backend).render(INSTANCE, "lessor-ci-abc")  # type: ignore[arg-type]
+    services = [o for o in rendered if o["kind"] == "Service"]
     [service] = services
     assert service["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
     assert service["metadata"]["annotations"]["cloud.example/internal"] == "true"

@@ -3,13 +3,14 @@ watches (and so waits for), without a cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 from typing import Any, cast
 
 from lessor.operator.main import build, parse_args
 from lessor.operator.runtime.client import KubeClient
-from lessor.operator.settings import Settings
+from lessor.operator.wiring.settings import Settings
 
 
 def test_settings_resolve_the_flags_that_depend_on_others() -> None:
@@ -20,6 +21,15 @@ def test_settings_resolve_the_flags_that_depend_on_others() -> None:
     assert settings.local_orphan_grace == datetime.timedelta(seconds=120)
     assert settings.leader_election_id == "lessor-operator"
     assert Settings.from_args(parse_args(["--no-leader-election"])).leader_election_id is None
+
+
+def test_every_flag_defaults_to_its_settings_default() -> None:
+    """A default is declared once, in Settings: a flag with a literal default of its own (or a
+    duration's seconds converted wrong) would differ here."""
+    settings = Settings.from_args(parse_args([]))
+    for setting in dataclasses.fields(Settings):
+        if setting.default is not dataclasses.MISSING:
+            assert getattr(settings, setting.name) == setting.default, setting.name
 
 
 KUBECONFIG = """

@@ -1,5 +1,5 @@
 """The Ready condition and observedGeneration every status is stamped with on its way out
-(lessor.operator.readiness): what `kubectl wait` and GitOps health checks read."""
+(lessor.operator.core.readiness): what `kubectl wait` and GitOps health checks read."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from lessor.operator.access_policies import invalid
-from lessor.operator.readiness import RULES, stamped
-from lessor.operator.writes import status_json
+from lessor.operator.core.readiness import RULES, stamped
+from lessor.operator.core.writes import status_json
+from lessor.operator.tenancy.access_policies import invalid
 from lessor.resources.access_policy import AccessPolicy, AccessPolicyStatus
 from lessor.resources.base import StatusModel
 from lessor.resources.catalog import RESOURCES
@@ -38,8 +38,8 @@ def test_every_kind_has_a_ready_rule_or_a_reconciler_that_sets_it() -> None:
         for model in typing.get_args(resource.model_fields["status"].annotation)
         if model is not type(None)
     }
-    # AccessPolicy's is decided by lessor.operator.access_policies, which checks its Secrets;
-    # a DiagnosticsBundle is a record written whole, with no state to be ready in.
+    # AccessPolicy's is decided by lessor.operator.tenancy.access_policies, which checks its
+    # Secrets; a DiagnosticsBundle is a record written whole, with no state to be ready in.
     assert statuses == {*RULES, AccessPolicyStatus, DiagnosticsBundleStatus}
     assert not DiagnosticsBundleStatus.model_fields
 

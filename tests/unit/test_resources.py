@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from lessor.resources.access_policy import AccessPolicy, AccessPolicySpec
-from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolSpec
+from lessor.resources.cluster import ClusterLease, ClusterLeaseSpec, ClusterPool, ClusterPoolSpec
 from lessor.resources.sandbox import ExecutionCommand, SandboxExecutionSpec, SandboxLeaseSpec
 
 
@@ -181,3 +181,21 @@ def test_backend_settings_keep_their_crd_spelling_when_copied_to_an_instance() -
     copied = backend.model_dump(by_alias=True, exclude_none=True)
     assert copied["k3s"]["storageSize"] == "2Gi" and copied["k3s"]["cpu"] == "1"
     assert Backend.model_validate(copied) == backend
+
+
+def test_a_lease_from_a_newer_lessor_is_read_and_a_misspelt_one_is_never_made() -> None:
+    """During a rolling upgrade the CRDs are newer than some replicas: a lease a newer API server
+    made, with a field this one does not know, is read (the field ignored), not refused with a
+    500 at every GET. What this lessor builds is still checked: a misspelt field is an error."""
+    stored = {
+        "metadata": {"name": "pr-1", "namespace": "ci", "uid": "u", "resourceVersion": "7"},
+        "spec": {"pool": "ci", "priority": "high", "extensions": [{"ttl": "1h", "by": "x"}]},
+        "status": {"phase": "Bound", "shard": 3},
+    }
+    lease = ClusterLease.model_validate(stored)
+    assert (lease.spec.pool, lease.spec.extensions[0].ttl) == ("ci", "1h")
+    assert lease.status is not None and lease.status.phase == "Bound"
+    with pytest.raises(ValidationError):
+        ClusterLeaseSpec(pool="ci", tll="1h")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        ClusterLeaseSpec.model_validate({"pool": "ci", "tll": "1h"})

@@ -1,18 +1,20 @@
-"""A pool's roll to a new template (lessor.operator.rollout.plan), pass after pass, against a
-small simulation of its clusters: a new cluster starts at one pass and is ready at the next;
-a lease takes a ready cluster. What a user would notice is asserted: warm clusters never fewer
+"""A pool's roll to a new template (lessor.operator.cluster.rollout.plan), pass after pass,
+against a small simulation of its clusters: a new cluster starts at one pass and is ready at the
+next; a lease takes a ready cluster. What a user would notice is asserted: warm clusters never fewer
 than before the change (with room to surge), every warm cluster new at the end, a leased one
 never touched, no cluster retired while leases wait."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 from typing import Any
 
-from lessor.operator.rollout import plan, template_hash
-from lessor.resources.cluster import Backend, ClusterPoolSpec
+from lessor.operator.cluster.rollout import plan, template_hash
+from lessor.operator.core.typed import Cached
+from lessor.resources.cluster import Backend, ClusterInstance, ClusterPoolSpec
 
 OLD: dict[str, Any] = {"type": "k3s", "k3s": {"image": "rancher/k3s:v1.34.1-k3s1"}}
 NEW: dict[str, Any] = {"type": "k3s", "k3s": {"image": "rancher/k3s:v1.35.4-k3s1"}}
@@ -59,10 +61,13 @@ def _roll(
 
 
 def _plan(spec: ClusterPoolSpec, instances: list[Any], **given: Any) -> Any:
-    """A pass with nothing created unseen, every cluster counted against maxInstances."""
+    """A pass with nothing created unseen, every cluster counted against maxInstances; the
+    clusters to retire given back as the simulation's own objects."""
     arguments = {"expected": 0, "occupied": len(instances), "waiting": 0,
                  "warm": spec.warm_target, **given}  # fmt: skip
-    return plan(spec, instances, **arguments)
+    cached = [Cached(i, ClusterInstance.model_validate(i)) for i in instances]
+    decided = plan(spec, cached, **arguments)
+    return dataclasses.replace(decided, retire=[c.raw for c in decided.retire])
 
 
 def _spec(**fields: Any) -> ClusterPoolSpec:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lessor.operator.writes import status_json, without
+from lessor.operator.core.writes import status_json, without
 from lessor.resources.base import StatusModel
 from lessor.resources.cluster import ClusterInstanceStatus, ClusterLeaseStatus, ClusterPoolStatus
 from lessor.resources.sandbox import SandboxExecutionStatus, SandboxLeaseStatus, SandboxPoolStatus

@@ -15,19 +15,19 @@ from pydantic import ValidationError
 from lessor.operator.backends import vcluster_manifests as manifests
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.instance_namespace import namespace_name
-from lessor.operator.backends.registry import vcluster_config
-from lessor.resources.cluster import Backend
+from lessor.operator.backends.vcluster import VclusterBackend
+from lessor.resources.cluster import Backend, Exposure, Placement, VclusterBackendConfig
 
 INSTANCE = InstanceRef(namespace="lessor-system", name="ci-x7k2p", uid="0f1e2d3c-aaaa")
 OWN = namespace_name(INSTANCE)
 
 
-def rendered(config: manifests.VclusterConfig) -> list[dict[str, Any]]:
-    return manifests.render(INSTANCE, config, OWN)
+def rendered(settings: VclusterBackendConfig | None = None) -> list[dict[str, Any]]:
+    return manifests.render(INSTANCE, settings or VclusterBackendConfig(), Placement(), OWN)
 
 
-def by_kind(kind: str, config: manifests.VclusterConfig | None = None) -> dict[str, Any]:
-    [found] = [m for m in rendered(config or manifests.VclusterConfig()) if m["kind"] == kind]
+def by_kind(kind: str, settings: VclusterBackendConfig | None = None) -> dict[str, Any]:
+    [found] = [m for m in rendered(settings) if m["kind"] == kind]
     return found
 
 
@@ -43,7 +43,7 @@ def test_the_vcluster_pod_passes_pod_security_restricted() -> None:
 
 
 def test_every_object_is_in_the_clusters_namespace_and_owned_by_nothing_there() -> None:
-    for manifest in rendered(manifests.VclusterConfig()):
+    for manifest in rendered():
         assert manifest["metadata"]["namespace"] == OWN
         assert "ownerReferences" not in manifest["metadata"]
     service = by_kind("Service")
@@ -54,7 +54,7 @@ def test_every_object_is_in_the_clusters_namespace_and_owned_by_nothing_there() 
 
 
 def test_the_configuration_turns_on_what_vcluster_needs_and_nothing_that_needs_more() -> None:
-    secret = by_kind("Secret", manifests.VclusterConfig(host="nodes.example.com"))
+    secret = by_kind("Secret", VclusterBackendConfig(exposure=Exposure(host="nodes.example.com")))
     config = yaml.safe_load(secret["stringData"]["config.yaml"])
     assert config["controlPlane"]["distro"]["k8s"]["enabled"] is True
     assert config["controlPlane"]["backingStore"]["database"]["embedded"]["enabled"] is True
@@ -74,7 +74,9 @@ def test_the_pool_spec_reaches_the_backend_and_a_foreign_block_is_refused() -> N
     spec = Backend.model_validate(
         {"type": "vcluster", "vcluster": {"podSecurity": "restricted", "image": "mine:1"}}
     )
-    config = vcluster_config(spec)
-    assert (config.pod_security, config.image) == ("restricted", "mine:1")
+    backend = VclusterBackend(None, spec)  # type: ignore[arg-type]
+    [pod] = [m for m in backend.render(INSTANCE, OWN) if m["kind"] == "StatefulSet"]
+    [syncer] = pod["spec"]["template"]["spec"]["containers"]
+    assert (backend.pod_security, syncer["image"]) == ("restricted", "mine:1")
     with pytest.raises(ValidationError, match=r"backend\.k3s is set but backend\.type is not k3s"):
         Backend.model_validate({"type": "vcluster", "k3s": {}})

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from lessor.operator.addons.manifests import Manifest
-from lessor.operator.cluster_http import ClusterHttp, connect
+from lessor.operator.backends.cluster_http import ClusterHttp, connect
 
 FIELD_MANAGER = "lessor"
 ANSWER_LIMIT = 4 * 1024 * 1024

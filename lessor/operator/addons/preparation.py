@@ -21,7 +21,7 @@ import httpx
 from lessor.operator.addons.charts import Charts
 from lessor.operator.addons.cluster_api import ApiError, ClusterApi
 from lessor.operator.addons.manifests import Manifest, ManifestError, describe, parse, text_of
-from lessor.operator.cluster_http import KubeconfigError
+from lessor.operator.backends.cluster_http import KubeconfigError
 from lessor.operator.runtime.client import KubeClient
 from lessor.resources.addons import (
     ADDONS_APPLIED,

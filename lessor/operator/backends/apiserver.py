@@ -24,9 +24,10 @@ from lessor.operator.backends.base import (
     TeardownReport,
 )
 from lessor.operator.backends.owned import label_selector, labelled_names
+from lessor.operator.core.writes import create_missing, delete_present
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
-from lessor.operator.writes import create_missing, delete_present
 from lessor.protocol.kubeconfig import kubeconfig
+from lessor.resources.cluster import ApiserverBackendConfig, Backend
 
 _PATHS = {
     "Secret": "api/v1/namespaces/{ns}/secrets",
@@ -42,9 +43,14 @@ UNSIGNABLE = "made by an older lessor that kept no CA key: no lease credential c
 
 
 class ApiserverBackend:
-    def __init__(self, client: KubeClient, config: manifests.ApiserverConfig) -> None:
+    def __init__(self, client: KubeClient, backend: Backend) -> None:
         self.client = client
-        self.config = config
+        # A pool without an `apiserver` block gets the block's defaults, declared in the CRD's
+        # model.
+        self.settings = backend.apiserver or ApiserverBackendConfig()
+        self.placement = backend.placement
+        # The address clients reach the cluster at; None: the node's or the load balancer's.
+        self.host = self.settings.exposure.host
 
     def _path(self, kind: str, instance: InstanceRef, name: str | None = None) -> str:
         collection = "/" + _PATHS[kind].format(ns=instance.namespace)
@@ -60,8 +66,8 @@ class ApiserverBackend:
     async def provision(self, instance: InstanceRef) -> None:
         # Creates are atomic: on replay, what exists answers 409 and is kept, the Secret with the
         # keys made the first time included (the fresh ones made now are discarded unused).
-        pki = manifests.make_pki(instance, self.config)
-        for manifest in manifests.render(instance, self.config, pki):
+        pki = manifests.make_pki(instance, self.settings)
+        for manifest in manifests.render(instance, self.settings, self.placement, pki):
             try:
                 await create_missing(self.client, self._path(manifest["kind"], instance), manifest)
             except ApiError as error:
@@ -74,7 +80,7 @@ class ApiserverBackend:
             instance.namespace,
             manifests.object_name(instance),
             manifests.pod_name(instance),
-            self.config.host,
+            self.host,
         )
 
     async def readiness(self, instance: InstanceRef) -> Readiness:
@@ -105,7 +111,7 @@ class ApiserverBackend:
         if manifests.CA_KEY not in secret.get("data", {}):
             return UNSIGNABLE
         ca = base64.b64decode(secret.get("data", {}).get("ca.crt", "")).decode()
-        server_name = self.config.host or manifests.service_host(instance)
+        server_name = self.host or manifests.service_host(instance)
         if not await asyncio.to_thread(exposure.answers_through, *endpoint, ca, server_name):
             return "kube-apiserver not reachable from outside yet"
         return None
@@ -131,7 +137,7 @@ class ApiserverBackend:
             manifests.ADMIN_USER,
             {"client-certificate-data": data["admin.crt"], "client-key-data": data["admin.key"]},
             ca_data=data["ca.crt"],
-            server_name=None if host == self.config.host else manifests.service_host(instance),
+            server_name=None if host == self.host else manifests.service_host(instance),
         )
 
     async def lease_kubeconfig(self, instance: InstanceRef, admin: str, lease: LeaseRef) -> str:

@@ -14,13 +14,12 @@ runs under Pod Security `restricted`, as everything in lessor's namespace must.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
 
 from lessor.controlplane.pki import CertificateAuthority, service_account_key
+from lessor.operator.backends import exposure
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.exposure import Reach
 from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
-from lessor.resources.cluster import Placement, quantity_bytes
+from lessor.resources.cluster import ApiserverBackendConfig, Placement, quantity_bytes
 
 PORT = 6443
 ETCD_CLIENT = "http://127.0.0.1:2379"
@@ -37,24 +36,9 @@ RESTRICTED_CONTAINER: Manifest = {
 }
 
 
-@dataclass(frozen=True)
-class ApiserverConfig:
-    image: str = "registry.k8s.io/kube-apiserver:v1.35.4"
-    etcd_image: str = "registry.k8s.io/etcd:3.6.6-0"
-    cpu: str = "100m"
-    memory: str = "256Mi"
-    memory_limit: str = "1Gi"
-    etcd_quota: str = "1Gi"
-    placement: Placement = field(default_factory=Placement)
-    # The address clients reach the cluster at; None: the node's or the load balancer's.
-    host: str | None = None
-    service_type: str = "NodePort"
-    reach: Reach = field(default_factory=Reach)
-
-
-def etcd_volume_limit(config: ApiserverConfig) -> str:
+def etcd_volume_limit(settings: ApiserverBackendConfig) -> str:
     """etcd's volume: its quota, and as much again for the write-ahead log and snapshots."""
-    return f"{2 * quantity_bytes(config.etcd_quota) // 2**20}Mi"
+    return f"{2 * quantity_bytes(settings.etcd_quota) // 2**20}Mi"
 
 
 def object_name(instance: InstanceRef) -> str:
@@ -75,7 +59,7 @@ def service_host(instance: InstanceRef) -> str:
     return f"{object_name(instance)}.{instance.namespace}.svc"
 
 
-def make_pki(instance: InstanceRef, config: ApiserverConfig) -> dict[str, bytes]:
+def make_pki(instance: InstanceRef, settings: ApiserverBackendConfig) -> dict[str, bytes]:
     """Fresh keys for one cluster, by the file name the pod and the operator read them under."""
     authority = CertificateAuthority(f"lessor {instance.name}")
     host = service_host(instance)
@@ -83,7 +67,7 @@ def make_pki(instance: InstanceRef, config: ApiserverConfig) -> dict[str, bytes]
         object_name(instance), host, f"{host}.cluster.local", "localhost", "127.0.0.1",
         "kubernetes", "kubernetes.default", "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local", "10.0.0.1",
-        *((config.host,) if config.host else ()),
+        *((settings.exposure.host,) if settings.exposure.host else ()),
     )  # fmt: skip
     serving = authority.issue("kube-apiserver", server_names=names)
     admin = authority.issue(ADMIN_USER, organization="system:masters", client=True)
@@ -100,18 +84,18 @@ def make_pki(instance: InstanceRef, config: ApiserverConfig) -> dict[str, bytes]
     }
 
 
-def _etcd(config: ApiserverConfig) -> Manifest:
+def _etcd(settings: ApiserverBackendConfig) -> Manifest:
     command = [
         "/usr/local/bin/etcd", "--name=etcd", "--data-dir=/var/lib/etcd/data",
         f"--listen-client-urls={ETCD_CLIENT}", f"--advertise-client-urls={ETCD_CLIENT}",
         f"--listen-peer-urls={ETCD_PEER}", f"--initial-advertise-peer-urls={ETCD_PEER}",
         f"--initial-cluster=etcd={ETCD_PEER}", "--initial-cluster-state=new",
         "--unsafe-no-fsync=true", "--log-level=warn",
-        f"--quota-backend-bytes={quantity_bytes(config.etcd_quota)}",
+        f"--quota-backend-bytes={quantity_bytes(settings.etcd_quota)}",
     ]  # fmt: skip
     return {
         "name": "etcd",
-        "image": config.etcd_image,
+        "image": settings.etcd_image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
         "resources": {
@@ -123,7 +107,7 @@ def _etcd(config: ApiserverConfig) -> Manifest:
     }
 
 
-def _apiserver(instance: InstanceRef, config: ApiserverConfig) -> Manifest:
+def _apiserver(instance: InstanceRef, settings: ApiserverBackendConfig) -> Manifest:
     probe: Manifest = {"httpGet": {"path": "/readyz", "port": PORT, "scheme": "HTTPS"}}
     command = [
         "/usr/local/bin/kube-apiserver", f"--secure-port={PORT}",
@@ -139,7 +123,7 @@ def _apiserver(instance: InstanceRef, config: ApiserverConfig) -> Manifest:
     ]  # fmt: skip
     return {
         "name": "kube-apiserver",
-        "image": config.image,
+        "image": settings.image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
         "ports": [{"name": "https", "containerPort": PORT}],
@@ -151,16 +135,22 @@ def _apiserver(instance: InstanceRef, config: ApiserverConfig) -> Manifest:
             "initialDelaySeconds": 30,
         },
         "resources": {
-            "requests": {"cpu": config.cpu, "memory": config.memory},
-            "limits": {"memory": config.memory_limit},
+            "requests": {"cpu": settings.cpu, "memory": settings.memory},
+            "limits": {"memory": settings.memory_limit},
         },
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "pki", "mountPath": PKI_DIR, "readOnly": True}],
     }
 
 
-def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]) -> list[Manifest]:
-    """Every object of the cluster, in the order they are created."""
+def render(
+    instance: InstanceRef,
+    settings: ApiserverBackendConfig,
+    placement: Placement,
+    pki: dict[str, bytes],
+) -> list[Manifest]:
+    """Every object of the cluster, in the order they are created: the pool's
+    `backend.apiserver` as it is, on the nodes of its `backend.placement`."""
     name = object_name(instance)
     pod_labels = {
         **labels(instance),
@@ -177,17 +167,18 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
             "type": "Opaque",
             "data": {key: base64.b64encode(value).decode() for key, value in pki.items()},
         },
-        config.reach.shape(
+        exposure.shape(
             {
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": metadata(instance, name),
                 "spec": {
-                    "type": config.service_type,
+                    "type": exposure.service_type(settings.exposure),
                     "selector": labels(instance),
                     "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
                 },
-            }
+            },
+            settings.exposure,
         ),
         statefulset(
             instance,
@@ -205,10 +196,10 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
                         "fsGroup": 65532,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "containers": [_etcd(config), _apiserver(instance, config)],
+                    "containers": [_etcd(settings), _apiserver(instance, settings)],
                     "volumes": [
                         # Room for etcd's quota and its write-ahead log beside it.
-                        {"name": "etcd", "emptyDir": {"sizeLimit": etcd_volume_limit(config)}},
+                        {"name": "etcd", "emptyDir": {"sizeLimit": etcd_volume_limit(settings)}},
                         {
                             "name": "pki",
                             "secret": {
@@ -219,7 +210,7 @@ def render(instance: InstanceRef, config: ApiserverConfig, pki: dict[str, bytes]
                         },
                     ],
                 },
-                config.placement,
+                placement,
             ),
         ),
     ]

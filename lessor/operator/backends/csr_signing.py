@@ -33,6 +33,7 @@ from lessor.operator.backends.base import BackendError, LeaseRef
 from lessor.operator.backends.tenant_api import TenantApi
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
+from lessor.resources import labels as keys
 
 SIGNER = "kubernetes.io/kube-apiserver-client"
 REQUESTS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -66,7 +67,7 @@ def request_manifest(lease: LeaseRef, request: SigningRequest, now: datetime.dat
         "kind": "CertificateSigningRequest",
         "metadata": {
             "generateName": _prefix(lease),
-            "labels": {"lessor.dev/lease": lease.name},
+            "labels": {keys.LEASE: lease.name},
         },
         "spec": {
             "request": base64.b64encode(request.csr_pem).decode(),

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import socket
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Exposure
 
-SERVICE_TYPES = ("NodePort", "LoadBalancer")
 TLS_ROUTES = "apis/gateway.networking.k8s.io/v1/namespaces/{ns}/tlsroutes"
 
 
@@ -39,7 +39,7 @@ class Route:
     gateway_namespace: str
     section: str | None
     domain: str
-    port: int = 443
+    port: int
 
     def hostname(self, label: str) -> str:
         """The cluster's own name: a DNS label unique to it (its namespace) under the domain."""
@@ -63,22 +63,32 @@ class Route:
         }
 
 
-@dataclass(frozen=True)
-class Reach:
-    """Who may connect to a cluster's own Service, and the cloud's settings for it."""
+def route(settings: Exposure) -> Route | None:
+    """The Gateway route a pool's `exposure` asks for, or None: it asks for its own Service."""
+    if settings.gateway is None or settings.domain is None:
+        return None
+    gateway = settings.gateway
+    return Route(
+        gateway.name, gateway.namespace, gateway.section_name, settings.domain, settings.port
+    )
 
-    source_ranges: tuple[str, ...] = ()
-    annotations: dict[str, str] = field(default_factory=dict)
 
-    def shape(self, service: Manifest) -> Manifest:
-        """`service` with the pool's annotations, and its source ranges where a load balancer
-        admits clients (a NodePort is reached through the nodes, whose firewall decides)."""
-        if self.annotations:
-            metadata = service["metadata"]
-            metadata["annotations"] = {**metadata.get("annotations", {}), **self.annotations}
-        if self.source_ranges and service["spec"]["type"] == "LoadBalancer":
-            service["spec"]["loadBalancerSourceRanges"] = list(self.source_ranges)
-        return service
+def service_type(settings: Exposure) -> str:
+    """The type of the cluster's own Service: behind a Gateway the Service need not be reachable
+    from outside by itself."""
+    return "ClusterIP" if settings.type == "TLSRoute" else settings.type
+
+
+def shape(service: Manifest, settings: Exposure) -> Manifest:
+    """`service` with the pool's annotations (a cloud's settings for it), and its source ranges
+    where a load balancer admits clients (a NodePort is reached through the nodes, whose
+    firewall decides)."""
+    if settings.annotations:
+        metadata = service["metadata"]
+        metadata["annotations"] = {**metadata.get("annotations", {}), **settings.annotations}
+    if settings.source_ranges and service["spec"]["type"] == "LoadBalancer":
+        service["spec"]["loadBalancerSourceRanges"] = list(settings.source_ranges)
+    return service
 
 
 async def endpoint(

@@ -7,7 +7,7 @@ also makes teardown whole and its verification simple: deleting the namespace de
 in it, and the namespace is gone only once they all are.
 
 Rights, least first (manifests/instance-namespaces): the operator may create namespaces, and
-delete, read and list them (the list for lessor.operator.namespace_orphans); it may create
+delete, read and list them (the list for lessor.operator.cluster.namespace_orphans); it may create
 RoleBindings and `bind` the one ClusterRole `lessor-instance-objects`. It binds that ClusterRole
 to itself in each namespace it made (nothing else), so its rights over objects hold there and in
 no other namespace. The
@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 
 from lessor.operator.backends.base import BackendError, InstanceRef, TeardownReport
-from lessor.operator.backends.owned import INSTANCE_UID_LABEL, labels
+from lessor.operator.backends.owned import labels
+from lessor.operator.core.writes import create_missing
 from lessor.operator.runtime.client import ApiError, ConflictError, KubeClient, NotFoundError
-from lessor.operator.writes import create_missing
+from lessor.resources import labels as keys
 
 NAMESPACE_LABEL = "lessor.dev/instance-namespace"
 OBJECTS_ROLE = "lessor-instance-objects"
@@ -54,7 +55,7 @@ def namespace_manifest(instance: InstanceRef, pod_security: str) -> dict[str, ob
                 f"{POD_SECURITY}enforce": pod_security,
                 f"{POD_SECURITY}warn": pod_security,
             },
-            "annotations": {"lessor.dev/instance": f"{instance.namespace}/{instance.name}"},
+            "annotations": {keys.INSTANCE: f"{instance.namespace}/{instance.name}"},
         },
     }
 
@@ -89,7 +90,7 @@ class InstanceNamespaces:
                 f"creating namespace {name} failed: {error} (the operator needs "
                 "manifests/instance-namespaces)"
             ) from error
-        owner = existing["metadata"].get("labels", {}).get(INSTANCE_UID_LABEL)
+        owner = existing["metadata"].get("labels", {}).get(keys.INSTANCE_UID)
         if owner != instance.uid:
             raise BackendError(f"namespace {name} exists and is not this instance's")
         if existing["metadata"].get("deletionTimestamp"):
@@ -148,7 +149,7 @@ class InstanceNamespaces:
         name = namespace_name(instance)
         try:
             namespace = await self.client.get(f"/api/v1/namespaces/{name}")
-            if namespace["metadata"].get("labels", {}).get(INSTANCE_UID_LABEL) != instance.uid:
+            if namespace["metadata"].get("labels", {}).get(keys.INSTANCE_UID) != instance.uid:
                 raise BackendError(f"namespace {name} is not this instance's; not deleting it")
             if namespace["metadata"].get("deletionTimestamp"):
                 return  # being deleted: deleting it again would be a write for nothing

@@ -15,17 +15,18 @@ from lessor.operator.backends.base import BackendError, InstanceRef
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.backends.pod_cluster import Layout, PodClusterBackend
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Backend, K3sBackendConfig
 
 
 class K3sBackend(PodClusterBackend):
     kind = "k3s"
     pod_security = manifests.POD_SECURITY
 
-    def __init__(
-        self, client: KubeClient, config: manifests.K3sConfig, refusal: str | None = None
-    ) -> None:
-        super().__init__(client, config.host, config.route, config.network, config.quota)
-        self.config = config
+    def __init__(self, client: KubeClient, backend: Backend, refusal: str | None = None) -> None:
+        # A pool without a `k3s` block gets the block's defaults, declared in the CRD's model.
+        self.settings = backend.k3s or K3sBackendConfig()
+        self.placement = backend.placement
+        super().__init__(client, self.settings.exposure, backend.network, backend.quota)
         # Why this operator provisions no k3s cluster (lessor.operator.backends.registry).
         self.refusal = refusal
 
@@ -49,4 +50,5 @@ class K3sBackend(PodClusterBackend):
         )
 
     def render(self, instance: InstanceRef, namespace: str) -> list[Manifest]:
-        return manifests.render(instance, self.config, secrets.token_urlsafe(32), namespace)
+        token = secrets.token_urlsafe(32)
+        return manifests.render(instance, self.settings, self.placement, token, namespace)

@@ -17,12 +17,10 @@ the k3s binary), as k3s's package/Dockerfile assembles the image.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from lessor.operator.backends import exposure
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.exposure import Reach, Route
 from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
-from lessor.resources.cluster import Network, Placement, Quota
+from lessor.resources.cluster import K3sBackendConfig, Placement
 
 KUBECONFIG_KEY = "kubeconfig"
 PORT = 6443
@@ -42,28 +40,6 @@ PUBLISHER_CONTAINER: Manifest = {
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
 }
-
-
-@dataclass(frozen=True)
-class K3sConfig:
-    image: str = "rancher/k3s:v1.35.4-k3s1"
-    storage_size: str = "1Gi"
-    storage_class: str | None = None
-    # Without persistent storage the datastore lives in an emptyDir: enough for throwaway
-    # clusters, and the only choice where no volume provisioner exists.
-    persistent: bool = True
-    cpu: str = "500m"
-    memory: str = "1Gi"
-    memory_limit: str = "2Gi"
-    # The address clients reach the cluster at; None: the node's or the load balancer's.
-    host: str | None = None
-    service_type: str = "NodePort"
-    reach: Reach = field(default_factory=Reach)
-    # Exposure through a Gateway instead of the Service's own address.
-    route: Route | None = None
-    network: Network = field(default_factory=Network)
-    placement: Placement = field(default_factory=Placement)
-    quota: Quota = field(default_factory=Quota)
 
 
 # The emptyDirs' bounds: k3s's datastore and images (without a claim), the kubeconfig k3s writes
@@ -105,13 +81,14 @@ def _publish_script(instance: InstanceRef, namespace: str) -> str:
     )
 
 
-def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
+def _k3s(instance: InstanceRef, settings: K3sBackendConfig, namespace: str) -> Manifest:
     names = [service_host(instance, namespace), object_name(instance)]
-    names += [config.host] if config.host else []
-    names += [config.route.hostname(namespace)] if config.route else []
+    names += [settings.exposure.host] if settings.exposure.host else []
+    route = exposure.route(settings.exposure)
+    names += [route.hostname(namespace)] if route else []
     return {
         "name": "k3s",
-        "image": config.image,
+        "image": settings.image,
         "args": [
             "server",
             "--token-file=/etc/k3s/token",
@@ -135,8 +112,8 @@ def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
             "periodSeconds": 2,
         },
         "resources": {
-            "requests": {"cpu": config.cpu, "memory": config.memory},
-            "limits": {"memory": config.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
+            "requests": {"cpu": settings.cpu, "memory": settings.memory},
+            "limits": {"memory": settings.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
         },
         # The agent's kubelet and containerd: the reason for the namespace's `privileged`.
         "securityContext": {"privileged": True},
@@ -148,9 +125,15 @@ def _k3s(instance: InstanceRef, config: K3sConfig, namespace: str) -> Manifest:
     }
 
 
-def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str) -> list[Manifest]:
+def render(
+    instance: InstanceRef,
+    settings: K3sBackendConfig,
+    placement: Placement,
+    token: str,
+    namespace: str,
+) -> list[Manifest]:
     """Every object of the cluster in `namespace` (the cluster's own), in the order they are
-    created."""
+    created: the pool's `backend.k3s` as it is, on the nodes of its `backend.placement`."""
     name = object_name(instance)
     publisher = f"{name}-publisher"
     claims: list[Manifest] = []
@@ -158,13 +141,15 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
         {"name": "output", "emptyDir": {"sizeLimit": SMALL_LIMIT}},
         {"name": "home", "emptyDir": {"sizeLimit": SMALL_LIMIT}},
     ]
-    if config.persistent:
+    # Without persistent storage the datastore lives in an emptyDir: enough for throwaway
+    # clusters, and the only choice where no volume provisioner exists.
+    if settings.persistent:
         claim_spec: Manifest = {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": config.storage_size}},
+            "resources": {"requests": {"storage": settings.storage_size}},
         }
-        if config.storage_class:
-            claim_spec["storageClassName"] = config.storage_class
+        if settings.storage_class:
+            claim_spec["storageClassName"] = settings.storage_class
         claims.append(
             {"metadata": {"name": "data", "labels": labels(instance)}, "spec": claim_spec}
         )
@@ -197,17 +182,18 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
             },
             "subjects": [{"kind": "ServiceAccount", "name": publisher, "namespace": namespace}],
         },
-        config.reach.shape(
+        exposure.shape(
             {
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": metadata(instance, name, namespace),
                 "spec": {
-                    "type": config.service_type,
+                    "type": exposure.service_type(settings.exposure),
                     "selector": labels(instance),
                     "ports": [{"name": "https", "port": PORT, "targetPort": PORT}],
                 },
-            }
+            },
+            settings.exposure,
         ),
         statefulset(
             instance,
@@ -222,10 +208,10 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [
-                        _k3s(instance, config, namespace),
+                        _k3s(instance, settings, namespace),
                         {
                             "name": "kubeconfig-publisher",
-                            "image": config.image,
+                            "image": settings.image,
                             "command": ["/bin/sh", "-c", _publish_script(instance, namespace)],
                             # kubectl's cache; the root filesystem is read-only.
                             "env": [{"name": "HOME", "value": PUBLISHER_HOME}],
@@ -242,7 +228,7 @@ def render(instance: InstanceRef, config: K3sConfig, token: str, namespace: str)
                     ],
                     "volumes": volumes,
                 },
-                config.placement,
+                placement,
             ),
             claims=claims,
             namespace=namespace,

@@ -19,9 +19,10 @@ from lessor.operator.backends.base import (
     Readiness,
     TeardownReport,
 )
+from lessor.operator.core.writes import create_missing, delete_present
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
-from lessor.operator.writes import create_missing, delete_present
 from lessor.protocol.kubeconfig import kubeconfig
+from lessor.resources import labels as keys
 
 ACCOUNT = "tenant"
 TOKEN_SECRET = "tenant-token"  # noqa: S105 - a Secret's name
@@ -41,7 +42,7 @@ class NamespaceBackend:
 
     def _objects(self, instance: InstanceRef) -> list[tuple[str, dict[str, object]]]:
         namespace = namespace_of(instance)
-        labels = {"lessor.dev/instance-uid": instance.uid}
+        labels = {keys.INSTANCE_UID: instance.uid}
         return [
             (
                 "/api/v1/namespaces",

@@ -12,16 +12,15 @@ from typing import Any
 
 from lessor.operator.backends.base import InstanceRef
 from lessor.operator.runtime.client import KubeClient
-from lessor.resources.cluster import Placement
-
-INSTANCE_LABEL = "lessor.dev/instance"
-INSTANCE_UID_LABEL = "lessor.dev/instance-uid"
+from lessor.resources import labels as keys
+from lessor.resources.base import API_VERSION
+from lessor.resources.cluster import ClusterInstance, Placement
 
 Manifest = dict[str, Any]
 
 
 def labels(instance: InstanceRef) -> dict[str, str]:
-    return {INSTANCE_LABEL: instance.name, INSTANCE_UID_LABEL: instance.uid}
+    return {keys.INSTANCE: instance.name, keys.INSTANCE_UID: instance.uid}
 
 
 def label_selector(instance: InstanceRef) -> str:
@@ -38,8 +37,8 @@ def metadata(instance: InstanceRef, name: str, namespace: str | None = None) -> 
     if where == instance.namespace:
         found["ownerReferences"] = [
             {
-                "apiVersion": "lessor.dev/v1alpha1",
-                "kind": "ClusterInstance",
+                "apiVersion": API_VERSION,
+                "kind": ClusterInstance.kind_name(),
                 "name": instance.name,
                 "uid": instance.uid,
                 "blockOwnerDeletion": False,

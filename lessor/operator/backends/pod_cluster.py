@@ -27,9 +27,9 @@ from lessor.operator.backends.base import (
 )
 from lessor.operator.backends.instance_namespace import InstanceNamespaces, namespace_name
 from lessor.operator.backends.owned import Manifest
+from lessor.operator.core.writes import create_missing
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
-from lessor.operator.writes import create_missing
-from lessor.resources.cluster import Network, Quota
+from lessor.resources.cluster import Exposure, Network, Quota
 
 _COLLECTIONS = {
     "NetworkPolicy": "apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
@@ -63,16 +63,13 @@ class PodClusterBackend:
     pod_security = "restricted"
 
     def __init__(
-        self,
-        client: KubeClient,
-        host: str | None,
-        route: exposure.Route | None,
-        network: Network,
-        quota: Quota,
+        self, client: KubeClient, reached: Exposure, network: Network, quota: Quota
     ) -> None:
         self.client = client
-        self.host = host
-        self.route = route
+        # The address clients reach the cluster at; None: the node's or the load balancer's.
+        self.host = reached.host
+        # Exposure through a Gateway instead of the Service's own address.
+        self.route = exposure.route(reached)
         self.network = network
         self.quota = quota
         self.namespaces = InstanceNamespaces(client)

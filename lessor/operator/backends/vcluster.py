@@ -15,15 +15,18 @@ from lessor.operator.backends.base import InstanceRef
 from lessor.operator.backends.owned import Manifest
 from lessor.operator.backends.pod_cluster import Layout, PodClusterBackend
 from lessor.operator.runtime.client import KubeClient
+from lessor.resources.cluster import Backend, VclusterBackendConfig
 
 
 class VclusterBackend(PodClusterBackend):
     kind = "vcluster"
 
-    def __init__(self, client: KubeClient, config: manifests.VclusterConfig) -> None:
-        super().__init__(client, config.host, config.route, config.network, config.quota)
-        self.config = config
-        self.pod_security = config.pod_security
+    def __init__(self, client: KubeClient, backend: Backend) -> None:
+        # A pool without a `vcluster` block gets the block's defaults, declared in the CRD's model.
+        self.settings = backend.vcluster or VclusterBackendConfig()
+        self.placement = backend.placement
+        super().__init__(client, self.settings.exposure, backend.network, backend.quota)
+        self.pod_security = self.settings.pod_security
 
     def api_port(self) -> int:
         return manifests.PORT
@@ -42,4 +45,4 @@ class VclusterBackend(PodClusterBackend):
         )
 
     def render(self, instance: InstanceRef, namespace: str) -> list[Manifest]:
-        return manifests.render(instance, self.config, namespace)
+        return manifests.render(instance, self.settings, self.placement, namespace)

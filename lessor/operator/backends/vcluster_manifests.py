@@ -21,14 +21,12 @@ would need an image of its own, no volume snapshot rules, which need cluster-wid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import yaml
 
+from lessor.operator.backends import exposure
 from lessor.operator.backends.base import InstanceRef
-from lessor.operator.backends.exposure import Reach, Route
 from lessor.operator.backends.owned import Manifest, labels, metadata, placed, statefulset
-from lessor.resources.cluster import Network, Placement, Quota
+from lessor.resources.cluster import Placement, VclusterBackendConfig
 
 PORT = 8443
 SERVICE_PORT = 443
@@ -46,26 +44,6 @@ RESTRICTED_CONTAINER: Manifest = {
     "capabilities": {"drop": ["ALL"]},
     "runAsNonRoot": True,
 }
-
-
-@dataclass(frozen=True)
-class VclusterConfig:
-    image: str = "ghcr.io/loft-sh/vcluster-pro:0.30.0"
-    kubernetes_image: str = "ghcr.io/loft-sh/kubernetes:v1.34.0"
-    coredns_image: str = "coredns/coredns:1.12.1"
-    cpu: str = "200m"
-    memory: str = "256Mi"
-    memory_limit: str = "1Gi"
-    pod_security: str = "baseline"
-    # The address clients reach the cluster at; None: the node's or the load balancer's.
-    host: str | None = None
-    service_type: str = "NodePort"
-    reach: Reach = field(default_factory=Reach)
-    # Exposure through a Gateway instead of the Service's own address.
-    route: Route | None = None
-    network: Network = field(default_factory=Network)
-    placement: Placement = field(default_factory=Placement)
-    quota: Quota = field(default_factory=Quota)
 
 
 # Each emptyDir's bound (past it the kubelet evicts the pod): the virtual cluster's database,
@@ -94,11 +72,15 @@ def config_secret_name(instance: InstanceRef) -> str:
     return f"vc-config-{vcluster_name(instance)}"
 
 
-def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str) -> Manifest:
+def configuration(
+    instance: InstanceRef, settings: VclusterBackendConfig, namespace: str
+) -> Manifest:
     """vcluster.yaml: every setting vcluster must see on."""
     name = vcluster_name(instance)
-    sans = [f"{name}.{namespace}.svc", *([config.host] if config.host else [])]
-    sans += [config.route.hostname(namespace)] if config.route else []
+    host = settings.exposure.host
+    sans = [f"{name}.{namespace}.svc", *([host] if host else [])]
+    route = exposure.route(settings.exposure)
+    sans += [route.hostname(namespace)] if route else []
     enabled = {"enabled": True}
     return {
         "sync": {
@@ -129,7 +111,7 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
             "coredns": {
                 "enabled": True,
                 "service": {"spec": {"type": "ClusterIP"}},
-                "deployment": {"image": config.coredns_image, "replicas": 1},
+                "deployment": {"image": settings.coredns_image, "replicas": 1},
                 "security": {
                     "podSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 },
@@ -137,9 +119,10 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
             # vcluster keeps its Service as it is told here: the same shape as lessor's.
             "service": {
                 "enabled": True,
-                "spec": config.reach.shape({"metadata": {}, "spec": {"type": config.service_type}})[
-                    "spec"
-                ],
+                "spec": exposure.shape(
+                    {"metadata": {}, "spec": {"type": exposure.service_type(settings.exposure)}},
+                    settings.exposure,
+                )["spec"],
             },
             "statefulSet": {"highAvailability": HIGH_AVAILABILITY},
             "advanced": {"serviceAccount": enabled, "workloadServiceAccount": enabled},
@@ -161,7 +144,7 @@ def configuration(instance: InstanceRef, config: VclusterConfig, namespace: str)
     }
 
 
-def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
+def _syncer(instance: InstanceRef, settings: VclusterBackendConfig) -> Manifest:
     def field(path: str) -> Manifest:
         return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
@@ -172,7 +155,7 @@ def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
     }
     return {
         "name": "syncer",
-        "image": config.image,
+        "image": settings.image,
         "env": [
             {"name": "VCLUSTER_NAME", "value": vcluster_name(instance)},
             {"name": "POD_NAME", **field("metadata.name")},
@@ -185,8 +168,8 @@ def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
         "startupProbe": {**probe, "periodSeconds": 3, "failureThreshold": 200},
         "livenessProbe": {**probe, "httpGet": LIVENESS, "failureThreshold": 60},
         "resources": {
-            "requests": {"cpu": config.cpu, "memory": config.memory},
-            "limits": {"memory": config.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
+            "requests": {"cpu": settings.cpu, "memory": settings.memory},
+            "limits": {"memory": settings.memory_limit, "ephemeral-storage": EPHEMERAL_LIMIT},
         },
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [
@@ -200,8 +183,11 @@ def _syncer(instance: InstanceRef, config: VclusterConfig) -> Manifest:
     }
 
 
-def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> list[Manifest]:
-    """Every object of the cluster in `namespace` (the cluster's own), in creation order."""
+def render(
+    instance: InstanceRef, settings: VclusterBackendConfig, placement: Placement, namespace: str
+) -> list[Manifest]:
+    """Every object of the cluster in `namespace` (the cluster's own), in creation order: the
+    pool's `backend.vcluster` as it is, on the nodes of its `backend.placement`."""
     name = vcluster_name(instance)
     syncer_account = f"vc-{name}"
     # The syncer finds its own pods by these two labels, as the chart sets them.
@@ -213,7 +199,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
             "metadata": metadata(instance, config_secret_name(instance), namespace),
             "type": "Opaque",
             "stringData": {
-                "config.yaml": yaml.safe_dump(configuration(instance, config, namespace))
+                "config.yaml": yaml.safe_dump(configuration(instance, settings, namespace))
             },
         },
         {
@@ -240,7 +226,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                 {"kind": "ServiceAccount", "name": syncer_account, "namespace": namespace}
             ],
         },
-        config.reach.shape(
+        exposure.shape(
             {
                 "apiVersion": "v1",
                 "kind": "Service",
@@ -251,11 +237,12 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                     "annotations": {SERVICE_NOTE: ""},
                 },
                 "spec": {
-                    "type": config.service_type,
+                    "type": exposure.service_type(settings.exposure),
                     "selector": labels(instance),
                     "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": PORT}],
                 },
-            }
+            },
+            settings.exposure,
         ),
         statefulset(
             instance,
@@ -276,7 +263,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                     "initContainers": [
                         {
                             "name": "kubernetes",
-                            "image": config.kubernetes_image,
+                            "image": settings.kubernetes_image,
                             "command": ["cp", "-r", "/kubernetes/.", "/binaries/"],
                             "securityContext": {
                                 **RESTRICTED_CONTAINER,
@@ -285,7 +272,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                             "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
                         }
                     ],
-                    "containers": [_syncer(instance, config)],
+                    "containers": [_syncer(instance, settings)],
                     "volumes": [
                         *(
                             {"name": volume, "emptyDir": {"sizeLimit": size}}
@@ -294,7 +281,7 @@ def render(instance: InstanceRef, config: VclusterConfig, namespace: str) -> lis
                         {"name": "config", "secret": {"secretName": config_secret_name(instance)}},
                     ],
                 },
-                config.placement,
+                placement,
             ),
             namespace=namespace,
         ),

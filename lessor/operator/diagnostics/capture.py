@@ -260,7 +260,8 @@ def _size(count: int) -> str:
 
 
 def lease_record(lease: Json) -> Json:
-    """lessor's own record of the lease: who held it, which cluster, its phases and times."""
+    """lessor's own record of the lease: who held it, which cluster, its phases and times. Copied
+    from the stored object as it is, raw, so the bundle shows what kube-apiserver held."""
     metadata = lease.get("metadata", {})
     return {
         "name": metadata.get("name"),

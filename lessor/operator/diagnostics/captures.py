@@ -27,23 +27,24 @@ from cachetools import TTLCache
 from prometheus_client import Counter
 
 from lessor.bucket import Bucket, BucketError, Credentials, Location
-from lessor.operator import lease_traces
-from lessor.operator.conditions import with_condition
+from lessor.operator.core import lease_traces
+from lessor.operator.core.conditions import with_condition
+from lessor.operator.core.kinds import INSTANCES, LEASES, SECRETS
+from lessor.operator.core.writes import write_status
 from lessor.operator.diagnostics import records
 from lessor.operator.diagnostics.bundle import BundleWriter
 from lessor.operator.diagnostics.capture import capture_cluster, lease_record
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
 from lessor.operator.diagnostics.turns import Turns
-from lessor.operator.kinds import INSTANCES, LEASES, SECRETS
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Result
 from lessor.operator.runtime.events import EventRecorder
-from lessor.operator.writes import write_status
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources.cluster import (
     DIAGNOSTICS_CAPTURED,
+    ClusterInstance,
     ClusterLease,
     Diagnostics,
     DiagnosticsRecord,
@@ -121,7 +122,8 @@ class Captures:
                 store=store,
                 key=object_key(store, lease),
             )
-            status = lease.status.model_copy(update={"diagnostics": record})
+            status = lease.status.model_copy(deep=True)
+            status.diagnostics = record
             obj = await write_status(self.client, LEASES, obj, status)
             lease = ClusterLease.model_validate(obj)
         if record.state != "Capturing":
@@ -160,15 +162,10 @@ class Captures:
         self, obj: Json, lease: ClusterLease, record: DiagnosticsRecord, outcome: Outcome
     ) -> Json:
         assert lease.status is not None
-        done = record.model_copy(
-            update={
-                "state": "Captured" if outcome.captured else "Failed",
-                "finished_at": now_seconds(),
-                "size_bytes": outcome.size_bytes,
-                "truncated": outcome.truncated,
-                "message": outcome.message[:1000],
-            }
-        )
+        done = record.model_copy(deep=True)
+        done.state = "Captured" if outcome.captured else "Failed"
+        done.finished_at, done.message = now_seconds(), outcome.message[:1000]
+        done.size_bytes, done.truncated = outcome.size_bytes, outcome.truncated
         conditions = with_condition(
             lease.status.conditions,
             DIAGNOSTICS_CAPTURED,
@@ -177,12 +174,13 @@ class Captures:
             outcome.message,
             generation=lease.metadata.generation,
         )
-        status = lease.status.model_copy(update={"diagnostics": done, "conditions": conditions})
+        status = lease.status.model_copy(deep=True)
+        status.diagnostics, status.conditions = done, conditions
         obj = await write_status(self.client, LEASES, obj, status)
         result = "captured" if outcome.captured else "failed"
         BUNDLES.labels(result).inc()
         lease_traces.record(
-            "lease.diagnostics", obj, record.started_at,
+            "lease.diagnostics", lease, record.started_at,
             attributes={"lessor.diagnostics.result": result},
         )  # fmt: skip
         if outcome.captured:
@@ -279,10 +277,12 @@ class Captures:
         (lessor.operator.backends.lease_credentials)."""
         bound = lease.status.instance if lease.status else None
         namespace = lease.metadata.namespace
-        instance = await self.client.get(INSTANCES.path(namespace, bound.name if bound else "-"))
-        if bound is None or instance["metadata"]["uid"] != bound.uid:
+        instance = ClusterInstance.model_validate(
+            await self.client.get(INSTANCES.path(namespace, bound.name if bound else "-"))
+        )
+        if bound is None or instance.metadata.uid != bound.uid:
             raise KeyError("the lease's cluster instance is gone")
-        secret = instance.get("status", {}).get("kubeconfigSecret") or "-"
+        secret = (instance.status.kubeconfig_secret if instance.status else None) or "-"
         found = await self.client.get(SECRETS.path(namespace, secret))
         return base64.b64decode(found["data"]["kubeconfig"]).decode()
 

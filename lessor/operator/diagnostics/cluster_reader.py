@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import httpx
 
-from lessor.operator.cluster_http import KubeconfigError, connect
+from lessor.operator.backends.cluster_http import KubeconfigError, connect
 from lessor.operator.diagnostics.bundle import Budget
 
 ERROR_BODY_LIMIT = 512

@@ -20,12 +20,12 @@ import logging
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from lessor.operator.context import Context
-from lessor.operator.kinds import DIAGNOSTICS_BUNDLES
+from lessor.operator.core.kinds import DIAGNOSTICS_BUNDLES
+from lessor.operator.core.writes import create_missing, delete_fenced
 from lessor.operator.runtime.client import ApiError, KubeClient
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import create_missing, delete_fenced
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.base import API_VERSION
@@ -92,7 +92,7 @@ def setup(context: Context) -> Controller:
     # it, and the rest of the operator serves (bundles are then served while leases exist).
     records.optional = True
     sweep = RecordSweep(context.client, records)
-    return context.controller("diagnosticsbundle", sweep.reconcile).watch(records)
+    return context.controller(DiagnosticsBundle, sweep.reconcile).watch(records)
 
 
 class RecordSweep:

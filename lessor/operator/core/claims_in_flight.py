@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 
-from lessor.operator.runtime.informer import Informer
+from lessor.operator.core.typed import Typed
 from lessor.operator.runtime.store import key_of
 from lessor.protocol.json_object import Json
+from lessor.resources.cluster import ClusterInstance
 
 # A claim the cache never shows (the instance deleted and recreated meanwhile, a relist that
 # skipped the version) is forgotten after this long; a decision made on the cache alone then
@@ -26,7 +27,7 @@ FORGET_AFTER = 30.0
 
 
 class ClaimsInFlight:
-    def __init__(self, instances: Informer) -> None:
+    def __init__(self, instances: Typed[ClusterInstance]) -> None:
         self.instances = instances
         self._by_lease: dict[str, tuple[Json, float]] = {}  # lease uid: (instance as patched, when)
 
@@ -51,11 +52,11 @@ class ClaimsInFlight:
         """Forget what the cache shows now: the instance claimed (by anyone) or gone."""
         now = time.monotonic()
         for lease_uid, (instance, since) in list(self._by_lease.items()):
-            cached = self.instances.store.get(key_of(instance))
+            cached = self.instances.get(key_of(instance))
             if (
                 cached is None
-                or cached["metadata"]["uid"] != instance["metadata"]["uid"]
-                or cached.get("spec", {}).get("claimRef")
+                or cached.uid != instance["metadata"]["uid"]
+                or cached.model.spec.claim_ref is not None
                 or now - since > FORGET_AFTER
             ):
                 del self._by_lease[lease_uid]

@@ -18,14 +18,14 @@ import logging
 
 from pydantic import ValidationError
 
-from lessor.operator.conditions import find, with_condition
-from lessor.operator.context import Context
-from lessor.operator.kinds import ACCESS_POLICIES, SECRETS
+from lessor.operator.core.conditions import find, with_condition
+from lessor.operator.core.kinds import ACCESS_POLICIES, SECRETS
+from lessor.operator.core.writes import write_status
 from lessor.operator.runtime.client import KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import write_status
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.protocol.validation_errors import describe
 from lessor.resources.access_policy import AccessPolicy, AccessPolicyStatus
@@ -39,7 +39,7 @@ RECHECK_SECONDS = 60.0
 def setup(context: Context) -> Controller:
     policies = context.informer(ACCESS_POLICIES)
     reconciler = AccessPolicyReconciler(context.client, policies, context.events)
-    return context.controller("accesspolicy", reconciler.reconcile).watch(policies)
+    return context.controller(AccessPolicy, reconciler.reconcile).watch(policies)
 
 
 class AccessPolicyReconciler:
@@ -52,6 +52,8 @@ class AccessPolicyReconciler:
         obj = self.policies.store.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Result()
+        # Read in parts, not as one AccessPolicy: an administrator may have written the spec
+        # wrong, and saying so in the status is this reconciler's job.
         try:
             status = AccessPolicyStatus.model_validate(obj.get("status") or {})
         except ValidationError:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import datetime
 
-from lessor.operator.kinds import SECRETS
+from lessor.operator.core.kinds import SECRETS
+from lessor.operator.core.writes import owner_reference
 from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
-from lessor.operator.writes import owner_reference
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp
+from lessor.resources import labels as keys
 
 EXPIRES = "lessor.dev/credential-expires-at"
 
@@ -37,7 +38,7 @@ def _manifest(lease: Json, kubeconfig: str, expires_at: datetime.datetime) -> Js
         "metadata": {
             "name": secret_name(name),
             "namespace": lease["metadata"]["namespace"],
-            "labels": {"lessor.dev/lease": name},
+            "labels": {keys.LEASE: name},
             "annotations": {EXPIRES: timestamp(expires_at)},
             "ownerReferences": [owner_reference(lease)],
         },

@@ -21,31 +21,30 @@ from collections.abc import Iterator
 from opentelemetry.context import Context
 
 from lessor import tracing
-from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
+from lessor.resources.cluster import ClusterLease
 
 _TRACER = tracing.tracer(__name__)
 
 
-def _parent(lease: Json) -> Context | None:
+def _parent(lease: ClusterLease) -> Context | None:
     if not tracing.enabled():
         return None
-    return tracing.context_of(lease.get("metadata", {}).get("annotations"))
+    return tracing.context_of(lease.metadata.annotations)
 
 
-def _attributes(lease: Json, extra: dict[str, str] | None) -> dict[str, str]:
-    metadata = lease.get("metadata", {})
+def _attributes(lease: ClusterLease, extra: dict[str, str] | None) -> dict[str, str]:
     return {
-        "k8s.namespace.name": str(metadata.get("namespace", "")),
-        "lessor.lease.name": str(metadata.get("name", "")),
-        "lessor.pool.name": str(lease.get("spec", {}).get("pool", "")),
+        "k8s.namespace.name": lease.metadata.namespace or "",
+        "lessor.lease.name": lease.metadata.name or "",
+        "lessor.pool.name": lease.spec.pool,
         **(extra or {}),
     }
 
 
 def record(
     name: str,
-    lease: Json,
+    lease: ClusterLease,
     start: datetime.datetime,
     end: datetime.datetime | None = None,
     attributes: dict[str, str] | None = None,
@@ -64,7 +63,9 @@ def record(
 
 
 @contextlib.contextmanager
-def span(name: str, lease: Json, attributes: dict[str, str] | None = None) -> Iterator[None]:
+def span(
+    name: str, lease: ClusterLease, attributes: dict[str, str] | None = None
+) -> Iterator[None]:
     """A span of `lease`'s trace around what the block does."""
     parent = _parent(lease)
     if parent is None:

@@ -6,9 +6,9 @@ the whole lifecycle of spec 3.2.
 - Pending: admitted by the API, no claim yet (the pool is missing or not yet served by a
   compatible agent-sandbox). Provisioning: the claim exists (named after the lease, owned by it,
   created atomically, so a replayed reconcile finds it instead of making a second), in the
-  sandbox namespace (`--sandbox-namespace`, lessor.operator.ownership), which the lease's status
-  records with every reference. Ready: the
-  claim's Ready condition is True; the expiry is counted from that moment.
+  sandbox namespace (`--sandbox-namespace`, lessor.operator.core.ownership), which the lease's
+  status records with every reference. Ready: the claim's Ready condition is True; the expiry is
+  counted from that moment.
 - Teardown starts for one of three causes, and the first one is written to `releaseCause` in
   the same status write that enters Releasing; nothing later rewrites it, so a release request
   after an expiry leaves the lease Expired. `provisioningDeadline` is the lease's
@@ -36,28 +36,36 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Literal
 
-from lessor.operator import lease_metrics
-from lessor.operator.compatibility import CompatibilityCache
-from lessor.operator.context import Context
-from lessor.operator.kinds import CLAIMS, PODS, SANDBOX_LEASES, SANDBOX_POOLS, SANDBOXES, SERVICES
-from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError, ResourceType
-from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.runtime.events import EventRecorder
-from lessor.operator.runtime.informer import Informer
-from lessor.operator.runtime.store import key_of
-from lessor.operator.sandbox_pools import BY_SANDBOX_POOL, child_name, index_by_sandbox_pool
-from lessor.operator.writes import (
+from lessor.operator.core import lease_metrics
+from lessor.operator.core.compatibility import CompatibilityCache
+from lessor.operator.core.kinds import (
+    CLAIMS,
+    PODS,
+    SANDBOX_LEASES,
+    SANDBOXES,
+    SERVICES,
+)
+from lessor.operator.core.ownership import owned_by, owned_metadata
+from lessor.operator.core.typed import Typed
+from lessor.operator.core.writes import (
     add_finalizer,
     delete_fenced,
     remove_finalizer,
     without,
     write_status,
 )
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
+from lessor.operator.runtime.store import key_of
+from lessor.operator.sandbox.pools import BY_SANDBOX_POOL, child_name, index_by_sandbox_pool
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
+from lessor.protocol.phases import EndReason
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
+from lessor.resources import labels
 from lessor.resources.base import ObjectRef
 from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import (
@@ -65,17 +73,18 @@ from lessor.resources.sandbox import (
     ReleaseCause,
     SandboxLease,
     SandboxLeaseStatus,
+    SandboxPool,
 )
 
 log = logging.getLogger(__name__)
 
 FINALIZER = "lessor.dev/sandbox-release"
-LEASE_LABEL = "lessor.dev/sandbox-lease"
 POLL_SECONDS = 0.5  # agent-sandbox objects are polled, not watched (see the module docstring)
 TOMBSTONE_RETENTION = datetime.timedelta(minutes=10)
 
 
 def _ready(claim: Json) -> bool:
+    """agent-sandbox's SandboxClaim is a foreign kind, read as kube-apiserver serves it."""
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in claim.get("status", {}).get("conditions", [])
@@ -92,7 +101,8 @@ BY_OWNER = "owner"
 
 
 def index_by_sandbox(lease: Json) -> list[str]:
-    """A placed lease under the name of its sandbox (what a sandbox pod's owner names)."""
+    """A placed lease under the name of its sandbox (what a sandbox pod's owner names). Raw, as
+    every index function reads: it runs on each watch event, before any model is asked for."""
     name = (lease.get("status", {}).get("sandbox") or {}).get("name")
     return [name] if name else []
 
@@ -104,17 +114,17 @@ def index_by_owner(pod: Json) -> list[str]:
 
 
 def _status(lease: SandboxLease) -> SandboxLeaseStatus:
-    """A copy of the lease's status to change and write (the lease keeps what was read)."""
-    return lease.status.model_copy() if lease.status else SandboxLeaseStatus()
+    """A copy of the lease's status to change and write: the cached model is shared."""
+    return lease.status.model_copy(deep=True) if lease.status else SandboxLeaseStatus()
 
 
 def setup(context: Context) -> Controller:
     """A lease is reconciled when it changes, and a pending one also when its pool does (the
     pool may now exist, or have its warm pool)."""
     settings = context.settings
-    pools = context.informer(SANDBOX_POOLS)
-    leases = context.informer(
-        SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool, BY_SANDBOX: index_by_sandbox}
+    pools = context.cache(SandboxPool)
+    leases = context.cache(
+        SandboxLease, {BY_SANDBOX_POOL: index_by_sandbox_pool, BY_SANDBOX: index_by_sandbox}
     )
     # The pods of the sandbox namespace, by the Sandbox that owns them (others index nowhere).
     pods = context.manager.informer(context.client, PODS, namespace=settings.sandbox_namespace)
@@ -133,22 +143,24 @@ def setup(context: Context) -> Controller:
 
     def pending_of(pool: Json) -> list[str]:
         return [
-            key_of(lease)
-            for lease in leases.store.by_index(BY_SANDBOX_POOL, key_of(pool))
-            if SandboxLease.phases.waiting(lease.get("status", {}).get("phase"))
+            lease.key
+            for lease in leases.by_index(BY_SANDBOX_POOL, key_of(pool))
+            if SandboxLease.phases.waiting(lease.model.status.phase if lease.model.status else None)
         ]
 
     def placed_on(pod: Json) -> list[str]:
         owners = pod["metadata"].get("ownerReferences", [])
         sandboxes = [o["name"] for o in owners if o.get("kind") == SANDBOXES.kind]
         return [
-            key_of(lease) for name in sandboxes for lease in leases.store.by_index(BY_SANDBOX, name)
+            key_of(lease)
+            for name in sandboxes
+            for lease in leases.informer.store.by_index(BY_SANDBOX, name)
         ]
 
     return (
-        context.controller("sandboxlease", reconciler.reconcile)
-        .watch(leases)
-        .watch(pools, pending_of)
+        context.controller(SandboxLease, reconciler.reconcile)
+        .watch(leases.informer)
+        .watch(pools.informer, pending_of)
         .watch(pods, placed_on)
     )
 
@@ -158,8 +170,8 @@ class SandboxLeaseReconciler:
         self,
         client: KubeClient,
         *,
-        leases: Informer,
-        pools: Informer,
+        leases: Typed[SandboxLease],
+        pools: Typed[SandboxPool],
         pods: Informer,
         events: EventRecorder,
         compatibility: CompatibilityCache,
@@ -178,10 +190,10 @@ class SandboxLeaseReconciler:
         self.sandboxes = sandboxes
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.leases.store.get(key)
-        if obj is None:
+        cached = self.leases.get(key)
+        if cached is None:
             return Result()
-        lease = SandboxLease.model_validate(obj)
+        obj, lease = cached.raw, cached.model
         if lease.spec.cancelled:
             return await self._expire_tombstone(obj)
         phase = lease.status.phase if lease.status else None
@@ -207,7 +219,7 @@ class SandboxLeaseReconciler:
         cause = self._cause(lease, phase, now, deadline, deleting)
         if cause is not None:
             return await self._start_release(obj, lease, status, cause)
-        if phase == "Ready":
+        if phase == SandboxLease.phases.usable:
             return await self._ready(obj, lease, status, now)
         return await self._provision(obj, lease, status, now, deadline)
 
@@ -238,7 +250,7 @@ class SandboxLeaseReconciler:
         """Why teardown starts now, if it does. A requested release and a passed deadline can
         both hold: whichever the lease's state reached first is the honest cause, and for a
         lease that is not yet Ready the deadline is checked first (it cannot be extended)."""
-        if phase == "Ready":
+        if phase == SandboxLease.phases.usable:
             expiry = self._expiry(lease)
             if expiry is not None and now >= expiry:
                 return "RuntimeTtl"
@@ -279,7 +291,7 @@ class SandboxLeaseReconciler:
         if not _ready(claim):
             await write_status(self.client, SANDBOX_LEASES, obj, status)
             return Result(requeue_after=min(POLL_SECONDS, until_deadline))
-        sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")
+        sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")  # foreign, as _ready
         sandbox = await self._get(SANDBOXES.path(namespace, sandbox_name)) if sandbox_name else None
         if sandbox is None:
             await write_status(self.client, SANDBOX_LEASES, obj, status)
@@ -292,17 +304,10 @@ class SandboxLeaseReconciler:
         pod = await self._get(PODS.path(namespace, pod_name))
         ready_at = now.replace(microsecond=0)
         expiry = lease.spec.expires_at(ready_at)
-        status = status.model_copy(
-            update={
-                "phase": "Ready",
-                "ready_at": ready_at,
-                "expires_at": expiry.replace(microsecond=0),
-                "extensions_count": min(len(lease.spec.extensions), lease.spec.max_extensions),
-                "sandbox": _ref(sandbox),
-                "pod": _ref(pod) if pod else None,
-                "message": "",
-            }
-        )
+        status.phase, status.message = "Ready", ""
+        status.ready_at, status.expires_at = ready_at, expiry.replace(microsecond=0)
+        status.extensions_count = min(len(lease.spec.extensions), lease.spec.max_extensions)
+        status.sandbox, status.pod = _ref(sandbox), _ref(pod) if pod else None
         obj = await self._transition(obj, status)
         await self.events.record(
             obj, "Normal", "Ready", f"sandbox {sandbox_name} until {timestamp(expiry)}"
@@ -311,21 +316,21 @@ class SandboxLeaseReconciler:
 
     async def _transition(self, obj: Json, status: SandboxLeaseStatus) -> Json:
         """The status write that moves the lease to another phase, counted once it succeeded
-        (lessor.operator.lease_metrics)."""
+        (lessor.operator.core.lease_metrics)."""
         written = await write_status(self.client, SANDBOX_LEASES, obj, status)
-        pool = f"{obj['metadata']['namespace']}/{obj.get('spec', {}).get('pool')}"
-        exists = self.pools.store.get(pool) is not None
-        lease_metrics.transition("sandbox", SandboxLease.phases, obj, written, pool_exists=exists)
+        exists = self.pools.informer.store.get(index_by_sandbox_pool(obj)[0]) is not None
+        before, after = self.leases.decode(obj).model, self.leases.decode(written).model
+        lease_metrics.transition("sandbox", before, after, pool_exists=exists)
         return written
 
     async def _why_not_placeable(self, namespace: str, pool_name: str) -> str | None:
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
             return verdict.reason
-        pool = self.pools.store.get(f"{namespace}/{pool_name}")
+        pool = self.pools.get(f"{namespace}/{pool_name}")
         if pool is None:
             return f"SandboxPool {pool_name} does not exist"
-        if not pool.get("status", {}).get("warmPoolRef"):
+        if pool.model.status is None or pool.model.status.warm_pool_ref is None:
             return f"SandboxPool {pool_name} has no warm pool yet"
         return None
 
@@ -337,7 +342,7 @@ class SandboxLeaseReconciler:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {LEASE_LABEL: name},
+                "labels": {labels.SANDBOX_LEASE: name},
                 **owned_metadata(obj, namespace),
             },
             "spec": {"warmPoolRef": {"name": child_name(lease.spec.pool)}},
@@ -405,7 +410,7 @@ class SandboxLeaseReconciler:
         status.message = "revoking access and removing the sandbox"
         obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
         await self.events.record(obj, "Normal", "Releasing", f"cause {status.release_cause}")
-        lease = SandboxLease.model_validate(obj)
+        lease = self.leases.decode(obj).model
         return await self._releasing(obj, lease, _status(lease))
 
     async def _releasing(
@@ -421,9 +426,7 @@ class SandboxLeaseReconciler:
             if not found["metadata"].get("deletionTimestamp"):
                 await delete_fenced(self.client, kind, found)
         if not left:
-            final: Literal["Released", "Expired"] = (
-                "Released" if status.release_cause == "Requested" else "Expired"
-            )
+            final: EndReason = "Released" if status.release_cause == "Requested" else "Expired"
             status = without(status, "evidence")
             status.phase, status.message = final, "sandbox removed; cleanup verified"
             if status.ended_at is None:
@@ -458,7 +461,7 @@ class SandboxLeaseReconciler:
         status = lease.status
         sandbox_ref = status.sandbox if status else None
         if sandbox_ref is None and claim is not None and owned_by(claim, obj):
-            # Released before Ready: the claim may already have a sandbox.
+            # Released before Ready: the claim may already have a sandbox (foreign, as _ready).
             sandbox_name = claim.get("status", {}).get("sandbox", {}).get("name")
             sandbox = (
                 await self._get(SANDBOXES.path(namespace, sandbox_name)) if sandbox_name else None

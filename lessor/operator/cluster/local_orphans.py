@@ -26,10 +26,10 @@ from prometheus_client import Counter
 from lessor.controlplane.local_clusters import cluster_directories, every_cluster, stop_cluster
 from lessor.operator.backends.base import BackendError
 from lessor.operator.backends.local import LocalBackend
-from lessor.operator.context import Context
-from lessor.operator.kinds import INSTANCES
+from lessor.operator.core.kinds import INSTANCES
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.wiring.context import Context
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 administrator's pod template) and a SandboxWarmPool of `warm` sandboxes made from it, in the
 sandbox namespace; the pool's status reports the warm pool's ready count and references both
 objects by uid. The pool's finalizer removes both when the pool is deleted (an owner reference
-cannot cross namespaces; lessor.operator.ownership), each fenced by its uid.
+cannot cross namespaces; lessor.operator.core.ownership), each fenced by its uid.
 
 Nothing is written to agent-sandbox's APIs until the read-only compatibility check passes (the
 same check the API server runs; lessor.agentsandbox.compat). While it fails, the pool is
@@ -15,31 +15,38 @@ first.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from dataclasses import dataclass
 
-from lessor.operator import pool_gauges
-from lessor.operator.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
-from lessor.operator.conditions import with_condition
-from lessor.operator.context import Context
-from lessor.operator.kinds import SANDBOX_LEASES, SANDBOX_POOLS, TEMPLATES, WARM_POOLS
-from lessor.operator.ownership import owned_by, owned_metadata
-from lessor.operator.pool_gauges import PoolRow, waiting_leases
-from lessor.operator.runtime.client import KubeClient, NotFoundError, ResourceType
-from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import (
+from lessor.operator.core import pool_gauges
+from lessor.operator.core.compatibility import RECHECK_FAILING_SECONDS, CompatibilityCache
+from lessor.operator.core.conditions import with_condition
+from lessor.operator.core.kinds import SANDBOX_POOLS, TEMPLATES, WARM_POOLS
+from lessor.operator.core.ownership import owned_by, owned_metadata
+from lessor.operator.core.pool_gauges import PoolRow
+from lessor.operator.core.typed import Cached, Typed
+from lessor.operator.core.writes import (
     add_finalizer,
     delete_fenced,
     remove_finalizer,
     write_status,
 )
+from lessor.operator.runtime.client import KubeClient, NotFoundError, ResourceType
+from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
+from lessor.resources import labels
 from lessor.resources.base import Condition, ObjectRef
-from lessor.resources.sandbox import SandboxLease, SandboxPool, SandboxPoolStatus
+from lessor.resources.sandbox import (
+    SandboxLease,
+    SandboxLeaseStatus,
+    SandboxPool,
+    SandboxPoolStatus,
+)
 
 log = logging.getLogger(__name__)
 
-POOL_LABEL = "lessor.dev/sandbox-pool"
 FINALIZER = "lessor.dev/sandbox-pool-cleanup"
 REFRESH_SECONDS = 10.0
 
@@ -64,57 +71,63 @@ BY_SANDBOX_POOL = "by-sandbox-pool"
 
 
 def index_by_sandbox_pool(obj: Json) -> list[str]:
+    """`namespace/pool` of a SandboxLease: read raw, as every index function is (it runs on each
+    watch event, before any model is asked for; the key is a required string)."""
     return [f"{obj['metadata'].get('namespace')}/{obj.get('spec', {}).get('pool')}"]
 
 
-def _held(key: str, leases: Informer) -> list[Json]:
+def _held(key: str, leases: Typed[SandboxLease]) -> list[Cached[SandboxLease]]:
     return [
-        lease
-        for lease in leases.store.by_index(BY_SANDBOX_POOL, key)
-        if not lease.get("spec", {}).get("cancelled")
+        lease for lease in leases.by_index(BY_SANDBOX_POOL, key) if not lease.model.spec.cancelled
     ]
 
 
-def lease_counts(held: list[Json]) -> dict[str, int]:
-    """What the pool's leases hold, by state: leased (placed or being placed), recycling (being
+@dataclass
+class LeaseCounts:
+    """What a pool's leases hold, by state: leased (placed or being placed), recycling (being
     cleaned up), unhealthy (Ready, but the pod is being replaced: no pod recorded), quarantined
     (cleanup uncertain: withheld)."""
-    phases = [(lease.get("status") or {}).get("phase") for lease in held]
-    return {
-        "leased": sum(phase in ("Provisioning", "Ready") for phase in phases),
-        "recycling": phases.count("Releasing"),
-        "unhealthy": sum(
-            (lease.get("status") or {}).get("phase") == "Ready"
-            and not (lease.get("status") or {}).get("pod")
-            for lease in held
-        ),
-        "quarantined": phases.count("Quarantined"),
-    }
+
+    leased: int = 0
+    recycling: int = 0
+    unhealthy: int = 0
+    quarantined: int = 0
+
+    @classmethod
+    def of(cls, held: list[Cached[SandboxLease]]) -> LeaseCounts:
+        statuses = [lease.model.status or SandboxLeaseStatus() for lease in held]
+        phases = [status.phase for status in statuses]
+        return cls(
+            leased=sum(phase in SandboxLease.phases.placed for phase in phases),
+            recycling=phases.count("Releasing"),
+            unhealthy=sum(s.phase == SandboxLease.phases.usable and not s.pod for s in statuses),
+            quarantined=phases.count("Quarantined"),
+        )
 
 
-def gauge_row(pool: Json, key: str, leases: Informer) -> PoolRow:
-    """The pool's gauges (lessor.operator.pool_gauges): what its leases hold, from the lease
+def gauge_row(pool: Cached[SandboxPool], key: str, leases: Typed[SandboxLease]) -> PoolRow:
+    """The pool's gauges (lessor.operator.core.pool_gauges): what its leases hold, from the lease
     cache; ready and creating as the pool's status last said (agent-sandbox's warm pool counts,
     refreshed every REFRESH_SECONDS: they are not cached here)."""
     held = _held(key, leases)
-    status = pool.get("status", {})
+    status = pool.model.status or SandboxPoolStatus()
     return PoolRow(
-        namespace=pool["metadata"].get("namespace", ""),
-        pool=pool["metadata"]["name"],
-        warm_target=int(pool.get("spec", {}).get("warm", 0)),
+        namespace=pool.model.metadata.namespace or "",
+        pool=pool.name,
+        warm_target=pool.model.spec.warm,
         instances={
-            "ready": int(status.get("ready", 0)),
-            "creating": int(status.get("creating", 0)),
-            **lease_counts(held),
+            "ready": status.ready,
+            "creating": status.creating,
+            **dataclasses.asdict(LeaseCounts.of(held)),
         },
-        waiting=waiting_leases(held, SandboxLease.phases),
+        waiting=pool_gauges.created(pool_gauges.waiting_leases(held)),
     )
 
 
 def setup(context: Context) -> Controller:
     """A pool is reconciled when it changes and when any of its leases does (its counts)."""
-    pools = context.informer(SANDBOX_POOLS)
-    leases = context.informer(SANDBOX_LEASES, {BY_SANDBOX_POOL: index_by_sandbox_pool})
+    pools = context.cache(SandboxPool)
+    leases = context.cache(SandboxLease, {BY_SANDBOX_POOL: index_by_sandbox_pool})
     reconciler = SandboxPoolReconciler(
         context.client,
         pools=pools,
@@ -128,9 +141,9 @@ def setup(context: Context) -> Controller:
         lambda: context.manager.leading,
     )
     return (
-        context.controller("sandboxpool", reconciler.reconcile)
-        .watch(pools)
-        .watch(leases, index_by_sandbox_pool)
+        context.controller(SandboxPool, reconciler.reconcile)
+        .watch(pools.informer)
+        .watch(leases.informer, index_by_sandbox_pool)
     )
 
 
@@ -139,8 +152,8 @@ class SandboxPoolReconciler:
         self,
         client: KubeClient,
         *,
-        pools: Informer,
-        leases: Informer,
+        pools: Typed[SandboxPool],
+        leases: Typed[SandboxLease],
         compatibility: CompatibilityCache,
         sandboxes: str,
     ) -> None:
@@ -150,22 +163,25 @@ class SandboxPoolReconciler:
         self.compatibility = compatibility
         self.sandboxes = sandboxes
 
-    def _counts(self, key: str) -> dict[str, int]:
+    def _count(self, key: str, status: SandboxPoolStatus) -> None:
+        """The pool's leases, counted into its status."""
         held = _held(key, self.leases)
-        queue = len(waiting_leases(held, SandboxLease.phases))
-        return {**lease_counts(held), "queue_depth": queue}
+        counts = LeaseCounts.of(held)
+        status.leased, status.recycling = counts.leased, counts.recycling
+        status.unhealthy, status.quarantined = counts.unhealthy, counts.quarantined
+        status.queue_depth = len(pool_gauges.waiting_leases(held))
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.pools.store.get(key)
-        if obj is None:
+        cached = self.pools.get(key)
+        if cached is None:
             return Result()
-        if obj["metadata"].get("deletionTimestamp"):
-            return await self._remove_children(obj)
-        obj = await add_finalizer(self.client, SANDBOX_POOLS, obj, FINALIZER)
-        pool = SandboxPool.model_validate(obj)
-        status = (pool.status or SandboxPoolStatus()).model_copy(
-            update={"observed_generation": pool.metadata.generation, **self._counts(key)}
-        )
+        if cached.deleting:
+            return await self._remove_children(cached.raw)
+        obj = await add_finalizer(self.client, SANDBOX_POOLS, cached.raw, FINALIZER)
+        pool = self.pools.decode(obj).model
+        status = (pool.status or SandboxPoolStatus()).model_copy(deep=True)
+        status.observed_generation = pool.metadata.generation
+        self._count(key, status)
         verdict = await self.compatibility.verdict()
         if not verdict.ok:
             status.phase = "Unavailable"
@@ -179,18 +195,13 @@ class SandboxPoolReconciler:
                 "sandboxTemplateRef": {"name": child_name(obj["metadata"]["name"])},
             }),
         )  # fmt: skip
+        # agent-sandbox's SandboxWarmPool: a foreign kind, read as kube-apiserver answered it
         made = warm_pool.get("status", {})
         ready = int(made.get("readyReplicas") or 0)
-        status = status.model_copy(
-            update={
-                "phase": "Healthy" if ready >= pool.spec.warm else "Degraded",
-                "ready": ready,
-                "creating": max(0, int(made.get("replicas") or 0) - ready),
-                "template_ref": _reference(template),
-                "warm_pool_ref": _reference(warm_pool),
-                "conditions": _compatible(pool, True, verdict.reason),
-            }
-        )
+        status.phase = "Healthy" if ready >= pool.spec.warm else "Degraded"
+        status.ready, status.creating = ready, max(0, int(made.get("replicas") or 0) - ready)
+        status.template_ref, status.warm_pool_ref = _reference(template), _reference(warm_pool)
+        status.conditions = _compatible(pool, True, verdict.reason)
         await write_status(self.client, SANDBOX_POOLS, obj, status)
         return Result(requeue_after=REFRESH_SECONDS)
 
@@ -217,7 +228,7 @@ class SandboxPoolReconciler:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {POOL_LABEL: pool},
+                "labels": {labels.SANDBOX_POOL: pool},
                 **owned_metadata(owner, namespace),
             },
             "spec": spec,

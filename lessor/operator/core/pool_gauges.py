@@ -23,14 +23,18 @@ import dataclasses
 import datetime
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
 
-from lessor.operator.runtime.informer import Informer
-from lessor.protocol.json_object import Json
-from lessor.protocol.phases import LeasePhases
+from lessor.operator.core.typed import Cached, Typed
 from lessor.protocol.timestamps import utcnow
+from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.sandbox import SandboxLease, SandboxPool
+
+L = TypeVar("L", ClusterLease, SandboxLease)
+P = TypeVar("P", ClusterPool, SandboxPool)
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ class PoolRow:
     pool: str
     warm_target: int
     instances: dict[str, int]
-    waiting: list[Json]
+    waiting: list[datetime.datetime | None]
+    """When each lease in the pool's queue was created."""
     conditions: dict[str, str] = dataclasses.field(default_factory=dict)
     """The status of each of the pool's conditions, by type: True, False or Unknown."""
 
@@ -49,21 +54,24 @@ class PoolRow:
 Source = Callable[[], Iterable[PoolRow]]
 
 
-def waiting_leases(leases: Iterable[Json], phases: LeasePhases) -> list[Json]:
+def waiting_leases(leases: Iterable[Cached[L]]) -> list[Cached[L]]:
     """Leases in their pool's queue: not yet given anything, not cancelled, not being deleted."""
     return [
         lease
         for lease in leases
-        if phases.waiting(lease.get("status", {}).get("phase"))
-        and not lease["metadata"].get("deletionTimestamp")
-        and not lease.get("spec", {}).get("cancelled")
+        if lease.model.phases.waiting(lease.model.status.phase if lease.model.status else None)
+        and not lease.deleting
+        and not (isinstance(lease.model, SandboxLease) and lease.model.spec.cancelled)
     ]
 
 
-def _oldest_seconds(waiting: list[Json], now: datetime.datetime) -> float:
-    stamps = [lease["metadata"].get("creationTimestamp") for lease in waiting]
-    created = [datetime.datetime.fromisoformat(stamp) for stamp in stamps if stamp]
-    return max(0.0, (now - min(created)).total_seconds()) if created else 0.0
+def created(leases: Iterable[Cached[L]]) -> list[datetime.datetime | None]:
+    return [lease.model.metadata.creation_timestamp for lease in leases]
+
+
+def _oldest_seconds(waiting: list[datetime.datetime | None], now: datetime.datetime) -> float:
+    stamps = [stamp for stamp in waiting if stamp is not None]
+    return max(0.0, (now - min(stamps)).total_seconds()) if stamps else 0.0
 
 
 class PoolGauges(Collector):
@@ -128,15 +136,14 @@ GAUGES = PoolGauges()
 REGISTRY.register(GAUGES)
 
 
-def by_pool(pools: Informer, rows: Callable[[Json, str], PoolRow]) -> Source:
+def by_pool(pools: Typed[P], rows: Callable[[Cached[P], str], PoolRow]) -> Source:
     """A source that makes one row per pool in the cache, keyed as the caches index by pool."""
 
     def source() -> Iterator[PoolRow]:
-        for pool in pools.store.list():
-            metadata = pool["metadata"]
-            row = rows(pool, f"{metadata.get('namespace')}/{metadata['name']}")
-            found = pool.get("status", {}).get("conditions", [])
-            conditions = {c["type"]: c.get("status", "Unknown") for c in found if "type" in c}
+        for pool in pools.list():
+            row = rows(pool, pool.key)
+            found = pool.model.status.conditions if pool.model.status else []
+            conditions: dict[str, str] = {c.type: c.status for c in found}
             yield dataclasses.replace(row, conditions=conditions)
 
     return source

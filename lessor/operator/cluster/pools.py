@@ -14,39 +14,47 @@ failure, up to `MAX_START_BACKOFF`; the next cluster that starts resets both.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import time
+from dataclasses import dataclass
 
-from lessor.operator import autoscale, cluster_metrics, pool_gauges, rollout
 from lessor.operator.backends.registry import unavailable
-from lessor.operator.conditions import find, with_condition
-from lessor.operator.context import Context
-from lessor.operator.diagnostics.store_checks import RECHECK, RETRY, StoreChecks
-from lessor.operator.kinds import (
+from lessor.operator.cluster import autoscale, cluster_metrics, rollout
+from lessor.operator.core import pool_gauges
+from lessor.operator.core.conditions import find, with_condition
+from lessor.operator.core.kinds import (
     BY_POOL,
     INSTANCES,
-    LEASES,
-    POOL_LABEL,
     POOLS,
     index_by_pool,
     pool_key,
 )
-from lessor.operator.pool_gauges import PoolRow, waiting_leases
-from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.runtime.events import EventRecorder
-from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import (
+from lessor.operator.core.pool_gauges import PoolRow
+from lessor.operator.core.typed import Cached, Typed
+from lessor.operator.core.writes import (
     delete_fenced,
     outgoing_status,
     owner_reference,
     replace_status,
 )
+from lessor.operator.diagnostics.store_checks import RECHECK, RETRY, StoreChecks
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
+from lessor.resources import labels
 from lessor.resources.base import UP_TO_DATE, Condition
-from lessor.resources.cluster import ClusterLease, ClusterPool, ClusterPoolStatus
+from lessor.resources.cluster import (
+    ClusterInstance,
+    ClusterInstanceStatus,
+    ClusterLease,
+    ClusterPool,
+    ClusterPoolStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +66,7 @@ EXPECTATION_TIMEOUT = 60.0
 BACKEND_HEALTHY = "BackendHealthy"
 DIAGNOSTICS_READY = "DiagnosticsReady"
 START_BACKOFF = datetime.timedelta(seconds=10)
-# What an instance copies of its pool when it is made (lessor.operator.rollout.template).
+# What an instance copies of its pool when it is made (lessor.operator.cluster.rollout.template).
 TEMPLATE = {"backend", "addons", "readiness_gates"}
 MAX_START_BACKOFF = datetime.timedelta(minutes=10)
 # A status change that is the queue depth alone is written at most this often per pool: every
@@ -73,45 +81,68 @@ def start_backoff(failures: int) -> datetime.timedelta:
     return min(START_BACKOFF * (1 << min(max(failures - 1, 0), 16)), MAX_START_BACKOFF)
 
 
-def count_instances(instances: list[Json]) -> dict[str, int]:
-    counts = dict.fromkeys(
-        ("ready", "leased", "creating", "recycling", "unhealthy", "quarantined"), 0
-    )
+@dataclass
+class InstanceCounts:
+    """A pool's instances by state, as its status and its gauges count them."""
+
+    ready: int = 0
+    leased: int = 0
+    creating: int = 0
+    recycling: int = 0
+    unhealthy: int = 0
+    quarantined: int = 0
+
+    def total(self) -> int:
+        return sum(dataclasses.astuple(self))
+
+    def write_to(self, status: ClusterPoolStatus) -> None:
+        status.ready, status.leased, status.creating = self.ready, self.leased, self.creating
+        status.recycling, status.unhealthy = self.recycling, self.unhealthy
+        status.quarantined = self.quarantined
+
+
+def count_instances(instances: list[Cached[ClusterInstance]]) -> InstanceCounts:
+    counts = InstanceCounts()
     for instance in instances:
-        phase = instance.get("status", {}).get("phase")
+        phase = instance.model.status.phase if instance.model.status else None
         if phase == "Quarantined":
-            counts["quarantined"] += 1
-        elif instance["metadata"].get("deletionTimestamp") or phase == "Recycling":
-            counts["recycling"] += 1
-        elif instance.get("spec", {}).get("claimRef"):
-            counts["leased"] += 1
+            counts.quarantined += 1
+        elif instance.deleting or phase == "Recycling":
+            counts.recycling += 1
+        elif instance.model.spec.claim_ref is not None:
+            counts.leased += 1
         elif phase == "Ready":
-            counts["ready"] += 1
+            counts.ready += 1
         elif phase == "Unhealthy":
-            counts["unhealthy"] += 1
+            counts.unhealthy += 1
         else:
-            counts["creating"] += 1
+            counts.creating += 1
     return counts
 
 
-def gauge_row(pool: Json, key: str, instances: Informer, leases: Informer) -> PoolRow:
-    """The pool's gauges (lessor.operator.pool_gauges): its instances by state and its queue,
+def gauge_row(
+    pool: Cached[ClusterPool],
+    key: str,
+    instances: Typed[ClusterInstance],
+    leases: Typed[ClusterLease],
+) -> PoolRow:
+    """The pool's gauges (lessor.operator.core.pool_gauges): its instances by state and its queue,
     as the caches have them."""
     return PoolRow(
-        namespace=pool["metadata"].get("namespace", ""),
-        pool=pool["metadata"]["name"],
-        warm_target=ClusterPool.model_validate(pool).warm_now(),
-        instances=count_instances(instances.store.by_index(BY_POOL, key)),
-        waiting=waiting_leases(leases.store.by_index(BY_POOL, key), ClusterLease.phases),
+        namespace=pool.model.metadata.namespace or "",
+        pool=pool.name,
+        warm_target=pool.model.warm_now(),
+        instances=dataclasses.asdict(count_instances(instances.by_index(BY_POOL, key))),
+        waiting=pool_gauges.created(pool_gauges.waiting_leases(leases.by_index(BY_POOL, key))),
     )
 
 
 def setup(context: Context) -> Controller:
     """A pool is reconciled when it changes and when any of its instances or leases does (its
     counts and queue depth are theirs)."""
-    pools = context.informer(POOLS)
-    instances = context.informer(INSTANCES, {BY_POOL: index_by_pool})
-    leases = context.informer(LEASES, {BY_POOL: index_by_pool})
+    pools = context.cache(ClusterPool)
+    instances = context.cache(ClusterInstance, {BY_POOL: index_by_pool})
+    leases = context.cache(ClusterLease, {BY_POOL: index_by_pool})
     reconciler = PoolReconciler(
         context.client,
         pools=pools,
@@ -122,17 +153,40 @@ def setup(context: Context) -> Controller:
         privileged=context.settings.allow_privileged_backends,
         store_checks=StoreChecks(context.client, lambda key: controller.enqueue(key)),  # noqa: PLW0108
     )
-    controller = context.controller("clusterpool", reconciler.reconcile)
+    controller = context.controller(ClusterPool, reconciler.reconcile)
     pool_gauges.GAUGES.watch(
         "cluster",
         pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, instances, leases)),
         lambda: context.manager.leading,
     )
     return (
-        controller.watch(pools)
-        .watch(instances, lambda instance: [pool_key(instance)], settle=SETTLE)
-        .watch(leases, lambda lease: [pool_key(lease)], settle=SETTLE)
+        controller.watch(pools.informer)
+        .watch(instances.informer, lambda instance: [pool_key(instance)], settle=SETTLE)
+        .watch(leases.informer, lambda lease: [pool_key(lease)], settle=SETTLE)
     )
+
+
+def _summarize(
+    pool: ClusterPool, status: ClusterPoolStatus, outdated: int, backend: Condition | None
+) -> None:
+    """The pool's UpToDate condition, its template's hash and its phase, from the counts
+    already in `status` (the pass's outcome)."""
+    status.conditions = with_condition(
+        status.conditions, UP_TO_DATE, not outdated, "UpToDate" if not outdated else "Rolling",
+        f"{outdated} warm instance(s) of an older template being replaced"
+        if outdated else "every warm instance is of the current template",
+        generation=pool.metadata.generation,
+    )  # fmt: skip
+    status.outdated = outdated
+    status.template_hash = rollout.template_hash(pool.spec)
+    status.observed_generation = pool.metadata.generation
+    failing = backend is not None and backend.status == "False"
+    serving = status.ready + status.leased + status.creating
+    if not serving and status.target:
+        status.phase = "Unavailable"
+    else:
+        degraded = status.unhealthy or status.quarantined or failing
+        status.phase = "Degraded" if degraded else "Healthy"
 
 
 class PoolReconciler:
@@ -140,9 +194,9 @@ class PoolReconciler:
         self,
         client: KubeClient,
         *,
-        pools: Informer,
-        instances: Informer,
-        leases: Informer,
+        pools: Typed[ClusterPool],
+        instances: Typed[ClusterInstance],
+        leases: Typed[ClusterLease],
         events: EventRecorder,
         test_backends: bool = False,
         privileged: bool = False,
@@ -169,18 +223,18 @@ class PoolReconciler:
         return len(expected)
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.pools.store.get(key)
-        if obj is None:
+        cached = self.pools.get(key)
+        if cached is None:
             self._expected.pop(key, None)
             self._written_at.pop(key, None)
             self.store_checks.forget(key)
             return Result()
-        pool = ClusterPool.model_validate(obj)
-        instances = self.instances.store.by_index(BY_POOL, key)
-        expected = self._pending_expectations(key, {i["metadata"]["name"] for i in instances})
+        obj, pool = cached.raw, cached.model
+        instances = self.instances.by_index(BY_POOL, key)
+        expected = self._pending_expectations(key, {i.name for i in instances})
         counts = count_instances(instances)
-        counts["creating"] += expected
-        status = (pool.status or ClusterPoolStatus()).model_copy()
+        counts.creating += expected
+        status = (pool.status or ClusterPoolStatus()).model_copy(deep=True)
         before = find(status.conditions, BACKEND_HEALTHY)
         failed = await self._replace_unhealthy(instances)
         problem = unavailable(pool.spec.backend, self.test_backends, self.privileged)
@@ -188,61 +242,31 @@ class PoolReconciler:
         store_before = find(status.conditions, DIAGNOSTICS_READY)
         self._assess_store(key, pool, status)
         backend_health = find(status.conditions, BACKEND_HEALTHY)
+        leases = self.leases.by_index(BY_POOL, key)
         pending = [
             lease
-            for lease in self.leases.store.by_index(BY_POOL, key)
-            if ClusterLease.phases.waiting(lease.get("status", {}).get("phase"))
+            for lease in leases
+            if ClusterLease.phases.waiting(lease.model.status.phase if lease.model.status else None)
         ]
         pause = (status.retry_at - utcnow()).total_seconds() if status.retry_at else 0.0
         scaled = None
         if pool.spec.policy.mode == "autoscale":
             scaled = autoscale.decide(
-                pool.spec.policy, status.autoscale, self.leases.store.by_index(BY_POOL, key),
+                pool.spec.policy, status.autoscale, [lease.model for lease in leases],
                 len(pending), now_seconds(),
             )  # fmt: skip
         target_before = status.target
         warm = scaled.status.target if scaled else pool.spec.warm_target
         decided = rollout.plan(
-            pool.spec, instances, expected=expected, occupied=sum(counts.values()),
+            pool.spec, instances, expected=expected, occupied=counts.total(),
             waiting=len(pending), warm=warm, can_create=not problem and pause <= 0,
         )  # fmt: skip
-        deficit = decided.create
-        for _ in range(min(deficit, MAX_CREATES_PER_PASS)):
-            created = await self._create_instance(obj, pool)
-            self._expected.setdefault(key, {})[created] = time.monotonic()
-            counts["creating"] += 1
-        current = rollout.template(pool.spec)
-        for instance in decided.retire:
-            outdated = rollout.outdated(instance, current)
-            why = "replaced by one of the current template" if outdated else f"beyond {warm} warm"
-            await self._retire(instance, why)
+        counts.creating += await self._act(key, cached, decided, warm)
         up_to_date = find(status.conditions, UP_TO_DATE)  # before this pass, for its Event
-        status.conditions = with_condition(
-            status.conditions, UP_TO_DATE, not decided.outdated,
-            "UpToDate" if not decided.outdated else "Rolling",
-            f"{decided.outdated} warm instance(s) of an older template being replaced"
-            if decided.outdated else "every warm instance is of the current template",
-            generation=pool.metadata.generation,
-        )  # fmt: skip
-        failing = backend_health is not None and backend_health.status == "False"
-        degraded = counts["unhealthy"] or counts["quarantined"] or failing
-        serving = counts["ready"] + counts["leased"] + counts["creating"]
-        status = status.model_copy(
-            update={
-                **counts,
-                "queue_depth": len(pending),
-                "outdated": decided.outdated,
-                "target": warm,
-                "autoscale": scaled.status if scaled else None,
-                "template_hash": rollout.template_hash(pool.spec),
-                "observed_generation": pool.metadata.generation,
-                "phase": (
-                    "Unavailable"
-                    if not serving and warm
-                    else ("Degraded" if degraded else "Healthy")
-                ),
-            }
-        )
+        counts.write_to(status)
+        status.queue_depth, status.target = len(pending), warm
+        status.autoscale = scaled.status if scaled else None
+        _summarize(pool, status, decided.outdated, backend_health)
         obj, deferred = await self._write(key, obj, status)
         await self._report(obj, before, backend_health, failed)
         store_after = find(status.conditions, DIAGNOSTICS_READY)
@@ -257,8 +281,25 @@ class PoolReconciler:
                 obj, "Normal", "ScaledUp" if rose else "ScaledDown",
                 f"{target_before} to {scaled.status.target} warm: {scaled.status.reason}",
             )  # fmt: skip
-        due = [self._recheck(pool, status, pause, deficit, scaled), deferred]
+        due = [self._recheck(pool, status, pause, decided.create, scaled), deferred]
         return Result(requeue_after=min((t for t in due if t is not None), default=None))
+
+    async def _act(
+        self, key: str, pool: Cached[ClusterPool], decided: rollout.Plan, warm: int
+    ) -> int:
+        """Create what the plan asks for (at most MAX_CREATES_PER_PASS; the rest at the next
+        pass) and retire what it gives up; the number created."""
+        created = 0
+        for _ in range(min(decided.create, MAX_CREATES_PER_PASS)):
+            name = await self._create_instance(pool.raw, pool.model)
+            self._expected.setdefault(key, {})[name] = time.monotonic()
+            created += 1
+        current = rollout.template(pool.model.spec)
+        for instance in decided.retire:
+            outdated = rollout.outdated(instance.model, current)
+            why = "replaced by one of the current template" if outdated else f"beyond {warm} warm"
+            await self._retire(instance, why)
+        return created
 
     async def _write(
         self, key: str, obj: Json, status: ClusterPoolStatus
@@ -266,6 +307,7 @@ class PoolReconciler:
         """The pool as stored once `status` is written, and None; or, for a change of the queue
         depth alone that comes too soon, the pool as it was and the seconds until its write."""
         wanted = outgoing_status(obj, status)
+        # Compared as JSON, as write_status compares: what is stored against what would be sent.
         deferred = self._defer_queue_depth(key, obj.get("status") or {}, wanted)
         if deferred is not None:
             return obj, deferred
@@ -333,23 +375,26 @@ class PoolReconciler:
         kind = "Normal" if after.status == "True" else "Warning"
         await self.events.record(obj, kind, f"{prefix}{after.reason}", after.message)
 
-    async def _replace_unhealthy(self, instances: list[Json]) -> list[Json]:
+    async def _replace_unhealthy(
+        self, instances: list[Cached[ClusterInstance]]
+    ) -> list[ClusterInstance]:
         """Tear down the unclaimed Unhealthy instances (replaced, not repaired: the deficit
         refills); those that never became ready are returned, as failed starts. Never one under
         a lease: its lease reports it, and it goes when the lease ends."""
         failed = []
-        for instance in instances:
-            status = instance.get("status", {})
+        for cached in instances:
+            instance = cached.model
+            status = instance.status or ClusterInstanceStatus()
             if (
-                status.get("phase") == "Unhealthy"
-                and not instance["spec"].get("claimRef")
-                and not instance["metadata"].get("deletionTimestamp")
+                status.phase == "Unhealthy"
+                and instance.spec.claim_ref is None
+                and not cached.deleting
             ):
-                await delete_fenced(self.client, INSTANCES, instance)
-                started = bool(status.get("readyAt"))
+                await delete_fenced(self.client, INSTANCES, cached.raw)
+                started = status.ready_at is not None
                 cluster_metrics.REPLACED.labels(
-                    instance["metadata"]["namespace"],
-                    instance["spec"]["pool"],
+                    instance.metadata.namespace or "",
+                    instance.spec.pool,
                     "unhealthy" if started else "failed_to_start",
                 ).inc()
                 if not started:
@@ -360,8 +405,8 @@ class PoolReconciler:
         self,
         pool: ClusterPool,
         status: ClusterPoolStatus,
-        instances: list[Json],
-        failed: list[Json],
+        instances: list[Cached[ClusterInstance]],
+        failed: list[ClusterInstance],
         problem: str | None,
     ) -> None:
         """Set `BackendHealthy`, the start failures in a row and the pause they cost."""
@@ -385,7 +430,7 @@ class PoolReconciler:
             last = failed[-1]
             message = (
                 f"{status.start_failures} new cluster(s) in a row failed to start; the last,"
-                f" {last['metadata']['name']}: {last.get('status', {}).get('message', '')};"
+                f" {last.metadata.name}: {last.status.message if last.status else ''};"
                 f" the next is started after {status.retry_at.isoformat()}"
             )
             status.conditions = with_condition(
@@ -394,9 +439,9 @@ class PoolReconciler:
             )  # fmt: skip
             return
         started = [
-            datetime.datetime.fromisoformat(i["status"]["readyAt"])
+            i.model.status.ready_at
             for i in instances
-            if i.get("status", {}).get("readyAt") and not i["metadata"].get("deletionTimestamp")
+            if i.model.status and i.model.status.ready_at and not i.deleting
         ]
         if started and (since is None or max(started) > since):
             status.start_failures, status.retry_at = 0, None
@@ -406,7 +451,11 @@ class PoolReconciler:
             )  # fmt: skip
 
     async def _report(
-        self, obj: Json, before: Condition | None, after: Condition | None, failed: list[Json]
+        self,
+        obj: Json,
+        before: Condition | None,
+        after: Condition | None,
+        failed: list[ClusterInstance],
     ) -> None:
         """Events for what the status now says: failed starts, and each turn of `BackendHealthy`."""
         if after is not None and failed:
@@ -414,10 +463,11 @@ class PoolReconciler:
         else:
             await self._report_turn(obj, before, after)
 
-    async def _retire(self, instance: Json, why: str) -> None:
+    async def _retire(self, cached: Cached[ClusterInstance], why: str) -> None:
         """Delete a warm instance the pool no longer needs (of an older template, or beyond its
         target), unless it changed since it was read: a lease may have claimed it (the claim is
         a write of the instance), and a claimed instance is never taken away."""
+        instance = cached.raw
         metadata = instance["metadata"]
         path = INSTANCES.path(metadata["namespace"], metadata["name"])
         fence = {"uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"]}
@@ -434,7 +484,7 @@ class PoolReconciler:
             "metadata": {
                 "generateName": f"{name}-",
                 "namespace": namespace,
-                "labels": {POOL_LABEL: name},
+                "labels": {labels.POOL: name},
                 "ownerReferences": [owner_reference(pool_obj)],
             },
             "spec": {

@@ -16,44 +16,49 @@ import datetime
 import logging
 import time
 
-from lessor.operator import cluster_metrics, lease_traces
 from lessor.operator.addons.charts import Charts, helm_binary
 from lessor.operator.addons.preparation import Gate, Preparation
 from lessor.operator.backends.base import BackendError, ClusterBackend, InstanceRef, Readiness
 from lessor.operator.backends.registry import Backends
-from lessor.operator.conditions import find, is_false, with_condition
-from lessor.operator.context import Context
-from lessor.operator.kinds import (
+from lessor.operator.cluster import cluster_metrics
+from lessor.operator.core import lease_traces
+from lessor.operator.core.conditions import find, is_false, with_condition
+from lessor.operator.core.kinds import (
     BY_CLAIM,
     INSTANCE_FINALIZER,
     INSTANCES,
-    LEASES,
-    POOLS,
     SECRETS,
     index_by_claim,
 )
-from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
-from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.runtime.events import EventRecorder
-from lessor.operator.runtime.informer import Informer
-from lessor.operator.runtime.store import key_of
-from lessor.operator.writes import (
+from lessor.operator.core.typed import Typed
+from lessor.operator.core.writes import (
     add_finalizer,
     delete_fenced,
     owner_reference,
     remove_finalizer,
     write_status,
 )
+from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
+from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.wiring.context import Context
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
+from lessor.resources import labels
 from lessor.resources.addons import ADDONS_APPLIED
-from lessor.resources.cluster import ClusterInstance, ClusterInstanceStatus, HealthCheck, Teardown
+from lessor.resources.cluster import (
+    INSTANCE_HEALTHY,
+    ClusterInstance,
+    ClusterInstanceStatus,
+    ClusterLease,
+    ClusterPool,
+    HealthCheck,
+    Teardown,
+)
 
 log = logging.getLogger(__name__)
 
-HEALTHY = "Healthy"
-WAS_READY = ("Ready", "Leased", "Unhealthy")
 QUARANTINE_RECHECK = 60.0
 # A cluster that failed a check is checked again this soon (or at its period, if sooner): its
 # lease, if it has one, learns of a recovery within seconds.
@@ -81,13 +86,13 @@ def setup(context: Context) -> Controller:
     """An instance is reconciled when it changes and when the lease that claims it does (a
     claiming lease that is gone orphans the reservation)."""
     settings = context.settings
-    instances = context.informer(INSTANCES, {BY_CLAIM: index_by_claim})
-    leases = context.informer(LEASES)
+    instances = context.cache(ClusterInstance, {BY_CLAIM: index_by_claim})
+    leases = context.cache(ClusterLease)
     reconciler = InstanceReconciler(
         context.client,
         instances=instances,
         leases=leases,
-        pools=context.informer(POOLS),
+        pools=context.cache(ClusterPool),
         backends=context.backends,
         events=context.events,
         teardown_grace=settings.teardown_grace,
@@ -99,12 +104,12 @@ def setup(context: Context) -> Controller:
 
     def claimed_by(lease: Json) -> list[str]:
         uid = lease["metadata"].get("uid", "")
-        return [key_of(instance) for instance in instances.store.by_index(BY_CLAIM, uid)]
+        return [instance.key for instance in instances.by_index(BY_CLAIM, uid)]
 
     return (
-        context.controller("clusterinstance", reconciler.reconcile)
-        .watch(instances)
-        .watch(leases, claimed_by)
+        context.controller(ClusterInstance, reconciler.reconcile)
+        .watch(instances.informer)
+        .watch(leases.informer, claimed_by)
     )
 
 
@@ -113,9 +118,9 @@ class InstanceReconciler:
         self,
         client: KubeClient,
         *,
-        instances: Informer,
-        leases: Informer,
-        pools: Informer,
+        instances: Typed[ClusterInstance],
+        leases: Typed[ClusterLease],
+        pools: Typed[ClusterPool],
         backends: Backends,
         events: EventRecorder,
         teardown_grace: datetime.timedelta = datetime.timedelta(minutes=2),
@@ -136,11 +141,11 @@ class InstanceReconciler:
         self._checked: dict[str, tuple[str, float, bool]] = {}
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.instances.store.get(key)
-        if obj is None:
+        cached = self.instances.get(key)
+        if cached is None:
             self._checked.pop(key, None)
             return Result()
-        instance = ClusterInstance.model_validate(obj)
+        obj, instance = cached.raw, cached.model
         meta = instance.metadata
         ref = InstanceRef(namespace=meta.namespace or "", name=meta.name or "", uid=meta.uid or "")
         backend = self.backends.for_spec(instance.spec.backend)
@@ -163,11 +168,11 @@ class InstanceReconciler:
             return await self._between_checks(obj, instance, status, key, due)
         failure, failing, readiness = await self._check(obj, instance, ref, backend, status)
         passed = readiness.ready and failing is None
-        if status.phase in WAS_READY or passed:
+        if status.phase in ClusterInstance.phases.checked or passed:
             self._checked[key] = (meta.uid or "", time.monotonic(), passed)
         if passed:
             return await self._healthy(obj, instance, status, readiness.message, health)
-        if status.phase in WAS_READY:
+        if status.phase in ClusterInstance.phases.checked:
             result = await self._failing(obj, instance, status, health)
         else:
             lasting = failing is not None and failing.lasting
@@ -216,12 +221,9 @@ class InstanceReconciler:
 
     def _health_check(self, instance: ClusterInstance) -> HealthCheck:
         """The pool's health check as it is now (not a copy made with the instance: a change
-        applies at the next check), the default if the pool is gone or unreadable."""
-        pool = self.pools.store.get(f"{instance.metadata.namespace}/{instance.spec.pool}")
-        try:
-            return HealthCheck.model_validate((pool or {}).get("spec", {}).get("healthCheck", {}))
-        except ValueError:
-            return HealthCheck()
+        applies at the next check), the default if the pool is gone."""
+        pool = self.pools.get(f"{instance.metadata.namespace}/{instance.spec.pool}")
+        return pool.model.spec.health_check if pool else HealthCheck()
 
     def _next_check(self, key: str, instance: ClusterInstance, health: HealthCheck) -> float:
         """Seconds until a cluster that was ready is due for its next check: a period after one
@@ -231,7 +233,11 @@ class InstanceReconciler:
         every pass)."""
         uid, at, passed = self._checked.get(key, ("", 0.0, False))
         status = instance.status
-        if uid != instance.metadata.uid or status is None or status.phase not in WAS_READY:
+        if (
+            uid != instance.metadata.uid
+            or status is None
+            or status.phase not in ClusterInstance.phases.checked
+        ):
             return 0.0
         period = _seconds(health.period)
         interval = period if passed else min(FAILING_RECHECK, period)
@@ -250,7 +256,7 @@ class InstanceReconciler:
         back. Checking it again for that cost the namespace backend five requests per lease,
         on the path of every other lease bound at the same moment (issue 45); the check keeps
         its interval instead."""
-        if self._checked[key][2] and not is_false(status.conditions, HEALTHY):
+        if self._checked[key][2] and not is_false(status.conditions, INSTANCE_HEALTHY):
             status.phase = "Leased" if instance.spec.claim_ref else "Ready"
             await write_status(self.client, INSTANCES, obj, status)
         return Result(requeue_after=due)
@@ -266,7 +272,7 @@ class InstanceReconciler:
         """A new cluster, not ready yet. Past `start_timeout`, or at once for a failure that
         waiting cannot mend (`lasting`: an addon the API refuses), it failed to start:
         Unhealthy, which its pool replaces, pausing longer after each failure in a row
-        (lessor.operator.pools)."""
+        (lessor.operator.cluster.pools)."""
         created = instance.metadata.creation_timestamp or utcnow()
         timed_out = utcnow() - created > self.start_timeout
         failed = timed_out or lasting
@@ -314,11 +320,11 @@ class InstanceReconciler:
         first_ready = status.ready_at is None
         if first_ready:
             status.ready_at = now_seconds()
-        recovered = is_false(status.conditions, HEALTHY)
-        was_ready = status.phase in WAS_READY
+        recovered = is_false(status.conditions, INSTANCE_HEALTHY)
+        was_ready = status.phase in ClusterInstance.phases.checked
         status.phase = "Leased" if instance.spec.claim_ref else "Ready"
         status.conditions = with_condition(
-            status.conditions, HEALTHY, True, "HealthCheckPassed", message,
+            status.conditions, INSTANCE_HEALTHY, True, "HealthCheckPassed", message,
             generation=instance.metadata.generation,
         )  # fmt: skip
         obj = await write_status(self.client, INSTANCES, obj, status)
@@ -345,7 +351,7 @@ class InstanceReconciler:
         reports it and it stays until the lease ends."""
         message = status.message
         status.conditions = with_condition(
-            status.conditions, HEALTHY, False, "HealthCheckFailed", message,
+            status.conditions, INSTANCE_HEALTHY, False, "HealthCheckFailed", message,
             generation=obj["metadata"].get("generation"),
         )  # fmt: skip
         status.failed_checks += 1
@@ -367,20 +373,20 @@ class InstanceReconciler:
         claim = instance.spec.claim_ref
         if claim is None:
             return
-        lease = self.leases.store.get(f"{instance.metadata.namespace}/{claim.name}")
-        if lease is None or lease["metadata"].get("uid") != claim.uid:
+        lease = self.leases.get(f"{instance.metadata.namespace}/{claim.name}")
+        if lease is None or lease.uid != claim.uid:
             return
         cluster = {
             "lessor.cluster.name": instance.metadata.name or "",
             "lessor.backend.type": instance.spec.backend.type,
         }
-        lease_traces.record("cluster.teardown", lease, started_at, attributes=cluster)
+        lease_traces.record("cluster.teardown", lease.model, started_at, attributes=cluster)
 
     def _claim_is_orphaned(self, instance: ClusterInstance) -> bool:
         claim = instance.spec.claim_ref
         assert claim is not None
-        lease = self.leases.store.get(f"{instance.metadata.namespace}/{claim.name}")
-        return lease is None or lease["metadata"].get("uid") != claim.uid
+        lease = self.leases.get(f"{instance.metadata.namespace}/{claim.name}")
+        return lease is None or lease.uid != claim.uid
 
     async def _publish_kubeconfig(
         self, obj: Json, ref: InstanceRef, backend: ClusterBackend
@@ -400,7 +406,7 @@ class InstanceReconciler:
             "metadata": {
                 "name": name,
                 "namespace": ref.namespace,
-                "labels": {"lessor.dev/instance": ref.name},
+                "labels": {labels.INSTANCE: ref.name},
                 "ownerReferences": [owner_reference(obj)],
             },
             "type": "Opaque",
@@ -415,7 +421,7 @@ class InstanceReconciler:
             return Result()
         backend = self.backends.for_spec(instance.spec.backend)
         status = _status(instance)
-        if status.phase not in ("Recycling", "Quarantined"):
+        if status.phase not in ClusterInstance.phases.ending:
             status.phase = "Recycling"
             obj = await write_status(self.client, INSTANCES, obj, status)
             await self.events.record(obj, "Normal", "Recycling", "tearing the cluster down")

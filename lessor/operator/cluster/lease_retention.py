@@ -23,12 +23,12 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from lessor.operator.context import Context
+from lessor.operator.core.kinds import LEASES
+from lessor.operator.core.writes import delete_fenced, remove_finalizer
 from lessor.operator.diagnostics import records as diagnostics_records
-from lessor.operator.kinds import LEASES
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.writes import delete_fenced, remove_finalizer
+from lessor.operator.wiring.context import Context
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.cluster import LEASE_FINALIZER, ClusterLease
 
@@ -137,6 +137,8 @@ class RetentionSweep:
                 for row in page.get("rows") or []:
                     yield dict(zip(columns, row["cells"], strict=False))
             else:
+                # The same row from whole objects (no selectable field): a page of finished
+                # leases, read for three fields, is not worth a model each.
                 for obj in page.get("items") or []:
                     yield {"Name": obj["metadata"]["name"],
                            "Phase": obj.get("status", {}).get("phase"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lessor.operator.writes import owner_reference
+from lessor.operator.core.writes import owner_reference
 from lessor.protocol.json_object import Json
 
 OWNER_UID = "lessor.dev/owner-uid"

@@ -21,46 +21,46 @@ import datetime
 import logging
 from collections.abc import Callable
 
-from lessor.operator.context import Context
-from lessor.operator.kinds import LEASES, SANDBOX_LEASES
+from lessor.operator.core.kinds import resource_type
+from lessor.operator.core.typed import Typed
+from lessor.operator.core.writes import delete_fenced
 from lessor.operator.runtime.client import ConflictError, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.store import key_of
-from lessor.operator.writes import delete_fenced
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
-from lessor.protocol.phases import CLUSTER_LEASE, SANDBOX_LEASE, LeasePhases
 from lessor.protocol.timestamps import utcnow
+from lessor.resources import labels
+from lessor.resources.cluster import ClusterLease
+from lessor.resources.lease_time import RESERVATION_ORPHAN_GRACE
+from lessor.resources.sandbox import SandboxLease
 
 log = logging.getLogger(__name__)
 
 RESERVATIONS = ResourceType("", "v1", "configmaps", "ConfigMap")
-KIND_LABEL = "lessor.dev/reservation"  # its value: [sandbox-](slot|alias)
 BY_LEASE = "by-lease"
-# A reservation is made just before its lease: one whose lease is not found is left this long.
-ORPHAN_GRACE = datetime.timedelta(seconds=30)
+LeaseKind = type[ClusterLease] | type[SandboxLease]
 
 
-def _lease_kind(reservation: Json) -> tuple[ResourceType, LeasePhases]:
-    family = reservation["metadata"].get("labels", {}).get(KIND_LABEL, "")
-    if family.startswith("sandbox-"):
-        return SANDBOX_LEASES, SANDBOX_LEASE
-    return LEASES, CLUSTER_LEASE
+def _lease_kind(reservation: Json) -> LeaseKind:
+    family = reservation["metadata"].get("labels", {}).get(labels.RESERVATION, "")
+    return SandboxLease if family.startswith("sandbox-") else ClusterLease
 
 
 def lease_key(reservation: Json) -> str:
     """`plural/namespace/name` of the lease a reservation names."""
-    kind, _ = _lease_kind(reservation)
     lease = (reservation.get("data") or {}).get("lease", "")
-    return f"{kind.plural}/{reservation['metadata'].get('namespace')}/{lease}"
+    plural = _lease_kind(reservation).crd.plural
+    return f"{plural}/{reservation['metadata'].get('namespace')}/{lease}"
 
 
-def holds(lease: Json, phases: LeasePhases) -> bool:
+def holds(lease: ClusterLease | SandboxLease) -> bool:
     """Whether the lease still counts against its owner (a cancelled Sandbox lease, the
     admission arbiter's tombstone, never did)."""
-    if lease.get("spec", {}).get("cancelled"):
+    if isinstance(lease, SandboxLease) and lease.spec.cancelled:
         return False
-    return phases.holds_slot(lease.get("status", {}).get("phase"))
+    return lease.phases.holds_slot(lease.status.phase if lease.status else None)
 
 
 def setup(context: Context) -> Controller:
@@ -69,16 +69,18 @@ def setup(context: Context) -> Controller:
         context.client,
         RESERVATIONS,
         namespace=context.settings.namespace,
-        label_selector=KIND_LABEL,
+        label_selector=labels.RESERVATION,
     )
     # A Role from before this controller grants no ConfigMaps (an upgrade that kept the old
     # RBAC): the controller waits for the right, the rest of the operator serves, and the API
     # servers reclaim what it would have deleted.
     reservations.optional = True
     reservations.store.add_indexer(BY_LEASE, lambda obj: [lease_key(obj)])
-    leases = {LEASES.plural: context.informer(LEASES)}
+    leases: dict[str, Typed[ClusterLease] | Typed[SandboxLease]] = {
+        ClusterLease.crd.plural: context.cache(ClusterLease)
+    }
     if context.settings.agent_sandbox_mode == "external":
-        leases[SANDBOX_LEASES.plural] = context.informer(SANDBOX_LEASES)
+        leases[SandboxLease.crd.plural] = context.cache(SandboxLease)
     sweep = ReservationSweep(context, reservations, leases)
     controller = context.controller("reservation", sweep.reconcile).watch(reservations)
 
@@ -89,18 +91,23 @@ def setup(context: Context) -> Controller:
 
         return keys
 
-    for plural, informer in leases.items():
-        controller.watch(informer, of_lease(plural), when=_phase_changed)
+    for plural, typed in leases.items():
+        controller.watch(typed.informer, of_lease(plural), when=_phase_changed)
     return controller
 
 
 def _phase_changed(old: Json, new: Json) -> bool:
+    """Raw, as every update predicate reads: it runs on each watch event of every lease, and
+    only the phase matters (a model per event would cost a validation nobody reads)."""
     return bool(old.get("status", {}).get("phase") != new.get("status", {}).get("phase"))
 
 
 class ReservationSweep:
     def __init__(
-        self, context: Context, reservations: Informer, leases: dict[str, Informer]
+        self,
+        context: Context,
+        reservations: Informer,
+        leases: dict[str, Typed[ClusterLease] | Typed[SandboxLease]],
     ) -> None:
         self.client = context.client
         self.reservations = reservations
@@ -110,22 +117,22 @@ class ReservationSweep:
         reservation = self.reservations.store.get(key)
         if reservation is None:
             return Result()
-        kind, phases = _lease_kind(reservation)
+        kind = _lease_kind(reservation)
         plural, namespace, name = lease_key(reservation).split("/", 2)
-        informer = self.leases.get(plural)
-        lease = informer.store.get(f"{namespace}/{name}") if informer else None
-        if lease is not None and holds(lease, phases):
+        typed = self.leases.get(plural)
+        cached = typed.get(f"{namespace}/{name}") if typed else None
+        if cached is not None and holds(cached.model):
             return Result()
-        if lease is None:
+        if cached is None:
             created = datetime.datetime.fromisoformat(reservation["metadata"]["creationTimestamp"])
-            left = (created + ORPHAN_GRACE - utcnow()).total_seconds()
+            left = (created + RESERVATION_ORPHAN_GRACE - utcnow()).total_seconds()
             if left > 0:
                 return Result(requeue_after=left)
             try:
-                lease = await self.client.get(kind.path(namespace, name))
+                stored = await self.client.get(resource_type(kind).path(namespace, name))
             except NotFoundError:
-                lease = None
-            if lease is not None and holds(lease, phases):
+                stored = None
+            if stored is not None and holds(kind.model_validate(stored)):
                 return Result()
         try:
             await delete_fenced(self.client, RESERVATIONS, reservation)

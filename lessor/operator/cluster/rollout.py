@@ -26,8 +26,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from lessor.operator.core.typed import Cached
 from lessor.protocol.json_object import Json
-from lessor.resources.cluster import ClusterInstanceSpec, ClusterPoolSpec
+from lessor.resources.cluster import ClusterInstance, ClusterInstanceSpec, ClusterPoolSpec
 
 
 def template(spec: ClusterPoolSpec | ClusterInstanceSpec) -> Json:
@@ -52,31 +53,26 @@ def template_hash(spec: ClusterPoolSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
-def outdated(instance: Json, current: Json) -> bool:
+def outdated(instance: ClusterInstance, current: Json) -> bool:
     """Whether a cluster was made from another template than `current` (template(...))."""
-    try:
-        made_from = template(ClusterInstanceSpec.model_validate(instance.get("spec", {})))
-    except ValueError:
-        return True  # a template this version cannot read is not the current one
-    return made_from != current
+    return template(instance.spec) != current
 
 
 @dataclass
 class Plan:
     create: int = 0
-    retire: list[Json] = field(default_factory=list)
+    retire: list[Cached[ClusterInstance]] = field(default_factory=list)
     outdated: int = 0
     """Unleased clusters of an older template, still to be replaced."""
 
 
-def _unleased(instance: Json) -> bool:
-    claimed = instance.get("spec", {}).get("claimRef")
-    return not claimed and not instance["metadata"].get("deletionTimestamp")
+def _unleased(instance: Cached[ClusterInstance]) -> bool:
+    return instance.model.spec.claim_ref is None and not instance.deleting
 
 
 def plan(
     spec: ClusterPoolSpec,
-    instances: list[Json],
+    instances: list[Cached[ClusterInstance]],
     *,
     expected: int,
     occupied: int,
@@ -91,15 +87,15 @@ def plan(
     `can_create`: false while the backend is unavailable or new clusters fail to start (then
     nothing is retired that could not be replaced)."""
     current = template(spec)
-    ready_new: list[Json] = []
-    ready_old: list[Json] = []
+    ready_new: list[Cached[ClusterInstance]] = []
+    ready_old: list[Cached[ClusterInstance]] = []
     starting_new = expected
-    starting_old: list[Json] = []
+    starting_old: list[Cached[ClusterInstance]] = []
     for instance in instances:
-        phase = instance.get("status", {}).get("phase")
-        if not _unleased(instance) or phase not in (None, "Creating", "Ready"):
+        phase = instance.model.status.phase if instance.model.status else None
+        if not _unleased(instance) or phase not in ClusterInstance.phases.retirable:
             continue
-        old = outdated(instance, current)
+        old = outdated(instance.model, current)
         if phase == "Ready":
             (ready_old if old else ready_new).append(instance)
         elif old:
@@ -125,6 +121,6 @@ def plan(
     return result
 
 
-def _created(instance: Json) -> str:
-    created: str = instance["metadata"].get("creationTimestamp", "")
+def _created(instance: Cached[ClusterInstance]) -> str:
+    created: str = instance.raw["metadata"].get("creationTimestamp", "")
     return created

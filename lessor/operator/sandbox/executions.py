@@ -22,12 +22,12 @@ import logging
 
 from kubernetes import client as kubernetes
 
-from lessor.operator.context import Context
-from lessor.operator.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
+from lessor.operator.core.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
+from lessor.operator.core.typed import Typed
+from lessor.operator.core.writes import delete_present, write_status
 from lessor.operator.runtime.client import KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
-from lessor.operator.runtime.informer import Informer
-from lessor.operator.writes import delete_present, write_status
+from lessor.operator.wiring.context import Context
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
@@ -37,6 +37,7 @@ from lessor.resources.sandbox import (
     SandboxExecution,
     SandboxExecutionSpec,
     SandboxExecutionStatus,
+    SandboxLease,
     command_secret_name,
 )
 from lessor.runner.client import Runner, RunnerAnswer, RunnerError, call_runner, configuration
@@ -72,13 +73,13 @@ def _start_overdue(execution: SandboxExecution, status: SandboxExecutionStatus) 
 
 def setup(context: Context) -> Controller:
     """An execution is reconciled when it changes; while it runs, by its own requeues."""
-    executions = context.informer(EXECUTIONS)
+    executions = context.cache(SandboxExecution)
     reconciler = ExecutionReconciler(
         context.client,
         executions=executions,
         exec_settings=configuration(context.settings.kubeconfig),
     )
-    return context.controller("sandboxexecution", reconciler.reconcile).watch(executions)
+    return context.controller(SandboxExecution, reconciler.reconcile).watch(executions.informer)
 
 
 class ExecutionReconciler:
@@ -86,7 +87,7 @@ class ExecutionReconciler:
         self,
         client: KubeClient,
         *,
-        executions: Informer,
+        executions: Typed[SandboxExecution],
         exec_settings: kubernetes.Configuration,
     ) -> None:
         self.client = client
@@ -96,11 +97,11 @@ class ExecutionReconciler:
         self.exec_settings = exec_settings
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.executions.store.get(key)
-        if obj is None or obj["metadata"].get("deletionTimestamp"):
+        cached = self.executions.get(key)
+        if cached is None or cached.deleting:
             return Result()
-        execution = SandboxExecution.model_validate(obj)
-        status = execution.status.model_copy() if execution.status else SandboxExecutionStatus()
+        obj, execution = cached.raw, cached.model
+        status = (execution.status or SandboxExecutionStatus()).model_copy(deep=True)
         if status.state in EXECUTION_FINISHED:
             return Result()
         request: Json = {"op": "status"}
@@ -121,9 +122,11 @@ class ExecutionReconciler:
             else:
                 return await self._unreachable(obj, execution, status, str(answer.error))
         answered = SandboxExecutionStatus.model_validate(answer.status_fields())
-        status = status.model_copy(
-            update={name: getattr(answered, name) for name in answered.model_fields_set}
-        )
+        # The runner's answer, field by field as the runner set them: each one validated again
+        # by assignment, so what the sandbox sent is checked once more on its way in.
+        status = status.model_copy(deep=True)
+        for name in answered.model_fields_set:
+            setattr(status, name, getattr(answered, name))
         await self._record(obj, status)
         if status.state in EXECUTION_FINISHED:
             return Result()
@@ -177,12 +180,15 @@ class ExecutionReconciler:
         an attempt that did not answer may still have started the command."""
         lease_ref = execution.spec.lease
         try:
-            lease = await self.client.get(
-                SANDBOX_LEASES.path(obj["metadata"]["namespace"], lease_ref.name)
+            lease = SandboxLease.model_validate(
+                await self.client.get(
+                    SANDBOX_LEASES.path(obj["metadata"]["namespace"], lease_ref.name)
+                )
             )
             ready = (
-                lease["metadata"]["uid"] == lease_ref.uid
-                and lease.get("status", {}).get("phase") == "Ready"
+                lease.metadata.uid == lease_ref.uid
+                and lease.status is not None
+                and lease.status.phase == SandboxLease.phases.usable
             )
         except NotFoundError:
             ready = False

@@ -1,5 +1,5 @@
 """The `Ready` condition and `observedGeneration` of every lessor object, derived from the status
-the reconciler decided, at the one place every status is written (lessor.operator.writes).
+the reconciler decided, at the one place every status is written (lessor.operator.core.writes).
 
 Tools that know nothing of lessor read these two: `kubectl wait --for=condition=Ready`, Argo CD's
 and Flux's health checks (kstatus: an object whose observedGeneration trails its generation is
@@ -15,26 +15,33 @@ What Ready means per kind (docs/operations.md, "Conditions"):
   created. Neither counts among a pool's problems (lessor.resources.base.problems).
 - SandboxExecution: Running or Succeeded, plus `Finished` once it has an outcome (Job-like:
   `kubectl wait --for=condition=Finished` waits for the end, whatever it is).
-- AccessPolicy: valid (lessor.operator.access_policies decides and writes it itself).
+- AccessPolicy: valid (lessor.operator.tenancy.access_policies decides and writes it itself).
 - DiagnosticsBundle: none (a record written whole, with no state of its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lessor.operator.conditions import with_condition
+from lessor.operator.core.conditions import with_condition
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.resources.base import FINISHED, READY, WARM, StatusModel, problems
 from lessor.resources.cluster import (
+    ClusterInstance,
     ClusterInstanceStatus,
+    ClusterLease,
     ClusterLeaseStatus,
     ClusterPoolStatus,
 )
-from lessor.resources.sandbox import SandboxExecutionStatus, SandboxLeaseStatus, SandboxPoolStatus
+from lessor.resources.sandbox import (
+    SandboxExecutionStatus,
+    SandboxLease,
+    SandboxLeaseStatus,
+    SandboxPoolStatus,
+)
 
 S = TypeVar("S", bound=StatusModel)
 
@@ -47,7 +54,7 @@ class Verdict:
     message: str
 
 
-def _phase(status: StatusModel, ready: tuple[str, ...], message: str) -> Verdict:
+def _phase(status: StatusModel, ready: Collection[str | None], message: str) -> Verdict:
     phase = getattr(status, "phase", None) or "Pending"
     return Verdict(READY, phase in ready, phase, message)
 
@@ -63,15 +70,15 @@ def _cluster_lease(status: ClusterLeaseStatus) -> list[Verdict]:
         message = f"cluster {status.cluster_name} is bound"
     elif not message and status.queue_position:
         message = f"position {status.queue_position} in the pool's queue"
-    return [_phase(status, ("Bound",), message)]
+    return [_phase(status, {ClusterLease.phases.usable}, message)]
 
 
 def _sandbox_lease(status: SandboxLeaseStatus) -> list[Verdict]:
-    return [_phase(status, ("Ready",), status.message)]
+    return [_phase(status, {SandboxLease.phases.usable}, status.message)]
 
 
 def _instance(status: ClusterInstanceStatus) -> list[Verdict]:
-    return [_phase(status, ("Ready", "Leased"), status.message)]
+    return [_phase(status, ClusterInstance.phases.serving, status.message)]
 
 
 def _cluster_pool(status: ClusterPoolStatus) -> list[Verdict]:
@@ -117,9 +124,9 @@ def stamped(obj: Json, status: S) -> S:
     the conditions its kind derives set (a status without a rule, AccessPolicy's, only gets
     observedGeneration: its reconciler sets Ready itself)."""
     generation = obj["metadata"].get("generation")
-    update: dict[str, Any] = {}
+    stamped = status.model_copy(deep=True)
     if "observed_generation" in type(status).model_fields:
-        update["observed_generation"] = generation
+        setattr(stamped, "observed_generation", generation)  # noqa: B010 - not on every status
     rule = RULES.get(type(status))
     if rule is not None:
         conditions = getattr(status, "conditions")  # noqa: B009 - every ruled status has them
@@ -132,5 +139,5 @@ def stamped(obj: Json, status: S) -> S:
                 verdict.message,
                 generation=generation,
             )
-        update["conditions"] = conditions
-    return status.model_copy(update=update)
+        setattr(stamped, "conditions", conditions)  # noqa: B010
+    return stamped

@@ -23,20 +23,19 @@ import logging
 from prometheus_client import Counter
 
 from lessor.operator.backends.instance_namespace import NAMESPACE_LABEL
-from lessor.operator.backends.owned import INSTANCE_UID_LABEL
-from lessor.operator.context import Context
-from lessor.operator.kinds import INSTANCES
+from lessor.operator.core.kinds import INSTANCES
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.informer import Informer
+from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
+from lessor.resources import labels
 
 log = logging.getLogger(__name__)
 
 KEY = "instance-namespace-orphans"
 INTERVAL = 180.0
-INSTANCE_ANNOTATION = "lessor.dev/instance"
 
 ORPHANS_DELETED = Counter(
     "lessor_instance_namespace_orphans_deleted_total",
@@ -75,7 +74,7 @@ class NamespaceOrphans:
 
     def _mine(self, namespace: Json) -> bool:
         """Whether the namespace was made for an instance of this operator's namespace."""
-        instance = namespace["metadata"].get("annotations", {}).get(INSTANCE_ANNOTATION, "")
+        instance = namespace["metadata"].get("annotations", {}).get(labels.INSTANCE, "")
         return str(instance).partition("/")[0] == self.namespace
 
     async def reconcile(self, _key: str) -> Result:
@@ -93,7 +92,7 @@ class NamespaceOrphans:
         known = {obj["metadata"].get("uid") for obj in self.instances.store.list()}
         for namespace in listed.get("items", []):
             metadata = namespace["metadata"]
-            uid = metadata.get("labels", {}).get(INSTANCE_UID_LABEL, "")
+            uid = metadata.get("labels", {}).get(labels.INSTANCE_UID, "")
             if not self._mine(namespace) or metadata.get("deletionTimestamp") or uid in known:
                 continue
             created = datetime.datetime.fromisoformat(metadata["creationTimestamp"])

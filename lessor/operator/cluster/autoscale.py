@@ -22,9 +22,8 @@ import math
 from dataclasses import dataclass
 
 from lessor.protocol.durations import format_duration, parse_duration
-from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import timestamp
-from lessor.resources.cluster import Arrivals, AutoscaleStatus, PoolPolicy
+from lessor.resources.cluster import Arrivals, AutoscaleStatus, ClusterLease, PoolPolicy
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -41,21 +40,16 @@ def _window_start(moment: datetime.datetime, window: datetime.timedelta) -> date
     return EPOCH + window * elapsed
 
 
-def _created(lease: Json) -> datetime.datetime | None:
-    text = lease["metadata"].get("creationTimestamp")
-    return datetime.datetime.fromisoformat(text) if text else None
-
-
-def _demand(lease: Json) -> bool:
+def _demand(lease: ClusterLease) -> bool:
     """Whether a lease asked for a cluster: it bound one, or it may still. One released before it
     ever bound took nothing, and counting it would let a tenant's create-and-release churn,
     within its admission bucket, hold the pool at maxWarm now and again a period later."""
-    status = lease.get("status") or {}
-    return bool(status.get("boundAt")) or not status.get("endedAt")
+    status = lease.status
+    return status is None or status.bound_at is not None or status.ended_at is None
 
 
 def arrivals(
-    policy: PoolPolicy, recorded: list[Arrivals], leases: list[Json], now: datetime.datetime
+    policy: PoolPolicy, recorded: list[Arrivals], leases: list[ClusterLease], now: datetime.datetime
 ) -> dict[datetime.datetime, int]:
     """Leases created per window start that asked for a cluster (`_demand`), from one period ago
     to now: the recorded counts and the cache's, merged with max()."""
@@ -64,7 +58,7 @@ def arrivals(
     counts = {a.start: a.leases for a in recorded if a.start >= oldest}
     seen: dict[datetime.datetime, int] = {}
     for lease in filter(_demand, leases):
-        created = _created(lease)
+        created = lease.metadata.creation_timestamp
         if created is not None and oldest <= created <= now:
             start = _window_start(created, window)
             seen[start] = seen.get(start, 0) + 1
@@ -76,7 +70,7 @@ def arrivals(
 def decide(
     policy: PoolPolicy,
     previous: AutoscaleStatus | None,
-    leases: list[Json],
+    leases: list[ClusterLease],
     waiting: int,
     now: datetime.datetime,
 ) -> Decision:

@@ -12,7 +12,7 @@ import contextlib
 import copy
 from typing import Any, TypeVar
 
-from lessor.operator.readiness import stamped
+from lessor.operator.core.readiness import stamped
 from lessor.operator.runtime.client import (
     ApiError,
     ConflictError,
@@ -59,7 +59,8 @@ async def write_status(
     client: KubeClient, resource: ResourceType, obj: Json, status: StatusModel
 ) -> Json:
     """Replace the status if it differs; returns the object as stored. Every status is stamped
-    on its way out with its observedGeneration and Ready condition (lessor.operator.readiness)."""
+    on its way out with its observedGeneration and Ready condition
+    (lessor.operator.core.readiness)."""
     return await replace_status(client, resource, obj, outgoing_status(obj, status))
 
 
@@ -71,7 +72,8 @@ def outgoing_status(obj: Json, status: StatusModel) -> Json:
 async def replace_status(
     client: KubeClient, resource: ResourceType, obj: Json, written: Json
 ) -> Json:
-    """Replace the status with `outgoing_status`'s JSON if it differs; the object as stored."""
+    """Replace the status with `outgoing_status`'s JSON if it differs; the object as stored.
+    Compared as JSON, raw: what kube-apiserver holds against what it would be sent."""
     if obj.get("status") == written:
         return obj
     body = copy.deepcopy(obj)

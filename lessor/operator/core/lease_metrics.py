@@ -3,8 +3,8 @@
 Observed where a lease's phase changes, and only once the status write that changed it has
 succeeded: `transition(before, after)` compares the phase of the object the reconciler read
 with the one kube-apiserver answered the write with. Status writes replace the object at the
-resourceVersion that was read (lessor.operator.writes.write_status), so of two reconciles of one
-lease (a retried one, a replayed one after a crash, one on a stale cache) at most one write
+resourceVersion that was read (lessor.operator.core.writes.write_status), so of two reconciles of
+one lease (a retried one, a replayed one after a crash, one on a stale cache) at most one write
 makes a given transition; a replay that finds the phase already written has nothing to change
 and counts nothing. A crash between the write and the observation loses that one sample: the
 counts are at-most-once, never double.
@@ -16,16 +16,16 @@ under `pool=""`, so nobody who can create leases can make series at will.
 
 from __future__ import annotations
 
-import datetime
-from typing import Literal
+from typing import Literal, TypeVar
 
 from prometheus_client import Counter, Histogram
 
-from lessor.protocol.json_object import Json
-from lessor.protocol.phases import LeasePhases
 from lessor.protocol.timestamps import utcnow
+from lessor.resources.cluster import ClusterLease
+from lessor.resources.sandbox import SandboxLease
 
 Kind = Literal["cluster", "sandbox"]
+L = TypeVar("L", ClusterLease, SandboxLease)
 
 BIND_DURATION = Histogram(
     "lessor_lease_bind_duration_seconds",
@@ -51,14 +51,11 @@ OUTCOMES = Counter(
 OUTCOME_OF_PHASE = {"Released": "released", "Expired": "expired", "Quarantined": "quarantined"}
 
 
-def _phase(obj: Json) -> str | None:
-    phase: str | None = obj.get("status", {}).get("phase")
-    return phase
+def _phase(lease: ClusterLease | SandboxLease) -> str | None:
+    return lease.status.phase if lease.status else None
 
 
-def transition(
-    kind: Kind, phases: LeasePhases, before: Json, after: Json, *, pool_exists: bool
-) -> None:
+def transition(kind: Kind, before: L, after: L, *, pool_exists: bool) -> None:
     """Count what the status write from `before` to `after` did, if it changed the phase.
 
     `after` is the object as kube-apiserver answered the write (write_status returns `before`
@@ -66,11 +63,10 @@ def transition(
     entered = _phase(after)
     if entered is None or entered == _phase(before):
         return
-    metadata = after["metadata"]
-    namespace = str(metadata.get("namespace", ""))
-    pool = str(after.get("spec", {}).get("pool", "")) if pool_exists else ""
-    if entered == phases.usable:
-        created = datetime.datetime.fromisoformat(metadata["creationTimestamp"])
+    namespace = after.metadata.namespace or ""
+    pool = after.spec.pool if pool_exists else ""
+    if entered == after.phases.usable:
+        created = after.metadata.creation_timestamp or utcnow()
         seconds = max(0.0, (utcnow() - created).total_seconds())
         BIND_DURATION.labels(kind, namespace, pool).observe(seconds)
         if kind == "cluster":

@@ -41,14 +41,17 @@ WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWar
 
 # What the shared caches hold of a kind, where not every object: the ClusterLeases that are not
 # finished. A day of ended leases (100,000 CI jobs' worth) is read by no reconciler; keeping it
-# cost memory and a list of all of it at every start (issue 45). lessor.operator.lease_retention
-# deletes them when their retention ends.
+# cost memory and a list of all of it at every start (issue 45).
+# lessor.operator.cluster.lease_retention deletes them when their retention ends.
 CACHED: dict[ResourceType, str] = {LEASES: ClusterLease.phases.unfinished_selector()}
 
 BY_POOL = "by-pool"
 BY_CLAIM = "by-claim"
-POOL_LABEL = "lessor.dev/pool"
 INSTANCE_FINALIZER = "lessor.dev/teardown"
+
+
+# The index functions read the raw object: the store calls them on every watch event, before
+# any model is asked for, and each reads one required field.
 
 
 def pool_key(obj: Json) -> str:

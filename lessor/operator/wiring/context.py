@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any, cast
 
 from lessor.operator.backends.local import HostIdentity, LocalBackend
 from lessor.operator.backends.registry import Backends
-from lessor.operator.compatibility import CompatibilityCache
-from lessor.operator.kinds import CACHED
+from lessor.operator.core.compatibility import CompatibilityCache
+from lessor.operator.core.kinds import CACHED, resource_type
+from lessor.operator.core.typed import T, Typed
 from lessor.operator.runtime.client import KubeClient, ResourceType
 from lessor.operator.runtime.controller import Controller, Reconcile
 from lessor.operator.runtime.events import EventRecorder
 from lessor.operator.runtime.informer import Informer
 from lessor.operator.runtime.manager import Manager
 from lessor.operator.runtime.store import IndexFunc
-from lessor.operator.settings import Settings
+from lessor.operator.wiring.settings import Settings
+from lessor.resources.base import Resource
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,27 @@ class Context:
             informer.store.add_indexer(name, function)
         return informer
 
-    def controller(self, name: str, reconcile: Reconcile) -> Controller:
+    def cache(self, model: type[T], indexers: dict[str, IndexFunc] | None = None) -> Typed[T]:
+        """The shared cache of lessor's kind `model` read as models (core.typed): one per kind
+        in the process, so an object is validated once whichever controllers read it."""
+        resource = resource_type(model)
+        typed = self._typed.get(resource)
+        if typed is None:
+            typed = self._typed[resource] = Typed(self.informer(resource), model)
+        for name, function in (indexers or {}).items():
+            typed.informer.store.add_indexer(name, function)
+        return cast("Typed[T]", typed)
+
+    @functools.cached_property
+    def _typed(self) -> dict[ResourceType, Typed[Any]]:
+        return {}
+
+    def controller(self, of: type[Resource[Any, Any]] | str, reconcile: Reconcile) -> Controller:
         """A controller with the configured number of workers, added to the manager; its
-        watches (Controller.watch) are the caller's to declare."""
+        watches (Controller.watch) are the caller's to declare. Named after the kind it
+        reconciles, in lower case, as controller-runtime names one (the `controller` label of
+        the reconcile metrics); a sweep that reconciles no one kind gives its name."""
+        name = of if isinstance(of, str) else of.kind_name().lower()
         controller = Controller(name, reconcile, [], workers=self.settings.workers)
         return self.manager.add_controller(controller)
 
