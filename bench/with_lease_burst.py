@@ -61,7 +61,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.stack import NAMESPACE, TOKEN, Stack, local_stack, metrics, percentiles, progress
-from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.routes.settings import Settings
 from lessor.cli.limits import RETRY_BUDGET_SECONDS
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.ports import PortReservation

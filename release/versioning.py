@@ -123,7 +123,7 @@ def write(version: str, root: Path = ROOT) -> list[Path]:
 # The generators of the files that carry the version, each run as its docstring says.
 GENERATED = (
     ("lessor.cli.manpages", "write", "man/man1"),
-    ("lessor.apiserver.http.reference", "write", "docs/api-reference.md"),
+    ("lessor.apiserver.routes.reference", "write", "docs/api-reference.md"),
 )
 
 

@@ -18,7 +18,7 @@ from gunicorn.glogging import Logger
 
 from lessor.apiserver.http import lifecycle
 from lessor.apiserver.http.client_address import networks
-from lessor.apiserver.http.settings import Settings, parse_bind
+from lessor.apiserver.routes.settings import Settings, parse_bind
 from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
 from lessor.apiserver.state.replica_db import DIRECTORY_ENV, replica_directory
 from lessor.config_file import apply_defaults
@@ -51,7 +51,7 @@ class Server(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         # Imported here, in the worker, after gevent has patched the standard library: modules
         # that import ssl or sockets (the kubernetes client) must never load in the master.
-        from lessor.apiserver.http.app import create_app  # noqa: PLC0415
+        from lessor.apiserver.routes.app import create_app  # noqa: PLC0415
 
         return create_app(self.settings)
 

@@ -24,8 +24,8 @@ import urllib3
 from falcon import testing
 
 from lessor.apiserver.http import lifecycle
-from lessor.apiserver.http.app import create_app
-from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.routes.app import create_app
+from lessor.apiserver.routes.settings import Settings
 from lessor.apiserver.state.kube import Kube
 
 

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lessor.apiserver.auth.ssh import ed25519_key_blob, ed25519_signature_blob
-from lessor.apiserver.http.app import ROUTES
+from lessor.apiserver.routes.app import ROUTES
 from lessor.controlplane.binaries import ensure_binaries
 from lessor.controlplane.cluster import LocalControlPlane
 from lessor.controlplane.kubectl import Cluster, wait_established

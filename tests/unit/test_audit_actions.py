@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lessor.apiserver.http.app import ROUTES
 from lessor.apiserver.http.audit import ACTIONS
+from lessor.apiserver.routes.app import ROUTES
 
 
 def test_every_post_patch_and_delete_of_the_route_table_has_an_audit_action() -> None:

@@ -8,8 +8,8 @@ import re
 from falcon import testing
 
 from lessor.apiserver.http import metrics
-from lessor.apiserver.http.app import create_app
-from lessor.apiserver.http.settings import Settings
+from lessor.apiserver.routes.app import create_app
+from lessor.apiserver.routes.settings import Settings
 
 
 def sample(text: str, name: str) -> float | None:

@@ -1,13 +1,28 @@
-"""Answers are checked against the models the OpenAPI document is made of, and the document's
-paths are the app's route table."""
+"""Answers are checked against the models the OpenAPI document is made of, the document's
+paths are the app's route table, and what each responder declares (its answer, its query, its
+publicness) is said once: the responder is held to it and the document made from it."""
 
 from __future__ import annotations
 
-import pytest
+from urllib.parse import quote
 
-from lessor.apiserver.http.app import ROUTES, Route, api_document
-from lessor.apiserver.http.openapi import document, lease
-from lessor.apiserver.http.responses import Expiry, LeaseSummary, ResponseDriftError, conform
+import pytest
+from falcon import testing
+
+from lessor.apiserver.http.errors import BadRequestError
+from lessor.apiserver.http.queries import query_of
+from lessor.apiserver.http.responses import (
+    Expiry,
+    LeaseCreated,
+    LeaseSummary,
+    ResponseDriftError,
+    conform,
+)
+from lessor.apiserver.leases.resources import LeasesResource, LeaseWait
+from lessor.apiserver.routes.app import ROUTES, api_document
+from lessor.apiserver.routes.openapi import document, lease
+from lessor.apiserver.routes.route import Route
+from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS
 
 
 def test_an_answer_the_model_describes_is_passed_on_unchanged() -> None:
@@ -47,3 +62,47 @@ def test_a_drift_names_the_field_but_never_its_value() -> None:
     with pytest.raises(ResponseDriftError, match="phase") as caught:
         conform(LeaseSummary, {"id": "l-1", "phase": {"x": secret}, "profile": "p"})
     assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["31", "-1", "x", "1.5", "²", "١٢", "+5", " 5", "5_0", "1" * 17])
+def test_a_query_integer_is_ascii_digits_within_its_bounds(value: str) -> None:
+    req = testing.create_req(query_string=f"waitSeconds={quote(value)}")
+    with pytest.raises(BadRequestError, match="waitSeconds must be an integer from 0 to 30"):
+        query_of(req, LeaseWait)
+
+
+def test_a_query_takes_its_defaults_and_ignores_what_it_does_not_name() -> None:
+    assert query_of(testing.create_req(query_string="other=1"), LeaseWait).wait_seconds == 0
+    req = testing.create_req(query_string="waitSeconds=0007")
+    assert query_of(req, LeaseWait).wait_seconds == 7
+
+
+def test_the_document_lists_a_responders_query_from_its_model() -> None:
+    (parameter,) = api_document()["paths"]["/v1/leases/{lease_id}"]["get"]["parameters"]
+    assert parameter["name"] == "waitSeconds" and parameter["required"] is False
+    assert parameter["schema"] == {"type": "integer", "minimum": 0, "maximum": 30, "default": 0}
+
+
+def test_a_route_is_public_as_its_resource_says_and_so_is_its_operation() -> None:
+    paths = api_document()["paths"]
+    for route in ROUTES:
+        if route.operations is None:
+            continue
+        for method in route.methods:
+            public = paths[route.path][method].get("security") == []
+            assert public == (route.resource.authentication != "required"), route.path
+
+
+def test_a_success_the_responder_did_not_declare_is_a_drift() -> None:
+    answer = Route("/v1/leases", LeasesResource, None).answer("post")
+    assert (answer.status, answer.body) == (202, LeaseCreated)
+    with pytest.raises(ResponseDriftError, match="200"):
+        answer.check(200, {})
+
+
+def test_every_error_reason_is_in_the_document() -> None:
+    error = api_document()["components"]["schemas"]["Error"]["properties"]
+    (code, _) = error["code"]["anyOf"]
+    (reason, _) = error["reason"]["anyOf"]
+    assert set(code["enum"]) == SPEC_REASONS | LESSOR_CODES
+    assert set(reason["enum"]) == SPEC_REASONS

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lessor.apiserver.sandboxes.stream_slots import SessionSlots
+from lessor.apiserver.state.session_slots import SessionSlots
 
 
 def test_an_identity_gets_its_ceiling_and_a_released_slot_back(tmp_path: Path) -> None:

@@ -53,6 +53,8 @@ RECORD_PREFIX = "lessor-session-"
 LABEL = "lessor.dev/session"
 OWNER_LABEL = "lessor.dev/session-owner"  # a digest of the owner (labels hold no `/` or `@`)
 SESSION_ANNOTATION = "lessor.dev/session-id"
+# When the session expires, RFC 3339 UTC: written with the record, read to pick the slot to end.
+EXPIRES_ANNOTATION = "lessor.dev/expires"
 DEFAULT_MAX_PER_OWNER = 32
 SLOT_ATTEMPTS = 5  # slots raced for by concurrent logins of one owner before a 409
 SWEPT_BUCKETS = 144 * 2  # two days: longer sessions than that do not exist
@@ -229,7 +231,7 @@ class Sessions:
                     "lessor.dev/identity": identity[:1024],
                     "lessor.dev/policy": policy,
                     "lessor.dev/method": method,
-                    "lessor.dev/expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
+                    EXPIRES_ANNOTATION: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
                 },
             }
         }
@@ -318,4 +320,4 @@ def _names(record: Json, session: LoginSession) -> bool:
 
 def _expiry(record: Json) -> str:
     """When its session expires, as RFC 3339 UTC text (which sorts as time does)."""
-    return str((record["metadata"].get("annotations") or {}).get("lessor.dev/expires", ""))
+    return str((record["metadata"].get("annotations") or {}).get(EXPIRES_ANNOTATION, ""))

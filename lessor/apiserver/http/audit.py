@@ -13,10 +13,7 @@ too. They never carry a credential, a body or a session token: the object is an 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from lessor.apiserver.auth.authenticator import Principal
+from typing import Any, Protocol
 
 log = logging.getLogger("lessor.audit")
 NAME_LOGGED = 253  # a Kubernetes object name's longest
@@ -49,6 +46,17 @@ READS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+class Caller(Protocol):
+    """Who made a request, as a record names them: an authenticated principal
+    (lessor.apiserver.auth.authenticator), which this bottom layer does not import."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def method(self) -> str: ...
+
+
 def action_of(method: str, route: str, status: int, answer: object) -> str | None:
     """The audit action of a request, None for one that is not audited."""
     if status == 401:
@@ -72,7 +80,7 @@ def outcome(status: int) -> str:
 def of_request(
     action: str,
     *,
-    caller: Principal | None,
+    caller: Caller | None,
     status: int,
     params: dict[str, Any],
     answer: object,
@@ -103,7 +111,7 @@ def of_request(
 def record(
     action: str,
     *,
-    caller: Principal | None,  # None: not authenticated
+    caller: Caller | None,  # None: not authenticated
     status: int | None,
     lease: str | None = None,
     execution: str | None = None,

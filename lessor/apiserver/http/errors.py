@@ -11,25 +11,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS
+from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS, Reason
 
 
 class HttpError(Exception):
     status = 500
     error = "internal error"
-    reason: str | None = None
+    reason: Reason | None = None
 
     def __init__(
         self,
         detail: str | None = None,
         *,
-        reason: str | None = None,
+        reason: Reason | None = None,
         error: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail or self.error)
         self.detail = detail
         if reason is not None:
+            # Checked at run time too: a reason may come from a value mypy does not see.
             if reason not in SPEC_REASONS | LESSOR_CODES:
                 raise ValueError(f"{reason!r} is no error reason of the API")
             self.reason = reason

@@ -8,7 +8,7 @@ Prometheus scrapes the pods directly, inside the cluster. Keeping it off the pub
 altogether (a 404 there) leaves nothing for an Ingress rule to forget, and a scrape on its own
 port is never shed with the API's requests. The shipped manifests and chart turn it on.
 
-At the API's address /metrics is a Falcon route (lessor.apiserver.http.app.MetricsResource,
+At the API's address /metrics is a Falcon route (lessor.apiserver.routes.app.MetricsResource,
 authentication "none"): a scrape is counted, logged and shed as any anonymous request is, so a
 flood of them costs no more than the worker's bound of requests in flight.
 

@@ -87,7 +87,7 @@ SANDBOX_STREAMS_OPEN = Gauge(
 WAITS_DECLINED = Counter(
     "lessor_waits_declined_total",
     "Requests that asked to wait and were answered at once instead: the caller's share of "
-    "waits on the replica, or the worker's, was held (lessor.apiserver.http.held_requests).",
+    "waits on the replica, or the worker's, was held (lessor.apiserver.state.held_requests).",
     ["kind", "bound"],
 )
 WAITS_ABANDONED = Counter(

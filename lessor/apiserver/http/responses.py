@@ -1,6 +1,6 @@
 """The response bodies of the API, as pydantic models: what the OpenAPI document describes and
 what the responders validate their answers through, so an answer cannot drift from the
-document (lessor.apiserver.http.openapi)."""
+document (lessor.apiserver.routes.openapi)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lessor.apiserver.sandboxes.executions import DEFAULT_TIMEOUT, MAX_TIMEOUT
-from lessor.apiserver.sandboxes.sandbox_leases import LOG_BYTES_MAX
 from lessor.protocol.durations import format_duration
+from lessor.protocol.error_reasons import Reason, SpecReason
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
 from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
+from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, LOG_BYTES_MAX, MAX_TIMEOUT
 from lessor.resources.sandbox import ReleaseCause
 
 
 class Error(BaseModel):
     error: str
     detail: str | None = None
-    reason: str | None = Field(
+    reason: SpecReason | None = Field(
         default=None, description="One of spec 7.2's reasons; omitted where none applies."
     )
-    code: str | None = Field(
+    code: Reason | None = Field(
         default=None,
         description="The refusal's cause: the reason, or lessor's finer code where the spec "
         "names none (alias_active, idempotency_conflict, concurrency_limit, rate_limited, ...).",

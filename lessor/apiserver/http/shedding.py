@@ -15,7 +15,7 @@ answer aggregates every worker's files; a deployment whose scrapes must get thro
 gives /metrics a listener of its own (`--metrics-bind`, outside Falcon). A request
 that waits (a lease's `waitSeconds`, a wait-mode execution) stops counting once admitted to
 its wait (`set_aside`): it holds a greenlet, not the CPU the bound is there to protect, and
-waits have bounds of their own (lessor.apiserver.http.held_requests).
+waits have bounds of their own (lessor.apiserver.state.held_requests).
 The default (32 a worker) comes from bench/shedding.py: at 200 clients on one worker it served
 386 requests a second at p50 67 ms, against 310 at p50 891 ms without a bound. Counted per
 worker: one process, greenlets in one thread, so a plain counter is exact.

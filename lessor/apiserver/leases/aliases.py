@@ -12,18 +12,24 @@ the listing shows their ids.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from lessor.apiserver.http.errors import HttpConflictError
-from lessor.protocol.json_object import Json
+from lessor.resources.cluster import ClusterLease
+from lessor.resources.sandbox import SandboxLease
+
+LeaseT = TypeVar("LeaseT", ClusterLease, SandboxLease)
 
 
-def by_alias(leases: list[Json], alias: str, active: Callable[[str | None], bool]) -> Json | None:
+def by_alias(
+    leases: list[LeaseT], alias: str, active: Callable[[str | None], bool]
+) -> LeaseT | None:
     """The one lease of `leases` (the caller's own) that `alias` names; None if none does."""
-    named = [lease for lease in leases if lease.get("spec", {}).get("alias") == alias]
-    live = [lease for lease in named if active(lease.get("status", {}).get("phase"))]
+    named = [lease for lease in leases if lease.spec.alias == alias]
+    live = [lease for lease in named if active(lease.status.phase if lease.status else None)]
     chosen = live or named
     if len(chosen) > 1:
-        ids = ", ".join(sorted(lease["metadata"]["name"] for lease in chosen))
+        ids = ", ".join(sorted(lease.metadata.name or "" for lease in chosen))
         raise HttpConflictError(
             f"{len(chosen)} of your leases are named {alias} ({ids}); use the id",
             reason="ambiguous_alias",

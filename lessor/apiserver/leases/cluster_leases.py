@@ -25,6 +25,7 @@ from lessor.apiserver.http.errors import (
     HttpNotFoundError,
     TooManyRequestsError,
 )
+from lessor.apiserver.http.responses import Expiry
 from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.reservations import Reservations
 from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
@@ -36,11 +37,18 @@ from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import looks_like_an_id
-from lessor.protocol.timestamps import timestamp, utcnow
-from lessor.resources.cluster import CLUSTER_HEALTHY, LEASE_FINALIZER, ClusterLease, ClusterPool
+from lessor.protocol.timestamps import now_seconds, timestamp
+from lessor.resources import labels
+from lessor.resources.base import Condition, ObjectMeta, instant_json, json_pointer
+from lessor.resources.cluster import (
+    CLUSTER_HEALTHY,
+    LEASE_FINALIZER,
+    ClusterLease,
+    ClusterLeaseSpec,
+    ClusterPool,
+    Extension,
+)
 
-REQUESTER_LABEL = "lessor.dev/requester"
-POOL_LABEL = "lessor.dev/pool"
 # A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # The longest a GET may wait for its lease to change (`waitSeconds`): under the idle timeout of
@@ -66,23 +74,23 @@ def watch_active_leases(kube_factory: Callable[[], Kube]) -> WatchedObjects:
         kube_factory,
         ClusterLease.crd.plural,
         field_selector=ClusterLease.phases.unfinished_selector(),
-        index=lambda lease: lease["metadata"].get("labels", {}).get(REQUESTER_LABEL),
+        index=lambda lease: lease["metadata"].get("labels", {}).get(labels.REQUESTER),
     )
 
 
-def _phase(obj: Json) -> str | None:
-    phase: str | None = obj.get("status", {}).get("phase")
-    return phase
+def _phase(lease: ClusterLease) -> str | None:
+    """The lease's phase; None until the operator has seen it."""
+    return lease.status.phase if lease.status is not None else None
 
 
-def _cluster_health(status: Json) -> Json | None:
+def _cluster_health(conditions: list[Condition]) -> Json | None:
     """The lease's ClusterHealthy condition as the API shows it, once the operator wrote one."""
-    for condition in status.get("conditions", []):
-        if condition.get("type") == CLUSTER_HEALTHY:
+    for condition in conditions:
+        if condition.type == CLUSTER_HEALTHY:
             return {
-                "healthy": condition.get("status") == "True",
-                "since": condition.get("lastTransitionTime", ""),
-                "message": condition.get("message", ""),
+                "healthy": condition.status == "True",
+                "since": instant_json(condition.last_transition_time),
+                "message": condition.message,
             }
     return None
 
@@ -109,37 +117,38 @@ class LeaseService:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def usable(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> Json:
+    def usable(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> ClusterLease:
         """The caller's lease while its policy still grants the lease's pool: one that no
         longer does is not served (404, as a Sandbox lease out of the caller's scope), so an
         administrator narrowing a policy cuts off kubeconfigs and extensions at once.
         `fresh`: read from kube-apiserver, not the watch (what a fenced write starts from)."""
         lease = self.owned(principal, lease_id, fresh=fresh)
-        if not self.granted(principal, lease):
+        if not self.granted(principal, lease.spec.pool):
             raise HttpNotFoundError(f"no lease {lease_id}")
         return lease
 
     @staticmethod
-    def granted(principal: Principal, lease: Json) -> bool:
-        pool = lease.get("spec", {}).get("pool", "")
+    def granted(principal: Principal, pool: str) -> bool:
+        """Whether the caller's policy still grants `pool` (a lease's, or a kept bundle's)."""
         return grant_for(principal.policy.spec, principal.claims, pool) is not None
 
-    def owned(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> Json:
+    def owned(self, principal: Principal, lease_id: str, *, fresh: bool = False) -> ClusterLease:
         """The caller's lease; another identity's lease is indistinguishable from none (404).
         Release takes it even out of the policy's grant (ending a lease never hurts)."""
         if not OBJECT_NAME.match(lease_id):
             raise HttpNotFoundError(f"no lease {lease_id[:80]}")
         if fresh:
-            obj = self.kube.find(ClusterLease.crd.plural, lease_id)
+            found = self.kube.find_model(ClusterLease, lease_id)
         else:
-            obj = self.watched_leases.read(lease_id)
-        if obj is None and not looks_like_an_id(lease_id):
-            obj = self._by_alias(principal, lease_id)
-        if obj is None or obj.get("spec", {}).get("requester") != principal.owner:
+            read = self.watched_leases.read(lease_id)
+            found = None if read is None else ClusterLease.model_validate(read)
+        if found is None and not looks_like_an_id(lease_id):
+            found = self._by_alias(principal, lease_id)
+        if found is None or found.spec.requester != principal.owner:
             raise HttpNotFoundError(f"no lease {lease_id}")
-        return obj
+        return found
 
-    def _by_alias(self, principal: Principal, alias: str) -> Json | None:
+    def _by_alias(self, principal: Principal, alias: str) -> ClusterLease | None:
         """The caller's lease `alias` names: its active one, from the watch when there is one
         there; else from every lease of the caller's, ended ones included (aliases.py)."""
         active = ClusterLease.phases.holds_slot
@@ -150,7 +159,7 @@ class LeaseService:
                 return found
         return by_alias(self._all_mine(principal), alias, active)
 
-    def _active_mine(self, principal: Principal) -> list[Json]:
+    def _active_mine(self, principal: Principal) -> list[ClusterLease]:
         """The caller's leases that are not finished (and, read from kube-apiserver, finished
         ones too: callers filter by phase). From this worker's watch, as a single lease is,
         with the same freshness: this worker's own writes at once, the operator's and other
@@ -159,15 +168,18 @@ class LeaseService:
         watched = self.watched_leases.indexed(requester_label(principal.owner))
         return self._all_mine(principal) if watched is None else self._own(principal, watched)
 
-    def _all_mine(self, principal: Principal) -> list[Json]:
+    def _all_mine(self, principal: Principal) -> list[ClusterLease]:
         """Every lease of the caller's, ended ones included (until the operator deletes them),
         from a consistent list."""
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
+        selector = f"{labels.REQUESTER}={requester_label(principal.owner)}"
         return self._own(principal, self.kube.list_objects(ClusterLease.crd.plural, selector))
 
     @staticmethod
-    def _own(principal: Principal, leases: list[Json]) -> list[Json]:
-        return [lease for lease in leases if lease["spec"].get("requester") == principal.owner]
+    def _own(principal: Principal, leases: list[Json]) -> list[ClusterLease]:
+        """The caller's own of `leases`, by the requester their spec names: the label they were
+        selected by is only a digest of it, which anyone who can write a lease can set."""
+        validated = [ClusterLease.model_validate(lease) for lease in leases]
+        return [lease for lease in validated if lease.spec.requester == principal.owner]
 
     def pool(self, name: str) -> ClusterPool:
         if not OBJECT_NAME.match(name):
@@ -205,41 +217,37 @@ class LeaseService:
             alias_used=f"alias {request.alias} is already used by one of your active leases",
             active=None
             if mine is None
-            else [lease for lease in mine if ClusterLease.phases.holds_slot(_phase(lease))],
+            else [
+                lease
+                for lease in map(ClusterLease.model_validate, mine)
+                if ClusterLease.phases.holds_slot(_phase(lease))
+            ],
         )
         try:
-            spec: Json = {
-                "pool": pool_name,
-                "ttl": ttl,
-                "requester": principal.owner,
-                "maxExtensions": grant.max_extensions,
-            }
-            if grant.max_ttl is not None:
-                spec["maxTtl"] = format_duration(grant.max_ttl)
-            if request.alias:
-                spec["alias"] = request.alias
-            if request.metadata is not None:
-                spec["metadata"] = request.metadata
-            created = self.kube.create(
-                ClusterLease.crd.plural,
-                {
-                    "apiVersion": "lessor.dev/v1alpha1",
-                    "kind": "ClusterLease",
-                    "metadata": {
-                        "name": name,
-                        "finalizers": [LEASE_FINALIZER],
-                        "annotations": {
-                            **Reservations.annotation(taken),
-                            **tracing.carried(),  # the operator's spans join this trace
-                        },
-                        "labels": {
-                            REQUESTER_LABEL: requester_label(principal.owner),
-                            POOL_LABEL: pool_name,
-                        },
+            lease = ClusterLease(
+                metadata=ObjectMeta(
+                    name=name,
+                    finalizers=[LEASE_FINALIZER],
+                    annotations={
+                        **Reservations.annotation(taken),
+                        **tracing.carried(),  # the operator's spans join this trace
                     },
-                    "spec": spec,
-                },
+                    labels={
+                        labels.REQUESTER: requester_label(principal.owner),
+                        labels.POOL: pool_name,
+                    },
+                ),
+                spec=ClusterLeaseSpec(
+                    pool=pool_name,
+                    ttl=ttl,
+                    requester=principal.owner,
+                    max_extensions=grant.max_extensions,
+                    max_ttl=None if grant.max_ttl is None else format_duration(grant.max_ttl),
+                    alias=request.alias or None,
+                    metadata=request.metadata,
+                ),
             )
+            created = self.kube.create(ClusterLease.crd.plural, lease.manifest())
         except BaseException:
             for reservation in taken:
                 self.reservations.release(reservation)
@@ -266,20 +274,22 @@ class LeaseService:
         return [
             self.summary(lease)
             for lease in self._active_mine(principal)
-            if ClusterLease.phases.holds_slot(_phase(lease)) and self.granted(principal, lease)
+            if ClusterLease.phases.holds_slot(_phase(lease))
+            and self.granted(principal, lease.spec.pool)
         ]
 
-    def summary(self, lease: Json) -> Json:
+    @staticmethod
+    def summary(lease: ClusterLease) -> Json:
         """What the owner sees in a listing; the alias lets a client find its named lease."""
-        status, spec = lease.get("status", {}), lease["spec"]
-        body = {
-            "id": lease["metadata"]["name"],
-            "phase": status.get("phase", "Pending"),
-            "profile": spec["pool"],
-            "expires_at": status.get("expiresAt"),
+        expires_at = lease.status.expires_at if lease.status is not None else None
+        body: Json = {
+            "id": lease.metadata.name,
+            "phase": _phase(lease) or "Pending",
+            "profile": lease.spec.pool,
+            "expires_at": None if expires_at is None else instant_json(expires_at),
         }
-        if "alias" in spec:
-            body["alias"] = spec["alias"]
+        if lease.spec.alias is not None:
+            body["alias"] = lease.spec.alias
         return body
 
     def read(
@@ -319,17 +329,19 @@ class LeaseService:
     def _answer(self, principal: Principal, lease_id: str) -> Json:
         lease = self.usable(principal, lease_id)
         body = self.summary(lease)
-        status = lease.get("status", {})
-        if "metadata" in lease["spec"]:
-            body["metadata"] = lease["spec"]["metadata"]
-        if body["phase"] == "Pending" and status.get("queuePosition"):
-            body["queue_position"] = status["queuePosition"]
-        if body["phase"] == "Bound":
-            secret_name = lease.get("status", {}).get("kubeconfigSecret", "")
+        if lease.spec.metadata is not None:
+            body["metadata"] = lease.spec.metadata
+        status = lease.status
+        if status is None:
+            return body
+        if body["phase"] == "Pending" and status.queue_position:
+            body["queue_position"] = status.queue_position
+        if body["phase"] == ClusterLease.phases.usable:
+            secret_name = status.kubeconfig_secret or ""
             value = self.kube.secret_value(self.kube.namespace, secret_name, "kubeconfig")
             if value:
                 body["kubeconfig"] = value
-            health = _cluster_health(status)
+            health = _cluster_health(status.conditions)
             if health is not None:
                 body["cluster_health"] = health
         return body
@@ -347,15 +359,11 @@ class LeaseService:
                     reason="teardown_quarantined",
                     error="TeardownQuarantined",
                 )
-            if phase in ClusterLease.phases.finished or lease["spec"].get("releaseRequested"):
+            if phase in ClusterLease.phases.finished or lease.spec.release_requested:
                 return
+            path = json_pointer("spec", "release_requested", model=ClusterLease)
             self._wrote(
-                fenced_patch(
-                    self.kube,
-                    ClusterLease.crd.plural,
-                    lease,
-                    [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-                )
+                fenced_patch(self.kube, lease, [{"op": "add", "path": path, "value": True}])
             )
 
         retry_on_conflict(attempt, doing="releasing it")
@@ -366,17 +374,19 @@ class LeaseService:
     def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
         # A concurrent extension that wins makes the next attempt count against the fresh lease.
         def attempt() -> Json:
-            raw = self.usable(principal, lease_id, fresh=True)
-            lease = ClusterLease.model_validate(raw)
+            lease = self.usable(principal, lease_id, fresh=True)
             status = lease.status
-            if status is None or status.phase != "Bound" or status.bound_at is None:
-                raise HttpConflictError("only a Bound lease can be extended", reason="not_ready")
+            usable = ClusterLease.phases.usable
+            if status is None or status.phase != usable or status.bound_at is None:
+                raise HttpConflictError(
+                    f"only a {usable} lease can be extended", reason="not_ready"
+                )
             if len(lease.spec.extensions) >= lease.spec.max_extensions:
                 raise HttpConflictError(
                     f"this lease allows {lease.spec.max_extensions} extensions and has used them",
                     reason="extension_budget_exhausted",
                 )
-            ttl = status.effective_ttl or lease.spec.ttl or "1h"
+            ttl = lease.effective_ttl()
             if lease.spec.max_ttl:
                 refuse_past_ceiling(
                     expiry=lease.spec.expires_at(status.bound_at, ttl),
@@ -384,11 +394,16 @@ class LeaseService:
                     ceiling=status.bound_at + parse_duration(lease.spec.max_ttl),
                     start="binding",
                 )
-            extension = {"ttl": request.extend_ttl, "requestedAt": timestamp(utcnow())}
-            operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            patched = fenced_patch(self.kube, ClusterLease.crd.plural, raw, [operation])
+            extension = Extension(ttl=request.extend_ttl, requested_at=now_seconds())
+            operation = append_operation(
+                json_pointer("spec", "extensions", model=ClusterLease),
+                lease.spec.extensions,
+                extension.model_dump(mode="json", by_alias=True, exclude_none=True),
+            )
+            patched = fenced_patch(self.kube, lease, [operation])
             self._wrote(patched)
             updated = ClusterLease.model_validate(patched)
-            return {"expires_at": timestamp(updated.spec.expires_at(status.bound_at, ttl))}
+            expiry = Expiry(expires_at=timestamp(updated.spec.expires_at(status.bound_at, ttl)))
+            return expiry.model_dump(mode="json")
 
         return retry_on_conflict(attempt, doing="extending it")

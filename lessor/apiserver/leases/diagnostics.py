@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http.errors import HttpNotFoundError, UnavailableError
+from lessor.apiserver.http.responses import DiagnosticsBundle as BundleAnswer
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, LeaseService
 from lessor.apiserver.state.kube import Kube
 from lessor.bucket import MAX_URL_TTL, Bucket, BucketError, Credentials, Location
@@ -59,13 +60,14 @@ class DiagnosticsService:
                 f"the diagnostics store cannot be used now ({error.reason}); try again later"
             ) from None
         ttl = min(parse_duration(store.url_ttl), MAX_URL_TTL)
-        return {
-            "url": bucket.presigned_get(record.key, ttl),
-            "expires_at": timestamp(utcnow() + ttl - datetime.timedelta(seconds=1)),
-            "captured_at": timestamp(record.finished_at or record.started_at),
-            "size_bytes": record.size_bytes or 0,
-            "truncated": record.truncated,
-        }
+        answer = BundleAnswer(
+            url=bucket.presigned_get(record.key, ttl),
+            expires_at=timestamp(utcnow() + ttl - datetime.timedelta(seconds=1)),
+            captured_at=timestamp(record.finished_at or record.started_at),
+            size_bytes=record.size_bytes or 0,
+            truncated=record.truncated,
+        )
+        return answer.model_dump(mode="json")
 
     def _record(self, principal: Principal, lease_id: str) -> tuple[str, DiagnosticsRecord]:
         """The namespace and record of the caller's bundle: the lease's own while the lease
@@ -80,10 +82,10 @@ class DiagnosticsService:
                     " captured, or its retention ended)"
                 ) from None
             return kept
-        found = lease.get("status", {}).get("diagnostics")
-        if not found or found.get("state") != "Captured":
+        record = lease.status.diagnostics if lease.status is not None else None
+        if record is None or record.state != "Captured":
             raise HttpNotFoundError("no diagnostics bundle was captured for this lease")
-        return lease["metadata"]["namespace"], DiagnosticsRecord.model_validate(found)
+        return lease.metadata.namespace or self.kube.namespace, record
 
     def _kept(self, principal: Principal, lease_id: str) -> tuple[str, DiagnosticsRecord] | None:
         if not OBJECT_NAME.match(lease_id):
@@ -96,7 +98,9 @@ class DiagnosticsService:
         except ValidationError:  # not the operator's writing: served to nobody
             return None
         # Its spec names the pool as a lease's does: the same grant applies.
-        if kept.spec.requester != principal.owner or not self.leases.granted(principal, obj):
+        if kept.spec.requester != principal.owner or not self.leases.granted(
+            principal, kept.spec.pool
+        ):
             return None
         return kept.metadata.namespace or "", kept.spec.record
 

@@ -12,6 +12,7 @@ in one; the last MAX_EVENTS are served, oldest first.
 from __future__ import annotations
 
 from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.responses import LeaseEvent
 from lessor.apiserver.leases.cluster_leases import LeaseService
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.json_object import Json
@@ -37,21 +38,21 @@ class LeaseEvents:
         found = self.kube.request(
             "GET",
             f"/apis/events.k8s.io/v1/namespaces/{self.kube.namespace}/events",
-            query={"fieldSelector": f"regarding.uid={lease['metadata']['uid']}"},
+            query={"fieldSelector": f"regarding.uid={lease.metadata.uid}"},
         ).get("items", [])
         events = []
-        for event in found:
+        for event in found:  # events.k8s.io/v1 Events: JSON, as every kind not lessor's
             first, last = _seen(event)
             series = event.get("series") or {}
             events.append(
-                {
-                    "type": str(event.get("type") or "Normal"),
-                    "reason": str(event.get("reason") or ""),
-                    "message": str(event.get("note") or ""),
-                    "count": int(series.get("count") or event.get("deprecatedCount") or 1),
-                    "first_seen": first,
-                    "last_seen": last,
-                }
+                LeaseEvent(
+                    type=event.get("type") or "Normal",
+                    reason=str(event.get("reason") or ""),
+                    message=str(event.get("note") or ""),
+                    count=int(series.get("count") or event.get("deprecatedCount") or 1),
+                    first_seen=first,
+                    last_seen=last,
+                )
             )
-        events.sort(key=lambda event: (event["last_seen"], event["first_seen"]))
-        return events[-MAX_EVENTS:]
+        events.sort(key=lambda event: (event.last_seen, event.first_seen))
+        return [event.model_dump(mode="json") for event in events[-MAX_EVENTS:]]

@@ -21,8 +21,8 @@ from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
-from lessor.resources.base import Condition, problems_for_tenants
-from lessor.resources.cluster import ClusterLease, ClusterPool
+from lessor.resources.base import Condition, instant_json, problems_for_tenants
+from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
 
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
@@ -151,23 +151,25 @@ class PoolService:
         if self.one(principal, name)["resourceKind"] == "Sandbox":
             return self._own_sandbox_leases(principal, name)
         rows = []
-        for lease in self.watched_leases.listed():
-            spec, status = lease.get("spec", {}), lease.get("status", {})
-            if spec.get("pool") != name or not ClusterLease.phases.holds_slot(status.get("phase")):
+        for lease in map(ClusterLease.model_validate, self.watched_leases.listed()):
+            spec, status = lease.spec, lease.status or ClusterLeaseStatus()
+            if spec.pool != name or not ClusterLease.phases.holds_slot(status.phase):
                 continue
-            mine = spec.get("requester") == principal.owner
+            mine = spec.requester == principal.owner
             row: Json = {
-                "id": lease["metadata"]["name"],
-                "phase": status.get("phase", "Pending"),
+                "id": lease.metadata.name,
+                "phase": status.phase or "Pending",
                 "profile": name,
-                "cluster_name": status.get("clusterName"),
+                "cluster_name": status.cluster_name,
                 "requester": principal.identity if mine else REDACTED,
-                "expires_at": status.get("expiresAt"),
+                "expires_at": None
+                if status.expires_at is None
+                else instant_json(status.expires_at),
             }
-            if mine:
-                for key in ("alias", "metadata"):
-                    if key in spec:
-                        row[key] = spec[key]
+            if mine and spec.alias is not None:
+                row["alias"] = spec.alias
+            if mine and spec.metadata is not None:
+                row["metadata"] = spec.metadata
             rows.append(row)
         return rows
 

@@ -5,7 +5,7 @@ is a ConfigMap whose name is derived from the identity (and slot or alias), so t
 taking the same slot race on one create and exactly one wins. A reservation names its lease,
 and the lease names its reservations (the `lessor.dev/reservations` annotation). The operator
 deletes a reservation once its lease no longer holds it (ended, quarantined, deleted, or never
-created: lessor.operator.reservations); a take that finds one its lease no longer holds (the
+created: lessor.operator.tenancy.reservations); a take that finds one its lease no longer holds (the
 operator was down) reclaims it, fenced by its uid and resourceVersion.
 
 Taking a slot costs one create when the caller's active leases are known from the watch (issue
@@ -32,18 +32,14 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http.errors import HttpConflictError, TooManyRequestsError
 from lessor.apiserver.state.kube import Kube
-from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import utcnow
+from lessor.resources import labels
 from lessor.resources.cluster import ClusterLease
+from lessor.resources.lease_time import RESERVATION_ORPHAN_GRACE
 from lessor.resources.sandbox import SandboxLease
 
 log = logging.getLogger(__name__)
 
-ORPHAN_GRACE = datetime.timedelta(seconds=30)
-KIND_LABEL = "lessor.dev/reservation"
-HOLDER_LABEL = "lessor.dev/holder"
-# On a lease: the names of its reservations, comma-separated.
-RESERVATIONS_ANNOTATION = "lessor.dev/reservations"
 # Random picks among free slots before an ordered scan: enough that racing creates spread out.
 _RANDOM_PICKS = 8
 
@@ -84,7 +80,7 @@ class Reservations:
         *,
         too_many: Callable[[int], str],
         alias_used: str,
-        active: list[Json] | None = None,
+        active: list[ClusterLease] | list[SandboxLease] | None = None,
     ) -> list[Reservation]:
         """What a new lease needs before it is created: a slot under the owner's ceiling (its
         grant's, else the default) and, when it asks for one, its alias. All of them, or none:
@@ -144,14 +140,16 @@ class Reservations:
     def _slot_name(self, holder: str, index: int) -> str:
         return f"lessor-{self.family}slot-{holder}-{index}"
 
-    def _named_slots(self, identity: str, active: list[Json] | None) -> set[int] | None:
+    def _named_slots(
+        self, identity: str, active: list[ClusterLease] | list[SandboxLease] | None
+    ) -> set[int] | None:
         """The slot indexes `active` leases name in their annotation (None: not known)."""
         if active is None:
             return None
         prefix = self._slot_name(_digest(identity), 0)[:-1]
         named = set()
         for lease in active:
-            annotation = lease["metadata"].get("annotations", {}).get(RESERVATIONS_ANNOTATION)
+            annotation = lease.metadata.annotations.get(labels.RESERVATIONS)
             if annotation is None:  # made before the annotation: which slot is not known
                 return None
             for name in annotation.split(","):
@@ -161,13 +159,13 @@ class Reservations:
 
     @staticmethod
     def annotation(reservations: list[Reservation]) -> dict[str, str]:
-        """The annotation a lease names its reservations with."""
-        return {RESERVATIONS_ANNOTATION: ",".join(r.name for r in reservations)}
+        """The annotation a lease names its reservations with: their names, comma-separated."""
+        return {labels.RESERVATIONS: ",".join(r.name for r in reservations)}
 
     def _held_slots(self, holder: str) -> set[int]:
         # From the watch cache (a consistent list waits ~100 ms after any write), names only.
         # A slot taken since is found by the create's 409.
-        selector = f"{KIND_LABEL}={self.family}slot,{HOLDER_LABEL}={holder}"
+        selector = f"{labels.RESERVATION}={self.family}slot,{labels.HOLDER}={holder}"
         names = self.kube.names(self.kube.configmap_path(), selector)
         prefix = f"lessor-{self.family}slot-{holder}-"
         return {int(name[len(prefix) :]) for name in names if name.startswith(prefix)}
@@ -189,7 +187,10 @@ class Reservations:
         body = {
             "metadata": {
                 "name": name,
-                "labels": {KIND_LABEL: f"{self.family}{kind}", HOLDER_LABEL: _digest(identity)},
+                "labels": {
+                    labels.RESERVATION: f"{self.family}{kind}",
+                    labels.HOLDER: _digest(identity),
+                },
             },
             "data": {"identity": identity, "lease": lease},
         }
@@ -231,17 +232,13 @@ class Reservations:
     def _ended(self, created_at: str | None, lease: str) -> bool:
         """Whether the reservation's lease has ended, or never came to be and the reservation
         (created at `created_at`) is older than a grace period."""
-        try:
-            found = self.kube.get(self.lease_kind.crd.plural, lease)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        found = self.kube.find_model(self.lease_kind, lease)
+        if found is None:
             if created_at is None:
                 return True
             age = utcnow() - datetime.datetime.fromisoformat(created_at)
-            return age > ORPHAN_GRACE
+            return age > RESERVATION_ORPHAN_GRACE
         # A tombstone of the Sandbox admission arbiter is no lease: it holds nothing.
-        cancelled = bool(found.get("spec", {}).get("cancelled"))
-        return cancelled or not self.lease_kind.phases.holds_slot(
-            found.get("status", {}).get("phase")
-        )
+        if isinstance(found, SandboxLease) and found.spec.cancelled:
+            return True
+        return not found.phases.holds_slot(found.status.phase if found.status else None)

@@ -58,7 +58,7 @@ class PolicyStore:
             try:
                 policy = AccessPolicy.model_validate(objects[name])
             except ValidationError as error:
-                # Its own status says so too (lessor.operator.access_policies).
+                # Its own status says so too (lessor.operator.tenancy.access_policies).
                 log.warning("access policy %s is invalid and ignored: %s", name, describe(error))
                 continue
             parsed.append(NamedPolicy(name=name, spec=policy.spec))

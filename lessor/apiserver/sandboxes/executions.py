@@ -8,7 +8,7 @@ see ExecutionCommand), then a SandboxExecution whose name is a digest of the exa
 instance (uid) and the idempotency key, created atomically. Only then is the runner asked to
 start it, and the runner itself reserves again with an atomic mkdir of the execution's id, so
 neither a keyed retry, nor two replicas, nor the operator's replay can run a command twice. The
-operator (lessor.operator.executions) starts any reserved execution the API did not get to,
+operator (lessor.operator.sandbox.executions) starts any reserved execution the API did not get to,
 owns the execution's status, and deletes the command Secret once the execution has ended; the
 API answers from the runner directly where it must answer at once (wait mode, logs windows,
 cancel), and never reads the Secret of an execution that exists.
@@ -36,7 +36,7 @@ from lessor.apiserver.http.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
-from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, requester_label
 from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService, live_pod, placed_pod
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.fencing import FenceConflictError, fenced_patch
@@ -46,23 +46,27 @@ from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
 from lessor.protocol.runner import OUTPUT_CAP
+from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from lessor.protocol.timestamps import utcnow
+from lessor.resources import labels
+from lessor.resources.base import ObjectMeta, ObjectRef, instant_json, json_pointer
 from lessor.resources.sandbox import (
     ExecutionCommand,
     SandboxExecution,
+    SandboxExecutionSpec,
+    SandboxExecutionStatus,
     SandboxLease,
     SandboxPool,
     command_secret_name,
 )
+from lessor.resources.sandbox import Runner as RunnerSpec
 from lessor.runner.client import Runner, RunnerAnswer, RunnerError, Window, call_runner
 
-LEASE_LABEL = "lessor.dev/sandbox-lease"
 # Executions of one lease that may be running at once: the operator asks the runner about each
 # running one every 0.25-5 s through pods/exec (review N6), so this bounds what one lease costs
 # it and kube-apiserver. Counted when a new one is admitted, from kube-apiserver's cache:
 # creates racing on several replicas can pass it by their number, never by more.
 MAX_RUNNING_PER_LEASE = 16
-EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 # The bytes of command and cwd a SandboxLease's executions have stored (ExecutionCommand's
 # stored_bytes), summed, never given back: written with `spec.executionsReserved` in one fenced
 # patch. An annotation, not a spec field, so that an API server upgraded before the CRDs still
@@ -70,8 +74,6 @@ EXECUTION_LABEL = "lessor.dev/sandbox-execution"
 COMMAND_BYTES_ANNOTATION = "lessor.dev/command-bytes-reserved"
 SPEND_ATTEMPTS = 10  # fenced increments of the budget before a 409 conflict_retryable
 SPEND_BACKOFF = Backoff(first=0.02, cap=0.2)
-DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
-MAX_TIMEOUT = datetime.timedelta(hours=1)
 WAIT_MARGIN = 15.0  # seconds past the timeout a wait-mode request waits for the outcome
 RUNNER_WAIT = 10.0  # seconds the runner holds one status call open while the command runs
 RUNNER_CALL = 15.0  # seconds a runner call may take besides that wait
@@ -81,38 +83,42 @@ def execution_name(lease_uid: str, key: str) -> str:
     return "x" + hashlib.sha256(f"{lease_uid}\0{key}".encode()).hexdigest()[:24]
 
 
-def _owned_by(lease: Json) -> list[Json]:
+def _owned_by(lease: SandboxLease) -> list[Json]:
     """Owner references to the exact lease instance: its executions and their Secrets are
     garbage-collected with it."""
-    meta = lease["metadata"]
-    return [{"apiVersion": "lessor.dev/v1alpha1", "kind": "SandboxLease",
-             "name": meta["name"], "uid": meta["uid"]}]  # fmt: skip
+    return [lease.owner_reference()]
 
 
-def command_bytes_reserved(lease: Json) -> int:
+def command_bytes_reserved(lease: SandboxLease) -> int:
     """The lease's command bytes so far; none recorded (or an administrator's removal) is 0."""
-    value = str((lease["metadata"].get("annotations") or {}).get(COMMAND_BYTES_ANNOTATION, "0"))
+    value = lease.metadata.annotations.get(COMMAND_BYTES_ANNOTATION, "0")
     return int(value) if value.isascii() and value.isdigit() else 0
 
 
-def _annotate(lease: Json, key: str, value: str) -> Json:
-    """The JSON-patch operation setting one annotation of `lease` as read (a missing map is
-    created with it)."""
-    if lease["metadata"].get("annotations") is None:
-        return {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
-    escaped = key.replace("~", "~0").replace("/", "~1")
-    return {"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value}
+def _annotate(lease: SandboxLease, key: str, value: str) -> Json:
+    """The JSON-patch operation setting one annotation of `lease` as read (a missing or empty
+    map is written whole, with it)."""
+    if not lease.metadata.annotations:
+        path = json_pointer("metadata", "annotations", model=SandboxLease)
+        return {"op": "add", "path": path, "value": {key: value}}
+    path = json_pointer("metadata", "annotations", key, model=SandboxLease)
+    return {"op": "add", "path": path, "value": value}
 
 
-def _view(obj: Json) -> Json:
+def _view(execution: SandboxExecution) -> Json:
     """An execution as GET shows it: never its output, never its requester."""
-    status = obj.get("status", {})
-    body: Json = {"id": obj["metadata"]["name"], "state": status.get("state") or "Queued"}
-    for field in ("exitCode", "startedAt", "finishedAt", "message"):
-        if status.get(field) is not None:
-            body[field] = status[field]
-    body["truncated"] = bool(status.get("truncated"))
-    body["timeout"] = obj["spec"]["timeout"]
+    status = execution.status or SandboxExecutionStatus()
+    body: Json = {"id": execution.metadata.name, "state": status.state or "Queued"}
+    if status.exit_code is not None:
+        body["exitCode"] = status.exit_code
+    if status.started_at is not None:
+        body["startedAt"] = instant_json(status.started_at)
+    if status.finished_at is not None:
+        body["finishedAt"] = instant_json(status.finished_at)
+    if "message" in status.model_fields_set:  # as stored: an empty message is shown empty
+        body["message"] = status.message
+    body["truncated"] = status.truncated
+    body["timeout"] = execution.spec.timeout
     return body
 
 
@@ -158,12 +164,12 @@ class ExecutionService:
         gone: Callable[[], bool] = lambda: False,
     ) -> tuple[int, Json]:
         """202 with the execution started when it is detached, or may not wait (the caller's
-        share of waits is held: lessor.apiserver.http.held_requests); else 200 with its
+        share of waits is held: lessor.apiserver.state.held_requests); else 200 with its
         outcome, or 202 when that comes too late or the client hung up (`gone`)."""
         lease = self.leases.owned(principal, lease_name)
-        name = execution_name(lease["metadata"]["uid"], request.idempotency_key)
+        name = execution_name(lease.metadata.uid or "", request.idempotency_key)
         command = ExecutionCommand(command=request.command, cwd=request.cwd)
-        existing = self.kube.find(SandboxExecution.crd.plural, name)
+        existing = self.kube.find_model(SandboxExecution, name)
         if existing is None:
             self._admit(principal)
             existing = self._reserve(principal, lease, name, request, command)
@@ -184,19 +190,18 @@ class ExecutionService:
     def _reserve(
         self,
         principal: Principal,
-        lease: Json,
+        lease: SandboxLease,
         name: str,
         request: CreateExecution,
         command: ExecutionCommand,
-    ) -> Json:
-        status = lease.get("status", {})
-        phase = status.get("phase") or "Pending"
+    ) -> SandboxExecution:
+        phase = (lease.status.phase if lease.status else None) or "Pending"
         if phase in SandboxLease.phases.ended:
             raise HttpConflictError(f"the lease is {phase}; request a new lease", reason="expired")
-        if phase != "Ready":
+        if phase != SandboxLease.phases.usable:
             raise HttpConflictError("the sandbox is not Ready yet", reason="not_ready")
         self._require_a_running_slot(lease)
-        pool = self._pool(lease["spec"]["pool"])
+        pool = self._pool(lease.spec.pool)
         if pool.spec.runner is None:
             raise NotImplementedYetError(
                 f"SandboxPool {pool.metadata.name} has no runner, so it runs no executions"
@@ -205,56 +210,57 @@ class ExecutionService:
             raise BadRequestError(f"the sandbox has no container {request.container}")
         pod = placed_pod(lease)
         live_pod(self.kube, pod)  # not spent on a pod being replaced: 409, retry
-        timeout = self._timeout(request, status)
+        timeout = self._timeout(request, lease)
         made_meanwhile = self._spend_one(lease, name, command.stored_bytes())
         if made_meanwhile is not None:
             return made_meanwhile
         self._keep_command(lease, name, command)
-        body: Json = {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "SandboxExecution",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    REQUESTER_LABEL: requester_label(principal.owner),
-                    LEASE_LABEL: lease["metadata"]["name"],
+        lease_name, lease_uid = lease.metadata.name or "", lease.metadata.uid or ""
+        execution = SandboxExecution(
+            metadata=ObjectMeta(
+                name=name,
+                labels={
+                    labels.REQUESTER: requester_label(principal.owner),
+                    labels.SANDBOX_LEASE: lease_name,
                 },
-                "ownerReferences": _owned_by(lease),
-            },
-            "spec": {
-                "lease": {"name": lease["metadata"]["name"], "uid": lease["metadata"]["uid"]},
-                "pod": {k: pod[k] for k in ("name", "uid", "namespace") if k in pod},
-                "runner": {"path": pool.spec.runner.path, "container": self._container(pool)},
-                "commandDigest": command.digest(),
-                "timeout": timeout,
-                "idempotencyKey": request.idempotency_key,
-                "detach": request.detach,
-                "requester": principal.owner,
-            },
-        }
-        optional = {"container": request.container, "requestedTimeout": request.timeout}
-        body["spec"].update({k: v for k, v in optional.items() if v is not None})
+                owner_references=_owned_by(lease),
+            ),
+            spec=SandboxExecutionSpec(
+                lease=ObjectRef(name=lease_name, uid=lease_uid),
+                pod=pod,
+                runner=RunnerSpec(path=pool.spec.runner.path, container=self._container(pool)),
+                command_digest=command.digest(),
+                timeout=timeout,
+                idempotency_key=request.idempotency_key,
+                detach=request.detach,
+                requester=principal.owner,
+                container=request.container,
+                requested_timeout=request.timeout,
+            ),
+        )
         try:
-            created = self.kube.create(SandboxExecution.crd.plural, body)
+            created = self.kube.create(SandboxExecution.crd.plural, execution.manifest())
         except ApiException as error:
             if error.status != 409:
                 raise
             # A request with this key won the name.
-            found = self.kube.find(SandboxExecution.crd.plural, name)
+            found = self.kube.find_model(SandboxExecution, name)
             if found is None:
                 raise HttpConflictError(
                     "the idempotency key is in use", reason="idempotency_conflict"
                 ) from error
             return found
-        return created
+        return SandboxExecution.model_validate(created)
 
-    def _require_a_running_slot(self, lease: Json) -> None:
+    def _require_a_running_slot(self, lease: SandboxLease) -> None:
         """429 `concurrency_limit` (no Retry-After: it clears when one ends, not with time)
         while the lease has MAX_RUNNING_PER_LEASE executions that have not ended."""
-        selector = f"{LEASE_LABEL}={lease['metadata']['name']}"
-        executions = self.kube.list_objects(SandboxExecution.crd.plural, selector, cached=True)
+        selector = f"{labels.SANDBOX_LEASE}={lease.metadata.name}"
+        executions = self.kube.list_models(SandboxExecution, selector, cached=True)
         running = sum(
-            1 for e in executions if e.get("status", {}).get("state") not in EXECUTION_FINISHED
+            1
+            for execution in executions
+            if (execution.status.state if execution.status else None) not in EXECUTION_FINISHED
         )
         if running >= MAX_RUNNING_PER_LEASE:
             raise TooManyRequestsError(
@@ -263,7 +269,7 @@ class ExecutionService:
                 reason="concurrency_limit",
             )
 
-    def _keep_command(self, lease: Json, name: str, command: ExecutionCommand) -> None:
+    def _keep_command(self, lease: SandboxLease, name: str, command: ExecutionCommand) -> None:
         """The argv and cwd, in a Secret of their own (ExecutionCommand says why), made before
         the execution so that no execution is ever without one, and owned by the lease so that
         it goes with the lease and its executions (a Secret left by a crash before the execution
@@ -274,7 +280,10 @@ class ExecutionService:
             {
                 "metadata": {
                     "name": command_secret_name(name),
-                    "labels": {LEASE_LABEL: lease["metadata"]["name"], EXECUTION_LABEL: name},
+                    "labels": {
+                        labels.SANDBOX_LEASE: lease.metadata.name or "",
+                        labels.SANDBOX_EXECUTION: name,
+                    },
                     "ownerReferences": _owned_by(lease),
                 },
                 "type": "Opaque",
@@ -324,13 +333,13 @@ class ExecutionService:
         return pool.spec.runner.container or next(iter(pool.spec.containers()), None)
 
     @staticmethod
-    def _timeout(request: CreateExecution, lease_status: Json) -> str:
+    def _timeout(request: CreateExecution, lease: SandboxLease) -> str:
         timeout = min(
             parse_duration(request.timeout) if request.timeout else DEFAULT_TIMEOUT, MAX_TIMEOUT
         )
-        expires = lease_status.get("expiresAt")
-        if expires:
-            left = datetime.datetime.fromisoformat(expires) - utcnow()
+        expires = lease.status.expires_at if lease.status else None
+        if expires is not None:
+            left = expires - utcnow()
             if left.total_seconds() < 1:
                 raise HttpConflictError(
                     "the lease expires now; request a new lease", reason="expired"
@@ -338,29 +347,29 @@ class ExecutionService:
             timeout = min(timeout, datetime.timedelta(seconds=int(left.total_seconds())))
         return format_duration(timeout)
 
-    def _spend_one(self, lease: Json, name: str, size: int) -> Json | None:
+    def _spend_one(self, lease: SandboxLease, name: str, size: int) -> SandboxExecution | None:
         """One unit of the lease's execution budget and `size` of its command bytes, by one
         fenced write retried on races; or, when a request with the same key made the execution
         meanwhile, that execution (it paid). Without that check, identical retries sent at once
         would each pay, and race each other for the increment until one ran out of attempts."""
         for attempt in range(SPEND_ATTEMPTS):
             try:
-                fenced_patch(self.kube, SandboxLease.crd.plural, lease, self._spending(lease, size))
+                fenced_patch(self.kube, lease, self._spending(lease, size))
                 return None
             except FenceConflictError:
-                made = self.kube.find(SandboxExecution.crd.plural, name)
+                made = self.kube.find_model(SandboxExecution, name)
                 if made is not None:
                     return made
                 time.sleep(SPEND_BACKOFF.delay(attempt))
-                lease = self.kube.find(SandboxLease.crd.plural, lease["metadata"]["name"]) or lease
+                lease = self.kube.find_model(SandboxLease, lease.metadata.name or "") or lease
         raise HttpConflictError(
             "the lease changed while reserving; retry", reason="conflict_retryable"
         )
 
-    def _spending(self, lease: Json, size: int) -> list[Json]:
+    def _spending(self, lease: SandboxLease, size: int) -> list[Json]:
         """The patch spending one execution and `size` command bytes of `lease` as read; 409
         `execution_limit_exhausted` (spec 7.2's per-lifetime bound) when either is spent."""
-        spec = SandboxLease.model_validate(lease).spec
+        spec = lease.spec
         if spec.executions_reserved >= spec.max_executions:
             raise HttpConflictError(
                 f"this lease has run its {spec.max_executions} executions; request a new lease",
@@ -376,18 +385,21 @@ class ExecutionService:
             )
         spent = spec.executions_reserved + 1
         return [
-            {"op": "add", "path": "/spec/executionsReserved", "value": spent},
+            {
+                "op": "add",
+                "path": json_pointer("spec", "executions_reserved", model=SandboxLease),
+                "value": spent,
+            },
             _annotate(lease, COMMAND_BYTES_ANNOTATION, str(stored + size)),
         ]
 
     @staticmethod
     def _require_same_intent(
-        found: Json, request: CreateExecution, command: ExecutionCommand
+        found: SandboxExecution, request: CreateExecution, command: ExecutionCommand
     ) -> None:
         """The command and cwd are compared by their digest: the execution holds no more."""
-        spec = found["spec"]
-        stored = (spec.get("commandDigest"), spec.get("requestedTimeout"),
-                  spec.get("container"), bool(spec.get("detach")))  # fmt: skip
+        spec = found.spec
+        stored = (spec.command_digest, spec.requested_timeout, spec.container, spec.detach)
         sent = (command.digest(), request.timeout, request.container, request.detach)
         if stored != sent:
             raise HttpConflictError(
@@ -398,24 +410,26 @@ class ExecutionService:
 
     # -- talking to the runner -------------------------------------------------------------
 
-    def _runner(self, execution: Json, request: Json) -> RunnerAnswer:
+    def _runner(self, execution: SandboxExecution, request: Json) -> RunnerAnswer:
         """The runner's validated answer: a runner that cannot be reached, or answers out of
         bounds (it runs as the tenant, among the tenant's files), is a 503, never a 500."""
         settings = self.kube.api_client.configuration
-        request = {"id": execution["metadata"]["name"], **request}
+        request = {"id": execution.metadata.name, **request}
         timeout = RUNNER_CALL + float(request.get("wait") or 0)
+        # lessor.runner reads the execution's JSON: it sits beside lessor.resources, not above.
+        runner = Runner.of(execution.model_dump(mode="json", by_alias=True))
         try:
-            return call_runner(settings, Runner.of(execution), request, timeout=timeout)
+            return call_runner(settings, runner, request, timeout=timeout)
         except RunnerError as error:
             raise UnavailableError(f"the sandbox's runner cannot be reached: {error}") from error
 
-    def _started(self, execution: Json, command: ExecutionCommand) -> Json:
+    def _started(self, execution: SandboxExecution, command: ExecutionCommand) -> Json:
         """Ask the runner to start it (a no-op if it already did); the answer is the state.
 
         `command` is the request's, which has the execution's commandDigest (it passed
         `_require_same_intent`), so it is what the execution's Secret holds: no need to read it.
         """
-        timeout = parse_duration(execution["spec"]["timeout"]).total_seconds()
+        timeout = parse_duration(execution.spec.timeout).total_seconds()
         start = {"op": "start", "argv": command.command, "cwd": command.cwd, "timeout": timeout}
         body = _view(execution)
         try:
@@ -424,7 +438,7 @@ class ExecutionService:
             return body  # reserved: the operator starts it when the runner answers again
 
     def _wait(
-        self, execution: Json, command: ExecutionCommand, gone: Callable[[], bool]
+        self, execution: SandboxExecution, command: ExecutionCommand, gone: Callable[[], bool]
     ) -> tuple[int, Json]:
         """200 with the output once the command has ended; 202 (poll the execution) if the
         outcome is still not known well past the timeout.
@@ -434,7 +448,7 @@ class ExecutionService:
         most OUTPUT_CAP bytes of each stream, the runner's own retention; a runner that would go on
         past either gets its output cut there, marked truncated."""
         body = self._started(execution, command)
-        deadline = time.monotonic() + parse_duration(execution["spec"]["timeout"]).total_seconds()
+        deadline = time.monotonic() + parse_duration(execution.spec.timeout).total_seconds()
         deadline += WAIT_MARGIN
         # One runner call waits (up to RUNNER_WAIT) for the end and brings the first windows.
         offsets = {"stdoutOffset": 0, "stderrOffset": 0}
@@ -474,20 +488,19 @@ class ExecutionService:
 
     # -- read, logs, cancel ----------------------------------------------------------------
 
-    def owned(self, principal: Principal, lease_name: str, execution: str) -> Json:
+    def owned(self, principal: Principal, lease_name: str, execution: str) -> SandboxExecution:
         """404 unless the lease is the caller's and the execution belongs to that exact lease
         instance (a lease recreated under the same name is another instance)."""
         lease = self.leases.owned(principal, lease_name)
         found = (
-            self.kube.find(SandboxExecution.crd.plural, execution)
+            self.kube.find_model(SandboxExecution, execution)
             if OBJECT_NAME.match(execution)
             else None
         )
-        spec = (found or {}).get("spec", {})
         if (
             found is None
-            or spec.get("lease", {}).get("uid") != lease["metadata"]["uid"]
-            or spec.get("requester") != principal.owner
+            or found.spec.lease.uid != lease.metadata.uid
+            or found.spec.requester != principal.owner
         ):
             raise HttpNotFoundError(f"no execution {execution[:80]} in this lease")
         return found
@@ -514,10 +527,10 @@ class ExecutionService:
         body = _view(found)
         if body["state"] in EXECUTION_FINISHED:
             return body  # unchanged, and no claim of a cancellation
-        if not found["spec"].get("cancelRequested"):
+        if not found.spec.cancel_requested:
             # The intent, for the operator; if the execution changed meanwhile (another cancel,
             # a status update), the runner below has the last word all the same.
             with contextlib.suppress(HttpConflictError):
-                request = [{"op": "add", "path": "/spec/cancelRequested", "value": True}]
-                fenced_patch(self.kube, SandboxExecution.crd.plural, found, request)
+                path = json_pointer("spec", "cancel_requested", model=SandboxExecution)
+                fenced_patch(self.kube, found, [{"op": "add", "path": path, "value": True}])
         return _merge(body, self._runner(found, {"op": "cancel"}))

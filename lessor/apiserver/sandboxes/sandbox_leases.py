@@ -27,7 +27,6 @@ after any create could still arrive.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import secrets
 
@@ -45,8 +44,9 @@ from lessor.apiserver.http.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from lessor.apiserver.http.responses import SandboxExpiry, SandboxLogs
 from lessor.apiserver.leases.aliases import by_alias
-from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, REQUESTER_LABEL, requester_label
+from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, requester_label
 from lessor.apiserver.leases.reservations import Reservation, Reservations
 from lessor.apiserver.policy.evaluation import ceiling_exceeded, matches, sandbox_grant, sandbox_ttl
 from lessor.apiserver.policy.extension_ceiling import refuse_past_ceiling
@@ -56,17 +56,31 @@ from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
-from lessor.protocol.timestamps import timestamp, utcnow
+from lessor.protocol.sandbox_limits import LOG_BYTES_MAX
+from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
+from lessor.resources import labels
 from lessor.resources.access_policy import SandboxGrant
-from lessor.resources.base import problems_for_tenants
+from lessor.resources.base import (
+    ObjectMeta,
+    ObjectRef,
+    instant_json,
+    json_pointer,
+    problems_for_tenants,
+)
+from lessor.resources.cluster import Extension
 from lessor.resources.lease_time import provisioning_deadline
-from lessor.resources.sandbox import DEFAULT_PROVISIONING_TIMEOUT, SandboxLease, SandboxPool
+from lessor.resources.sandbox import (
+    DEFAULT_PROVISIONING_TIMEOUT,
+    SandboxLease,
+    SandboxLeaseSpec,
+    SandboxLeaseStatus,
+    SandboxPool,
+)
 
 PATH = "/v1/sandbox-leases"
-ENDED = ("Released", "Expired")
 SHUTDOWN_CREATE_TIMEOUT = 2.0  # seconds; gunicorn's graceful timeout is 25 by default
-LOG_TAIL_DEFAULT, LOG_TAIL_MAX, LOG_BYTES_MAX = 100, 5000, 256 * 1024
 TOMBSTONE_POOL = "cancelled"
+TOMBSTONE_LABEL = "lessor.dev/tombstone"
 
 
 def lease_id(identity: str, key: str | None) -> str:
@@ -81,31 +95,30 @@ def _unknown_outcome(error: ApiException) -> bool:
     return (error.status or 0) >= 500
 
 
-def _phase(obj: Json) -> str | None:
-    phase: str | None = obj.get("status", {}).get("phase")
-    return phase
+def _phase(lease: SandboxLease) -> str | None:
+    """The lease's phase; None until the operator has seen it."""
+    return lease.status.phase if lease.status is not None else None
 
 
-def placed_pod(lease: Json) -> Json:
-    """The Ready lease's pod reference (`{name, uid}`), where executions, logs, attach and
-    port-forward go. 409 `expired` once the sandbox is gone, `not_ready` before it is placed,
+def placed_pod(lease: SandboxLease) -> ObjectRef:
+    """The Ready lease's pod reference (name, uid, namespace), where executions, logs, attach
+    and port-forward go. 409 `expired` once the sandbox is gone, `not_ready` before it is placed,
     `target_unresolved` while its pod is not known (being replaced: the operator records the
     successor). 503 `provenance_incomplete` when the record that ties the pod to this lease
     (claim, sandbox and pod, each with its uid) is incomplete: the target cannot be verified,
     and no retry will fix it; an administrator must."""
     phase = _phase(lease) or "Pending"
-    if phase in (*ENDED, "Releasing", "Quarantined"):
+    if phase in SandboxLease.phases.ended:
         raise HttpConflictError(f"the lease is {phase}; its sandbox is gone", reason="expired")
-    if phase != "Ready":
+    if lease.status is None or phase != SandboxLease.phases.usable:
         raise HttpConflictError("the sandbox is not placed yet", reason="not_ready")
-    status = lease.get("status", {})
-    pod: Json | None = status.get("pod")
-    if not pod:
+    pod = lease.status.pod
+    if pod is None:
         raise HttpConflictError(
             "the sandbox's pod is not known yet; retry shortly", reason="target_unresolved"
         )
-    chain = [status.get("claim") or {}, status.get("sandbox") or {}, pod]
-    if not all(ref.get("name") and ref.get("uid") for ref in chain):
+    chain = [lease.status.claim, lease.status.sandbox, pod]
+    if not all(ref is not None and ref.name and ref.uid for ref in chain):
         raise UnavailableError(
             "the lease's placement record is incomplete (claim, sandbox and pod, each with its "
             "uid), so its target cannot be verified; an administrator must look at it",
@@ -114,27 +127,27 @@ def placed_pod(lease: Json) -> Json:
     return pod
 
 
-def pod_namespace(pod: Json, service_namespace: str) -> str:
+def pod_namespace(pod: ObjectRef, service_namespace: str) -> str:
     """Where a lease's pod is: the namespace its reference records, else the service
     namespace. Written once, for every reader of a pod reference (logs, attach, port-forward)."""
-    return str(pod.get("namespace") or service_namespace)
+    return pod.namespace or service_namespace
 
 
-def live_pod(kube: Kube, placed: Json) -> Json:
+def live_pod(kube: Kube, placed: ObjectRef) -> Json:
     """The lease's pod as it is now, when it is still the one the lease records: one that is gone,
     or replaced under its name by a pod of another uid, is 409 `target_unresolved` (agent-sandbox
     is replacing it, and the operator records the successor; a retry reaches that one), never
     the successor reached by its name before the lease says it is the lease's."""
     try:
         found = kube.core.read_namespaced_pod(
-            placed["name"], pod_namespace(placed, kube.namespace), _request_timeout=10
+            placed.name, pod_namespace(placed, kube.namespace), _request_timeout=10
         )
     except ApiException as error:
         if error.status == 404:
             raise _being_replaced() from None
         raise
     pod: Json = kube.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
-    if pod["metadata"]["uid"] != placed["uid"]:
+    if pod["metadata"]["uid"] != placed.uid:
         raise _being_replaced()
     return pod
 
@@ -166,26 +179,22 @@ class SandboxLeaseService:
         decision = self.limiter.take(principal.owner)
         if not decision.allowed:
             # One exact-name read, only to recover a lease this key already committed.
-            if request.idempotency_key is not None and (
-                found := self.kube.find(SandboxLease.crd.plural, name)
-            ):
+            if request.idempotency_key is not None and (found := self._find(name)):
                 return self._replay(principal, request, found)
             metrics.SANDBOX_ADMISSION_RATE_LIMITED.inc()
             raise TooManyRequestsError.rate_limited("Sandbox lease requests", decision.retry_after)
-        if request.idempotency_key is not None and (
-            found := self.kube.find(SandboxLease.crd.plural, name)
-        ):
+        if request.idempotency_key is not None and (found := self._find(name)):
             return self._replay(principal, request, found)
         pool = self._admissible_pool(request.pool, grant)
         ttl, ceiling = sandbox_ttl(request.ttl, pool.spec.default_ttl, pool.spec.max_ttl, grant)
-        body = self._lease_body(
+        lease = self._new_lease(
             principal, request, name, grant=grant, pool=pool, ttl=ttl, ceiling=ceiling
         )
         try:
             taken = self._reserve(principal, request, grant, name)
         except _Replay as replay:
             return replay.body
-        return self._commit(principal, request, body, pool, taken)
+        return self._commit(principal, request, lease, pool, taken)
 
     def _admissible_pool(self, name: str, grant: SandboxGrant) -> SandboxPool:
         pool = self.pool(name)
@@ -205,7 +214,7 @@ class SandboxLeaseService:
         self,
         principal: Principal,
         request: CreateSandboxLease,
-        body: Json,
+        lease: SandboxLease,
         pool: SandboxPool,
         taken: list[Reservation],
     ) -> Json:
@@ -214,27 +223,28 @@ class SandboxLeaseService:
         # caller would get no answer at all: it waits for the create a short while, and hands
         # off what it could not confirm (spec 4.3: "when the service is shutting down").
         timeout = SHUTDOWN_CREATE_TIMEOUT if lifecycle.stopping() else TIMEOUT
-        body["metadata"]["annotations"] = Reservations.annotation(taken)
+        lease.metadata.annotations = Reservations.annotation(taken)
+        name = lease.metadata.name or ""
         try:
-            created = self.kube.create(SandboxLease.crd.plural, body, timeout=timeout)
+            created = self.kube.create(SandboxLease.crd.plural, lease.manifest(), timeout=timeout)
         except ApiException as error:
             if error.status == 409 and request.idempotency_key is not None:
                 self._release_all(taken)  # a racing identical request won the name
-                found = self.kube.find(SandboxLease.crd.plural, body["metadata"]["name"])
+                found = self._find(name)
                 if found is not None:
                     return self._replay(principal, request, found)
             if not _unknown_outcome(error):
                 self._release_all(taken)
                 raise
-            return self._handoff(body, pool)  # reservations stay: the lease may exist
+            return self._handoff(lease, pool)  # reservations stay: the lease may exist
         except urllib3.exceptions.HTTPError:
-            return self._handoff(body, pool)
+            return self._handoff(lease, pool)
         except BaseException:
             self._release_all(taken)
             raise
-        return self.view(created, full=False)
+        return self.view(SandboxLease.model_validate(created), full=False)
 
-    def _lease_body(
+    def _new_lease(
         self,
         principal: Principal,
         request: CreateSandboxLease,
@@ -244,31 +254,30 @@ class SandboxLeaseService:
         pool: SandboxPool,
         ttl: str,
         ceiling: str,
-    ) -> Json:
-        spec: Json = {
-            "pool": request.pool,
-            "effectiveTtl": ttl,
-            "maxTtl": ceiling,
-            "provisioningTimeout": pool.spec.provisioning_timeout,
-            "requester": principal.owner,
-            "maxExtensions": grant.max_extensions,
-            "maxExecutions": pool.spec.max_executions,
-        }
-        optional = {"ttl": request.ttl, "alias": request.alias,
-                    "idempotencyKey": request.idempotency_key}  # fmt: skip
-        spec.update({k: v for k, v in optional.items() if v is not None})
-        return {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "SandboxLease",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    REQUESTER_LABEL: requester_label(principal.owner),
-                    "lessor.dev/sandbox-pool": request.pool,
+    ) -> SandboxLease:
+        """The lease to create: what the caller asked and what its grant and the pool allowed,
+        so the operator never needs the caller's claims."""
+        return SandboxLease(
+            metadata=ObjectMeta(
+                name=name,
+                labels={
+                    labels.REQUESTER: requester_label(principal.owner),
+                    labels.SANDBOX_POOL: request.pool,
                 },
-            },
-            "spec": spec,
-        }
+            ),
+            spec=SandboxLeaseSpec(
+                pool=request.pool,
+                effective_ttl=ttl,
+                max_ttl=ceiling,
+                provisioning_timeout=pool.spec.provisioning_timeout,
+                requester=principal.owner,
+                max_extensions=grant.max_extensions,
+                max_executions=pool.spec.max_executions,
+                ttl=request.ttl,
+                alias=request.alias,
+                idempotency_key=request.idempotency_key,
+            ),
+        )
 
     def _reserve(
         self, principal: Principal, request: CreateSandboxLease, grant: SandboxGrant, name: str
@@ -287,9 +296,7 @@ class SandboxLeaseService:
             )
         except (TooManyRequestsError, HttpConflictError):
             # An identical keyed request may have created the lease while we were refused.
-            if request.idempotency_key is not None and (
-                found := self.kube.find(SandboxLease.crd.plural, name)
-            ):
+            if request.idempotency_key is not None and (found := self._find(name)):
                 raise _Replay(self._replay(principal, request, found)) from None
             raise
 
@@ -297,111 +304,114 @@ class SandboxLeaseService:
         for reservation in taken:
             self.reservations.release(reservation)
 
-    def _find(self, name: str) -> Json | None:
-        return self.kube.find(SandboxLease.crd.plural, name)
+    def _find(self, name: str) -> SandboxLease | None:
+        return self.kube.find_model(SandboxLease, name)
 
-    def _replay(self, principal: Principal, request: CreateSandboxLease, found: Json) -> Json:
+    def _replay(
+        self, principal: Principal, request: CreateSandboxLease, found: SandboxLease
+    ) -> Json:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
-        spec = found.get("spec", {})
-        if spec.get("requester") != principal.owner:
+        spec = found.spec
+        if spec.requester != principal.owner:
             raise HttpConflictError(
                 "this idempotency key cannot be used", reason="idempotency_conflict"
             )
-        if spec.get("cancelled"):
+        if spec.cancelled:
             raise HttpConflictError(
                 "the lease of this idempotency key was cancelled; use a new key",
                 reason="idempotency_conflict",
             )
         sent = (request.pool, request.ttl, request.alias)
-        if sent != (spec.get("pool"), spec.get("ttl"), spec.get("alias")):
+        if sent != (spec.pool, spec.ttl, spec.alias):
             raise HttpConflictError(
                 "this idempotency key was used for a lease with a different pool, TTL or alias",
                 reason="idempotency_conflict",
             )
         return self.view(found, full=False)
 
-    def _handoff(self, body: Json, pool: SandboxPool) -> Json:
-        spec = body["spec"]
-        name = body["metadata"]["name"]
+    def _handoff(self, lease: SandboxLease, pool: SandboxPool) -> Json:
+        name = lease.metadata.name or ""
         deadline = provisioning_deadline(utcnow(), pool.spec.provisioning_timeout)
-        response = self._legacy(name, spec, timestamp(deadline))
+        response = self._legacy(name, lease.spec, timestamp(deadline))
         response.update(status="admission_pending", retry=False, statusUrl=f"{PATH}/{name}")
         return response
 
     # -- views -----------------------------------------------------------------------------
 
     @staticmethod
-    def _legacy(name: str, spec: Json, deadline: str | None) -> Json:
+    def _legacy(name: str, spec: SandboxLeaseSpec, deadline: str | None) -> Json:
         """The create response's fields: id, phase, pool, ttl, alias, provisioning_deadline,
         and effective_ttl when the TTL granted is less than the TTL asked for."""
-        asked = spec.get("ttl") or spec.get("effectiveTtl")
+        asked = spec.ttl or spec.effective_ttl
         body: Json = {
             "id": name,
             "phase": "Pending",
-            "pool": spec["pool"],
+            "pool": spec.pool,
             "ttl": asked,
             "provisioning_deadline": deadline,
         }
-        granted = spec.get("effectiveTtl")
+        granted = spec.effective_ttl
         if granted and asked and parse_duration(granted) < parse_duration(asked):
             body["effective_ttl"] = granted
-        if spec.get("alias"):
-            body["alias"] = spec["alias"]
+        if spec.alias:
+            body["alias"] = spec.alias
         return body
 
-    def view(self, obj: Json, *, full: bool = True) -> Json:
+    def view(self, lease: SandboxLease, *, full: bool = True) -> Json:
         """What the owner sees. Never the requester identity, a credential or a kubeconfig:
         only whitelisted fields are copied out of the object."""
-        spec, status = obj["spec"], obj.get("status", {})
-        deadline = status.get("provisioningDeadline") or timestamp(
-            provisioning_deadline(
-                datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"]),
-                spec.get("provisioningTimeout") or DEFAULT_PROVISIONING_TIMEOUT,
-            )
-        )
-        body = self._legacy(obj["metadata"]["name"], spec, deadline)
+        spec, status = lease.spec, lease.status or SandboxLeaseStatus()
+        if status.provisioning_deadline is not None:
+            deadline = instant_json(status.provisioning_deadline)
+        else:
+            created = lease.metadata.creation_timestamp
+            assert created is not None  # a lease read from kube-apiserver has its creation time
+            timeout = spec.provisioning_timeout or DEFAULT_PROVISIONING_TIMEOUT
+            deadline = timestamp(provisioning_deadline(created, timeout))
+        body = self._legacy(lease.metadata.name or "", spec, deadline)
         if not full:
             return body
-        body["phase"] = status.get("phase") or "Pending"
-        for field, key in (
-            ("release_cause", "releaseCause"),
-            ("ready_at", "readyAt"),
-            ("expires_at", "expiresAt"),
-            ("message", "message"),
+        body["phase"] = status.phase or "Pending"
+        if status.release_cause:
+            body["release_cause"] = status.release_cause
+        if status.ready_at is not None:
+            body["ready_at"] = instant_json(status.ready_at)
+        if status.expires_at is not None:
+            body["expires_at"] = instant_json(status.expires_at)
+        if status.message:
+            body["message"] = status.message
+        body["extensions_count"] = status.extensions_count
+        body["max_extensions"] = spec.max_extensions
+        placement: Json = {"lease_uid": lease.metadata.uid}
+        for part, ref in (
+            ("claim", status.claim),
+            ("sandbox", status.sandbox),
+            ("pod", status.pod),
         ):
-            if status.get(key):
-                body[field] = status[key]
-        body["extensions_count"] = status.get("extensionsCount", 0)
-        body["max_extensions"] = spec.get("maxExtensions", 0)
-        placement: Json = {"lease_uid": obj["metadata"]["uid"]}
-        for part in ("claim", "sandbox", "pod"):
-            if status.get(part):
-                placement[part] = {"name": status[part]["name"], "uid": status[part]["uid"]}
+            if ref is not None:
+                placement[part] = {"name": ref.name, "uid": ref.uid}
         body["placement"] = placement
         return body
 
     # -- read, list ------------------------------------------------------------------------
 
-    def owned(self, principal: Principal, lease_name: str, verb: str = "lease") -> Json:
+    def owned(self, principal: Principal, lease_name: str, verb: str = "lease") -> SandboxLease:
         """The caller's lease within its Sandbox scope; anything else is indistinguishable
         from no lease (404). A miss on a well-formed id is arbitrated (module docstring)."""
         if not OBJECT_NAME.match(lease_name):
             raise HttpNotFoundError(f"no Sandbox lease {lease_name[:80]}")
-        found = self.kube.find(SandboxLease.crd.plural, lease_name)
+        found = self._find(lease_name)
         if found is None and not looks_like_an_id(lease_name):
             found = by_alias(self._all_mine(principal), lease_name, SandboxLease.phases.holds_slot)
         if found is None and SANDBOX_LEASE_ID.match(lease_name) and self._may_arbitrate(principal):
             found = self._arbitrate(principal, lease_name)
-        spec = (found or {}).get("spec", {})
-        if found is None or spec.get("cancelled") or spec.get("requester") != principal.owner:
+        if found is None or found.spec.cancelled or found.spec.requester != principal.owner:
             raise HttpNotFoundError(f"no Sandbox lease {lease_name}")
-        if self._grant(principal, spec["pool"], "lease") is None:
+        pool = found.spec.pool
+        if self._grant(principal, pool, "lease") is None:
             raise HttpNotFoundError(f"no Sandbox lease {lease_name}")  # outside the caller's scope
-        if verb != "lease" and self._grant(principal, spec["pool"], verb) is None:
-            raise ForbiddenError(
-                f"you may not {verb} Sandbox leases of {spec['pool']}",
-                reason="forbidden",
-            )
+        if verb != "lease" and self._grant(principal, pool, verb) is None:
+            raise ForbiddenError(f"you may not {verb} Sandbox leases of {pool}", reason="forbidden")
         return found
 
     def _may_arbitrate(self, principal: Principal) -> bool:
@@ -419,22 +429,16 @@ class SandboxLeaseService:
             raise TooManyRequestsError.rate_limited("Sandbox lease requests", decision.retry_after)
         return True
 
-    def _arbitrate(self, principal: Principal, name: str) -> Json | None:
-        tombstone = {
-            "apiVersion": "lessor.dev/v1alpha1",
-            "kind": "SandboxLease",
-            "metadata": {"name": name, "labels": {"lessor.dev/tombstone": "true"}},
-            "spec": {
-                "pool": TOMBSTONE_POOL,
-                "cancelled": True,
-                "requester": principal.owner,
-            },
-        }
+    def _arbitrate(self, principal: Principal, name: str) -> SandboxLease | None:
+        tombstone = SandboxLease(
+            metadata=ObjectMeta(name=name, labels={TOMBSTONE_LABEL: "true"}),
+            spec=SandboxLeaseSpec(pool=TOMBSTONE_POOL, cancelled=True, requester=principal.owner),
+        )
         try:
-            self.kube.create(SandboxLease.crd.plural, tombstone)
+            self.kube.create(SandboxLease.crd.plural, tombstone.manifest())
         except ApiException as error:
             if error.status == 409:  # the lease landed first: it is admitted
-                return self.kube.find(SandboxLease.crd.plural, name)
+                return self._find(name)
             raise
         return None
 
@@ -443,18 +447,18 @@ class SandboxLeaseService:
 
     def list_mine(self, principal: Principal) -> list[Json]:
         return [
-            self.view(obj)
-            for obj in self._all_mine(principal)
-            if self._grant(principal, obj["spec"]["pool"], "lease") is not None
+            self.view(lease)
+            for lease in self._all_mine(principal)
+            if self._grant(principal, lease.spec.pool, "lease") is not None
         ]
 
-    def _all_mine(self, principal: Principal) -> list[Json]:
+    def _all_mine(self, principal: Principal) -> list[SandboxLease]:
         """The caller's leases, ended ones included, tombstones not."""
-        selector = f"{REQUESTER_LABEL}={requester_label(principal.owner)}"
+        selector = f"{labels.REQUESTER}={requester_label(principal.owner)}"
         return [
-            obj
-            for obj in self.kube.list_objects(SandboxLease.crd.plural, selector)
-            if obj["spec"].get("requester") == principal.owner and not obj["spec"].get("cancelled")
+            lease
+            for lease in self.kube.list_models(SandboxLease, selector)
+            if lease.spec.requester == principal.owner and not lease.spec.cancelled
         ]
 
     # -- extend, release -------------------------------------------------------------------
@@ -463,12 +467,12 @@ class SandboxLeaseService:
         duration = parse_duration(request.duration)
 
         def attempt() -> Json:
-            raw = self.owned(principal, lease_name)
-            lease = SandboxLease.model_validate(raw)
+            lease = self.owned(principal, lease_name)
             status = lease.status
-            if status is None or status.phase != "Ready" or status.ready_at is None:
+            usable = SandboxLease.phases.usable
+            if status is None or status.phase != usable or status.ready_at is None:
                 raise HttpConflictError(
-                    "only a Ready Sandbox lease can be extended", reason="not_ready"
+                    f"only a {usable} Sandbox lease can be extended", reason="not_ready"
                 )
             grant = self._grant(principal, lease.spec.pool, "lease")
             budget = min(lease.spec.max_extensions, grant.max_extensions if grant else 0)
@@ -490,20 +494,22 @@ class SandboxLeaseService:
             refuse_past_ceiling(
                 expiry=current,
                 extension=duration,
-                ceiling=status.ready_at + parse_duration(lease.spec.max_ttl or "24h"),
+                ceiling=status.ready_at + parse_duration(lease.spec.extension_ceiling()),
                 start="readiness",
             )
-            extension = {"ttl": request.duration, "requestedAt": timestamp(utcnow())}
-            operation = append_operation("/spec/extensions", lease.spec.extensions, extension)
-            updated = SandboxLease.model_validate(
-                fenced_patch(self.kube, SandboxLease.crd.plural, raw, [operation])
+            extension = Extension(ttl=request.duration, requested_at=now_seconds())
+            operation = append_operation(
+                json_pointer("spec", "extensions", model=SandboxLease),
+                lease.spec.extensions,
+                extension.model_dump(mode="json", by_alias=True, exclude_none=True),
             )
-            expiry = updated.spec.expires_at(status.ready_at)
-            return {
-                "expiresAt": timestamp(expiry),
-                "extensionsCount": len(updated.spec.extensions),
-                "maxExtensions": budget,
-            }
+            updated = SandboxLease.model_validate(fenced_patch(self.kube, lease, [operation]))
+            answer = SandboxExpiry(
+                expires_at=timestamp(updated.spec.expires_at(status.ready_at)),
+                extensions_count=len(updated.spec.extensions),
+                max_extensions=budget,
+            )
+            return answer.model_dump(mode="json", by_alias=True)
 
         return retry_on_conflict(attempt, doing="extending it")
 
@@ -517,14 +523,11 @@ class SandboxLeaseService:
                     "it first",
                     reason="teardown_quarantined",
                 )
-            if phase in (*ENDED, "Releasing") or lease["spec"].get("releaseRequested"):
+            # Quarantined is refused above; every other phase of `ended` is on its way out.
+            if phase in SandboxLease.phases.ended or lease.spec.release_requested:
                 return
-            fenced_patch(
-                self.kube,
-                SandboxLease.crd.plural,
-                lease,
-                [{"op": "add", "path": "/spec/releaseRequested", "value": True}],
-            )
+            path = json_pointer("spec", "release_requested", model=SandboxLease)
+            fenced_patch(self.kube, lease, [{"op": "add", "path": path, "value": True}])
 
         retry_on_conflict(attempt, doing="releasing it")
 
@@ -532,11 +535,11 @@ class SandboxLeaseService:
         lease = self.owned(principal, lease_name)
         pod = placed_pod(lease)
         live_pod(self.kube, pod)
-        if container is not None and container not in self.offered(lease["spec"]["pool"]):
+        if container is not None and container not in self.offered(lease.spec.pool):
             raise BadRequestError(f"the sandbox has no container {container}")
         try:
             text = self.kube.core.read_namespaced_pod_log(
-                pod["name"],
+                pod.name,
                 pod_namespace(pod, self.kube.namespace),
                 container=container,
                 tail_lines=tail,
@@ -547,12 +550,13 @@ class SandboxLeaseService:
             if error.status == 400:
                 raise BadRequestError("no such container in the sandbox") from error
             raise
-        return {
-            "id": lease["metadata"]["name"],
-            "pod": pod["name"],
-            "data": text,
-            "truncated": len(text.encode()) >= LOG_BYTES_MAX,
-        }
+        logs = SandboxLogs(
+            id=lease.metadata.name or "",
+            pod=pod.name,
+            data=text,
+            truncated=len(text.encode()) >= LOG_BYTES_MAX,
+        )
+        return logs.model_dump(mode="json")
 
     # -- helpers ---------------------------------------------------------------------------
 

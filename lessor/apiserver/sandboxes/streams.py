@@ -18,7 +18,6 @@ transport of the ApiClient they are given while they connect.
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from lessor.protocol.stream_frames import (
     Resize,
 )
 from lessor.protocol.timestamps import utcnow
-from lessor.resources.sandbox import SandboxLease
+from lessor.resources.sandbox import SandboxLease, SandboxLeaseStatus
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 15
@@ -208,10 +207,10 @@ class SandboxStreamService:
         placed = placed_pod(lease)
         pod = live_pod(self.kube, placed)
         common = {
-            "lease": lease["metadata"]["name"],  # `lease_name` may be its alias
-            "lease_uid": lease["metadata"]["uid"],
-            "pool": lease["spec"]["pool"],
-            "pod": placed["name"],
+            "lease": lease.metadata.name or "",  # `lease_name` may be its alias
+            "lease_uid": lease.metadata.uid or "",
+            "pool": lease.spec.pool,
+            "pod": placed.name,
             "namespace": pod["metadata"]["namespace"],
         }
         if kind == "attach":
@@ -282,15 +281,14 @@ class SandboxStreamService:
         except AuthenticationError as error:
             log.info("an open %s session's credential ended: %s", target.kind, error.cause)
             raise StreamEnded(ACCESS_REVOKED, "your credential was revoked or expired") from None
-        found = self.kube.find(SandboxLease.crd.plural, target.lease)
-        if found is None or found["metadata"]["uid"] != target.lease_uid:
+        found = self.kube.find_model(SandboxLease, target.lease)
+        if found is None or found.metadata.uid != target.lease_uid:
             raise StreamEnded(LEASE_ENDED, "the lease ended")
-        status = found.get("status", {})
-        phase = status.get("phase") or "Pending"
-        if phase != "Ready":
+        status = found.status or SandboxLeaseStatus()
+        phase = status.phase or "Pending"
+        if phase != SandboxLease.phases.usable:
             raise StreamEnded(LEASE_ENDED, f"the lease is {phase}")
-        expires = status.get("expiresAt")
-        if expires and datetime.datetime.fromisoformat(expires) <= utcnow():
+        if status.expires_at is not None and status.expires_at <= utcnow():
             raise StreamEnded(LEASE_ENDED, "the lease reached its expiry")
         if not self._still_granted(principal, target.pool):
             raise StreamEnded(
@@ -322,7 +320,7 @@ def _container(pod: Json, offered: list[str], name: str | None) -> Json:
             pod["metadata"].get("annotations", {}).get("kubectl.kubernetes.io/default-container")
         )
         name = default if default in offered else next(iter(offered), "")
-    for container in pod["spec"]["containers"]:
+    for container in pod["spec"]["containers"]:  # a Pod: JSON, as every kind not lessor's
         if container["name"] == name and name in offered:
             return dict(container)
     raise BadRequestError(f"the sandbox has no container {name or '(none offered)'}")

@@ -6,7 +6,7 @@ these two requests are taken before Falcon sees them. Everything that can be ref
 first, as an ordinary JSON error in the service's shape (400, 401, 403, 404, 409, 429, 503),
 exactly as the REST routes would answer: the handshake, the credential, the Sandbox gate, the
 lease and its pod, the declared port, the identity's ceiling of open sessions
-(lessor.apiserver.sandboxes.stream_slots), and opening the pod's stream. Only then is the 101
+(lessor.apiserver.state.session_slots), and opening the pod's stream. Only then is the 101
 written on the socket gunicorn hands over, and the session runs on it
 (lessor.apiserver.sandboxes.stream_bridge); gunicorn is told the response was already written.
 A plain GET of these paths goes on to Falcon, which answers 426.
@@ -20,10 +20,11 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.http import audit, metrics
 from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
@@ -33,10 +34,11 @@ from lessor.apiserver.http.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from lessor.apiserver.sandboxes.gate import SandboxGate
 from lessor.apiserver.sandboxes.stream_bridge import Limits, StreamSession
-from lessor.apiserver.sandboxes.stream_slots import SessionSlots
 from lessor.apiserver.sandboxes.streams import PodStream, SandboxStreamService
 from lessor.apiserver.sandboxes.websocket import HandshakeError, WebSocket, handshake, is_upgrade
+from lessor.apiserver.state.session_slots import SessionSlots
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"^/v1/sandbox-leases/([^/]+)/(attach|port-forward)$")
@@ -46,10 +48,37 @@ StartResponse = Callable[..., Any]
 Wsgi = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
+class StreamSettings(Protocol):
+    @property
+    def agent_sandbox_mode(self) -> str: ...
+
+    @property
+    def trusted_proxies(self) -> tuple[str, ...]: ...
+
+
+class StreamServices(Protocol):
+    """What the WebSocket routes use of the process's services
+    (lessor.apiserver.routes.services), which sit above this package."""
+
+    @property
+    def settings(self) -> StreamSettings: ...
+
+    @property
+    def sandbox(self) -> SandboxGate: ...
+
+    @property
+    def streams(self) -> SandboxStreamService: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+
 class StreamRoutes:
-    def __init__(self, app: Wsgi, services: Any, limits: Limits, slots: SessionSlots) -> None:
+    def __init__(
+        self, app: Wsgi, services: StreamServices, limits: Limits, slots: SessionSlots
+    ) -> None:
         self.app = app
-        self.services = services  # lessor.apiserver.http.app.Services
+        self.services = services
         self.limits = limits
         self.slots = slots
         self.clients = ClientAddress(networks(services.settings.trusted_proxies))
@@ -105,10 +134,10 @@ class StreamRoutes:
         record of a refusal after that)."""
         answer = handshake(environ)
         verdict = self.services.sandbox.verdict()
-        if not verdict.served:  # as the REST routes (SandboxBase): the path does not exist
+        if not verdict.served:  # as the REST routes (SandboxResource): the path does not exist
             raise HttpNotFoundError(f"the Sandbox API is not served here: {verdict.reason}")
         principal = caller["principal"] = self._principal(environ)
-        streams: SandboxStreamService = self.services.streams
+        streams = self.services.streams
         target = streams.target(principal, lease_id, kind, environ.get("QUERY_STRING", ""))
         if environ.get("gunicorn.socket") is None:
             raise UnavailableError("WebSocket sessions are served under gunicorn only")
@@ -160,7 +189,7 @@ class StreamRoutes:
             bytes_out=session.bytes_out,
         )
 
-    def _principal(self, environ: Environ) -> Any:
+    def _principal(self, environ: Environ) -> Principal:
         """Authenticated once, as any request: an SSH signature's nonce is single-use."""
         target = environ.get("PATH_INFO", "")
         if environ.get("QUERY_STRING"):

@@ -13,6 +13,7 @@ from lessor.apiserver.http.errors import HttpConflictError
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.backoff import Backoff
 from lessor.protocol.json_object import Json
+from lessor.resources.base import Resource, json_pointer
 
 T = TypeVar("T")
 
@@ -25,17 +26,21 @@ class FenceConflictError(HttpConflictError):
         super().__init__("it changed meanwhile", reason="conflict_retryable")
 
 
-def fenced_patch(kube: Kube, plural: str, obj: Json, operations: list[Json]) -> Json:
-    """A JSON patch led by `test` operations on the object's uid and resourceVersion, so a
-    concurrent change (or a successor of the same name) makes it a 409 `conflict_retryable`
-    instead of an update of something the caller never saw."""
-    metadata = obj["metadata"]
+def fenced_patch(kube: Kube, obj: Resource[Any, Any], operations: list[Json]) -> Json:
+    """A JSON patch of `obj` (as read: it names the version) led by `test` operations on its uid
+    and resourceVersion, so a concurrent change (or a successor of the same name) makes it a 409
+    `conflict_retryable` instead of an update of something the caller never saw. The object as
+    stored after the patch is returned."""
+    kind, metadata = type(obj), obj.metadata
+    if metadata.name is None or metadata.uid is None or metadata.resource_version is None:
+        raise ValueError(f"a {obj.kind} not read from kube-apiserver has no version to fence")
     fence = [
-        {"op": "test", "path": "/metadata/uid", "value": metadata["uid"]},
-        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
-    ]
+        {"op": "test", "path": json_pointer("metadata", "uid", model=kind), "value": metadata.uid},
+        {"op": "test", "path": json_pointer("metadata", "resource_version", model=kind),
+         "value": metadata.resource_version},
+    ]  # fmt: skip
     try:
-        return kube.json_patch(plural, metadata["name"], [*fence, *operations])
+        return kube.json_patch(kind.crd.plural, metadata.name, [*fence, *operations])
     except ApiException as error:
         # A failed `test` is a 422 from the API server; a changed object, a 409.
         if error.status in (409, 422):

@@ -12,15 +12,16 @@ import base64
 import json
 import os
 import threading
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from lessor.protocol.json_object import Json
-from lessor.resources.base import GROUP, VERSION
+from lessor.resources.base import GROUP, VERSION, Resource
 
 TIMEOUT = 10
+R = TypeVar("R", bound=Resource[Any, Any])
 
 
 class Kube:
@@ -124,6 +125,19 @@ class Kube:
             if error.status == 404:
                 return None
             raise
+
+    def find_model(self, kind: type[R], name: str) -> R | None:
+        """The object of a lessor kind, validated into its model, or None when it does not
+        exist: what a service reads of lessor's own kinds, by attribute, not by camelCase key."""
+        found = self.find(kind.crd.plural, name)
+        return None if found is None else kind.model_validate(found)
+
+    def list_models(
+        self, kind: type[R], label_selector: str = "", *, cached: bool = False
+    ) -> list[R]:
+        """`list_objects` of a lessor kind, each object validated into its model."""
+        listed = self.list_objects(kind.crd.plural, label_selector, cached=cached)
+        return [kind.model_validate(obj) for obj in listed]
 
     def list_objects(
         self, plural: str, label_selector: str = "", *, cached: bool = False

@@ -26,8 +26,7 @@ from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED, SANDBOX_LEASE
-
-LOG_TAIL_MAX = 5000  # the API's bound of tailLines (docs/api-reference.md)
+from lessor.protocol.sandbox_limits import LOG_TAIL_MAX
 
 TIMED_OUT, CANCELLED = 124, 125
 FOLLOW_PAUSE = 0.2

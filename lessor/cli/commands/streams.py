@@ -31,6 +31,7 @@ from lessor.cli import context
 from lessor.cli.client import Client
 from lessor.cli.errors import INTERRUPTED, SERVER, USAGE, CliError
 from lessor.cli.stream_client import Closed, StreamClient
+from lessor.protocol.error_reasons import SpecReason
 from lessor.protocol.stream_frames import (
     ACCESS_REVOKED,
     LEASE_ENDED,
@@ -44,7 +45,8 @@ from lessor.protocol.stream_frames import (
 ESCAPE = b"\x1d"  # Ctrl-]
 PORT_NUMBER = re.compile(r"^[0-9]{1,5}$")  # ASCII digits: str.isdigit also takes "²"
 REMOTE_PORT = re.compile(r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$")
-LEASE_GONE = ("expired", "not_found", "not_ready")
+# Refusals that mean the lease is no longer there to talk to.
+LEASE_GONE: tuple[SpecReason, ...] = ("expired", "not_found", "not_ready")
 
 
 def attach(args: argparse.Namespace) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lessor.apiserver.sandboxes.stream_slots import DEFAULT_PER_IDENTITY
 from lessor.apiserver.state.admission_limit import DEFAULT_BURST, DEFAULT_RATE
+from lessor.apiserver.state.session_slots import DEFAULT_PER_IDENTITY
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class Settings:
     # executions (lessor.apiserver.sandboxes.executions): 64 commands of the largest size.
     max_command_bytes_per_lease: int = 1024 * 1024
     # Waiting requests (lease GETs with waitSeconds, wait-mode executions) one owner may hold
-    # at once on a replica; beyond, they are answered at once (lessor.apiserver.http.held_requests).
+    # at once on a replica; beyond, they are answered at once
+    # (lessor.apiserver.state.held_requests).
     max_waits_per_identity: int = 8
     # Requests one worker serves at once (health and metrics aside): beyond, 429 at once with
     # Retry-After (lessor.apiserver.http.shedding).
@@ -42,7 +43,7 @@ class Settings:
     # the longest time without data either way, and the longest session.
     sandbox_stream_idle_timeout: float = 900
     sandbox_stream_max_duration: float = 4 * 3600
-    # Open sessions per identity and replica (lessor.apiserver.sandboxes.stream_slots).
+    # Open sessions per identity and replica (lessor.apiserver.state.session_slots).
     sandbox_stream_max_per_identity: int = DEFAULT_PER_IDENTITY
     # The URLs clients reach this deployment by, normalized (lessor.protocol.ssh_signature):
     # the only audiences an SSH request signature may name. None: SSH signatures are refused.

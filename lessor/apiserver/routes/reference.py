@@ -1,8 +1,8 @@
 """docs/api-reference.md, rendered from the OpenAPI document the server serves at
 /openapi.json, so the reference cannot drift from the models (a unit test fails when it does).
 
-    python -m lessor.apiserver.http.reference write docs/api-reference.md
-    python -m lessor.apiserver.http.reference check docs/api-reference.md
+    python -m lessor.apiserver.routes.reference write docs/api-reference.md
+    python -m lessor.apiserver.routes.reference check docs/api-reference.md
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lessor.apiserver.http.app import api_document as document
+from lessor.apiserver.routes.app import api_document as document
 from lessor.protocol.json_object import Json
 
 _METHODS = ("get", "post", "patch", "delete")
@@ -107,7 +107,7 @@ def render() -> str:
         "",
         f"Generated from the OpenAPI document of lessor {spec['info']['version']} (served at "
         "`/openapi.json`) by "
-        "`python -m lessor.apiserver.http.reference write docs/api-reference.md`;"
+        "`python -m lessor.apiserver.routes.reference write docs/api-reference.md`;"
         " do not edit. Behaviour, errors and authentication: [api.md](api.md).",
         "",
         "## Endpoints",
@@ -140,7 +140,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lessor.apiserver.http.reference")
+    parser = argparse.ArgumentParser(prog="python -m lessor.apiserver.routes.reference")
     parser.add_argument("action", choices=("write", "check"))
     parser.add_argument("path", type=Path)
     args = parser.parse_args(argv)
@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         args.path.write_text(text)
         return 0
     if not args.path.exists() or args.path.read_text() != text:
-        print(f"{args.path} is stale: python -m lessor.apiserver.http.reference write {args.path}")
+        print(
+            f"{args.path} is stale: python -m lessor.apiserver.routes.reference write {args.path}"
+        )
         return 1
     return 0
 

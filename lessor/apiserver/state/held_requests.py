@@ -5,7 +5,7 @@ A waiting request is set aside from its worker's bound of requests in flight
 (lessor.apiserver.http.shedding): it holds a greenlet and a connection, not the CPU. So it has
 bounds of its own, or a tenant could hold thousands, and buffer megabytes of output in each:
 - per owner and replica, `--max-waits-per-identity` waits of either kind at once (counted in an
-  SQLite file of the replica, as attach sessions are: lessor.apiserver.sandboxes.stream_slots,
+  SQLite file of the replica, as attach sessions are: lessor.apiserver.state.session_slots,
   whose rows a killed worker cannot leak);
 - per worker, PER_WORKER of each kind.
 A request over either bound is not refused: it is answered at once, as if its wait were over
@@ -30,7 +30,7 @@ from typing import Literal
 import falcon
 
 from lessor.apiserver.http import metrics
-from lessor.apiserver.sandboxes.stream_slots import SessionSlots
+from lessor.apiserver.state.session_slots import SessionSlots
 
 Kind = Literal["lease", "execution"]
 # Waits one worker holds at once, by kind: a lease wait costs a greenlet and a watch waiter; a

@@ -1,11 +1,15 @@
 """The OpenAPI 3.1 document of the API, served at /openapi.json, built from the pydantic models
-that validate requests and describe responses, so the document cannot drift from the checks."""
+that validate requests and describe responses, so the document cannot drift from the checks.
+
+Each route's success status, body, query parameters and security come from its resource
+(lessor.apiserver.routes.route), where the responder states them once; this module adds what
+only a reader needs: summaries, the errors each operation may answer, headers, notes.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from collections.abc import Iterable
 
 from pydantic import BaseModel
 
@@ -19,6 +23,7 @@ from lessor.apiserver.http.bodies import (
     ExtendSandboxLease,
     Login,
 )
+from lessor.apiserver.http.queries import Query
 from lessor.apiserver.http.responses import (
     DEFAULT_TIMEOUT_TEXT,
     MAX_TIMEOUT_TEXT,
@@ -42,9 +47,8 @@ from lessor.apiserver.http.responses import (
     SessionIssued,
     Status,
 )
-from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS
+from lessor.apiserver.routes.route import Route
 from lessor.apiserver.sandboxes.executions import MAX_RUNNING_PER_LEASE, WAIT_MARGIN
-from lessor.apiserver.sandboxes.sandbox_leases import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 from lessor.protocol.json_object import Json
 
 MODELS: tuple[type[BaseModel], ...] = (
@@ -112,23 +116,56 @@ def _errors(*statuses: int) -> Json:
     return {str(s): {"description": "error", "content": _json(_ref(Error))} for s in statuses}
 
 
+def _body(model: type[BaseModel], many: bool) -> Json:
+    return {"type": "array", "items": _ref(model)} if many else _ref(model)
+
+
+def _query_parameters(model: type[Query]) -> list[Json]:
+    """A Query model's fields as query parameters, in its order."""
+    schema = model.model_json_schema(by_alias=True)
+    required = set(schema.get("required", []))
+    parameters = []
+    for name, field in schema["properties"].items():
+        # An optional value is anyOf [its schema, null]: the parameter is just left out.
+        options = [o for o in field.get("anyOf", []) if o.get("type") != "null"]
+        merged = {**(options[0] if options else {}), **field}
+        value = {
+            key: given
+            for key, given in merged.items()
+            if key not in {"anyOf", "title", "description"} and given is not None
+        }
+        parameter: Json = {"name": name, "in": "query", "required": name in required}
+        parameter["schema"] = value
+        if "description" in field:
+            parameter["description"] = field["description"]
+        parameters.append(parameter)
+    return parameters
+
+
 def _operation(
+    route: Route,
+    method: str,
     summary: str,
-    ok: int,
-    body: Json | None,
     *,
     errors: tuple[int, ...],
-    secured: bool = True,
     request: type[BaseModel] | None = None,
 ) -> Json:
-    responses: Json = {str(ok): {"description": summary}}
-    if body is not None:
-        responses[str(ok)]["content"] = _json(body)
+    """The operation of `method` on `route`: its successes, query and security as the resource
+    declares them, and what the caller says."""
+    answer = route.answer(method)
+    ok = str(answer.status)
+    responses: Json = {ok: {"description": summary}}
+    if answer.body is not None:
+        responses[ok]["content"] = _json(_body(answer.body, answer.many))
+    for status, model in answer.others.items():
+        responses[str(status)] = {"description": summary, "content": _json(_ref(model))}
     responses.update(_errors(*errors))
     operation: Json = {"summary": summary, "responses": responses}
+    if answer.query is not None:
+        operation["parameters"] = _query_parameters(answer.query)
     if request is not None:
         operation["requestBody"] = {"required": True, "content": _json(_ref(request))}
-    if not secured:
+    if route.public:
         operation["security"] = []
     return operation
 
@@ -141,11 +178,11 @@ def _header(description: str) -> Json:
     return {"description": description, "schema": {"type": "string"}}
 
 
-def _sandbox_create() -> Json:
+def _sandbox_create(route: Route) -> Json:
     operation = _operation(
+        route,
+        "post",
         "Create a Sandbox lease (alpha)",
-        202,
-        _ref(SandboxLeaseCreated),
         errors=(400, 401, 503, 403, 404, 409, 429),
         request=CreateSandboxLease,
     )
@@ -155,33 +192,14 @@ def _sandbox_create() -> Json:
     return operation
 
 
-def _sandbox_logs() -> Json:
+def _stream(route: Route, kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
+    """The WebSocket is answered in front of Falcon (lessor.apiserver.sandboxes.upgrade), which
+    parses these parameters itself (AttachQuery, ForwardQuery): they are described here."""
     operation = _operation(
-        "Tail of the Sandbox's pod log (alpha)",
-        200,
-        _ref(SandboxLogs),
-        errors=(400, 401, 503, 404, 409),
-    )
-    tail = {"type": "integer", "minimum": 1, "maximum": LOG_TAIL_MAX, "default": LOG_TAIL_DEFAULT}
-    operation["parameters"] = [
-        {"name": "tailLines", "in": "query", "required": False, "schema": tail},
-        {
-            "name": "container",
-            "in": "query",
-            "required": False,
-            "schema": {"type": "string"},
-            "description": "Which container; may be left out when the pod has one.",
-        },
-    ]
-    return operation
-
-
-def _stream(kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
-    operation = _operation(
+        route,
+        "get",
         f"{kind} session over a WebSocket (alpha): send `Upgrade: websocket`; frames and close "
         "codes in docs/api.md",
-        101,
-        None,
         errors=(400, 401, 503, 403, 404, 409, 426, 429),
     )
     operation["responses"]["101"]["description"] = "Switching Protocols: the session begins"
@@ -193,17 +211,23 @@ def _stream(kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
     return operation
 
 
-def _execution_create() -> Json:
+def _execution_create(route: Route) -> Json:
     operation = _operation(
+        route,
+        "post",
         "Run a command in the Sandbox (alpha): 200 once it ended, 202 when detached",
-        200,
-        _ref(ExecutionResult),
         errors=(400, 401, 503, 404, 409, 429, 501),
         request=CreateExecution,
     )
     location = {"Location": _header(EXECUTION_LOCATION)}
     responses = operation["responses"]
     responses["200"]["headers"] = location
+    responses["202"]["description"] = (
+        "Detached and reserved; or, in wait mode, no outcome yet "
+        f"{WAIT_MARGIN:.0f} s past the timeout, or the caller already holds its share of "
+        "waits (`apiserver.maxWaitsPerIdentity`). Poll the Location."
+    )
+    responses["202"]["headers"] = location
     responses["409"]["description"] = (
         "reason `idempotency_conflict`, `execution_limit_exhausted` (the lease has run the "
         "`maxExecutions` its pool allowed when it was granted, or stored its "
@@ -220,46 +244,17 @@ def _execution_create() -> Json:
         "reason `backend_error`: the sandbox's runner (or the cluster API) cannot be reached; "
         "an execution already reserved stays reserved, so retry with the same key"
     )
-    accepted = {
-        "description": "Detached and reserved; or, in wait mode, no outcome yet "
-        f"{WAIT_MARGIN:.0f} s past the timeout, or the caller already holds its share of "
-        "waits (`apiserver.maxWaitsPerIdentity`). Poll the Location.",
-        "headers": location,
-        "content": _json(_ref(Execution)),
-    }
-    operation["responses"] = {"200": responses.pop("200"), "202": accepted, **responses}
-    return operation
-
-
-def _execution_logs() -> Json:
-    operation = _operation(
-        "Windows of an execution's retained output (alpha)",
-        200,
-        _ref(ExecutionLogs),
-        errors=(400, 401, 503, 404),
-    )
-    offset = {"type": "integer", "minimum": 0, "maximum": 1 << 40, "default": 0}
-    operation["parameters"] = [
-        {
-            "name": name,
-            "in": "query",
-            "required": False,
-            "schema": offset,
-            "description": "0, or the last answer's `nextOffset` of that stream, unchanged.",
-        }
-        for name in ("stdoutOffset", "stderrOffset")
-    ]
     return operation
 
 
 COMMON = (400, 401, 503)
 
 
-def leases() -> Json:
+def leases(route: Route) -> Json:
     create = _operation(
+        route,
+        "post",
         "Create a cluster lease",
-        202,
-        _ref(LeaseCreated),
         errors=(*COMMON, 403, 404, 409, 429),
         request=CreateLease,
     )
@@ -268,147 +263,110 @@ def leases() -> Json:
     create["responses"]["429"]["headers"] = {"Retry-After": _header(retry_after)}
     return {
         "post": create,
-        "get": _operation(
-            "The caller's active leases",
-            200,
-            {"type": "array", "items": _ref(LeaseSummary)},
-            errors=COMMON,
-        ),
+        "get": _operation(route, "get", "The caller's active leases", errors=COMMON),
     }
 
 
-def lease() -> Json:
-    read = _operation("One lease", 200, _ref(Lease), errors=(*COMMON, 404))
-    read["parameters"] = [
-        {
-            "name": "waitSeconds",
-            "in": "query",
-            "required": False,
-            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
-            "description": "A long poll: a Pending lease is answered when it changes (bound, a "
-            "new queue position, released), or after this many seconds; a lease in any other "
-            "phase at once. The answer may come sooner, unchanged (a stopping server).",
-        }
-    ]
+def lease(route: Route) -> Json:
     return {
-        "get": read,
-        "delete": _operation("Release", 204, None, errors=(*COMMON, 404, 409)),
+        "get": _operation(route, "get", "One lease", errors=(*COMMON, 404)),
+        "delete": _operation(route, "delete", "Release", errors=(*COMMON, 404, 409)),
         "patch": _operation(
-            "Extend the TTL", 200, _ref(Expiry), errors=(*COMMON, 404, 409), request=ExtendLease
+            route, "patch", "Extend the TTL", errors=(*COMMON, 404, 409), request=ExtendLease
         ),
     }
 
 
-def lease_events() -> Json:
+def lease_events(route: Route) -> Json:
+    summary = "The lease's recent events, oldest first"
+    return {"get": _operation(route, "get", summary, errors=(*COMMON, 404))}
+
+
+def diagnostics(route: Route) -> Json:
     return {
-        "get": _operation(
-            "The lease's recent events, oldest first",
-            200,
-            {"type": "array", "items": _ref(LeaseEvent)},
-            errors=(*COMMON, 404),
-        ),
+        "get": _operation(route, "get", "Diagnostics bundle URL", errors=(*COMMON, 404, 503)),
     }
 
 
-def diagnostics() -> Json:
+def pools(route: Route) -> Json:
+    return {"get": _operation(route, "get", "Accessible pools", errors=COMMON)}
+
+
+def pool(route: Route) -> Json:
+    return {"get": _operation(route, "get", "One pool", errors=(*COMMON, 404))}
+
+
+def pool_leases(route: Route) -> Json:
+    return {"get": _operation(route, "get", "Leases of a pool", errors=(*COMMON, 404))}
+
+
+def sandbox_leases(route: Route) -> Json:
     return {
+        "post": _sandbox_create(route),
         "get": _operation(
-            "Diagnostics bundle URL", 200, _ref(DiagnosticsBundle), errors=(*COMMON, 404, 503)
-        ),
-    }
-
-
-def pools() -> Json:
-    return {
-        "get": _operation(
-            "Accessible pools", 200, {"type": "array", "items": _ref(PoolRecord)}, errors=COMMON
-        ),
-    }
-
-
-def pool() -> Json:
-    return {"get": _operation("One pool", 200, _ref(PoolRecord), errors=(*COMMON, 404))}
-
-
-def pool_leases() -> Json:
-    return {
-        "get": _operation(
-            "Leases of a pool",
-            200,
-            {"type": "array", "items": _ref(PoolLease)},
-            errors=(*COMMON, 404),
-        ),
-    }
-
-
-def sandbox_leases() -> Json:
-    return {
-        "post": _sandbox_create(),
-        "get": _operation(
+            route,
+            "get",
             "The caller's Sandbox leases (alpha)",
-            200,
-            {"type": "array", "items": _ref(SandboxLease)},
             errors=(*COMMON, 404),  # 404: the Sandbox API is not served (SANDBOX_ONLY)
         ),
     }
 
 
-def sandbox_lease() -> Json:
+def sandbox_lease(route: Route) -> Json:
     return {
-        "get": _operation(
-            "One Sandbox lease (alpha)", 200, _ref(SandboxLease), errors=(*COMMON, 404)
-        ),
+        "get": _operation(route, "get", "One Sandbox lease (alpha)", errors=(*COMMON, 404)),
         "patch": _operation(
+            route,
+            "patch",
             "Extend a Ready Sandbox lease (alpha)",
-            200,
-            _ref(SandboxExpiry),
             errors=(*COMMON, 404, 409),
             request=ExtendSandboxLease,
         ),
-        "delete": _operation("Request release (alpha)", 204, None, errors=(*COMMON, 403, 404, 409)),
+        "delete": _operation(
+            route, "delete", "Request release (alpha)", errors=(*COMMON, 403, 404, 409)
+        ),
     }
 
 
-def sandbox_logs() -> Json:
-    return {"get": _sandbox_logs()}
+def sandbox_logs(route: Route) -> Json:
+    summary = "Tail of the Sandbox's pod log (alpha)"
+    return {"get": _operation(route, "get", summary, errors=(*COMMON, 404, 409))}
 
 
-def attach() -> Json:
+def attach(route: Route) -> Json:
     options: list[tuple[str, bool, Json]] = [
         ("container", False, {"type": "string"}),
         ("tty", False, {"type": "boolean", "default": False}),
     ]
-    return {"get": _stream("Attach", options)}
+    return {"get": _stream(route, "Attach", options)}
 
 
-def port_forward() -> Json:
+def port_forward(route: Route) -> Json:
     port = {"type": "string", "description": "declared number or name"}
-    return {"get": _stream("Port-forward", [("port", True, port)])}
+    return {"get": _stream(route, "Port-forward", [("port", True, port)])}
 
 
-def executions() -> Json:
-    return {"post": _execution_create()}
+def executions(route: Route) -> Json:
+    return {"post": _execution_create(route)}
 
 
-def execution() -> Json:
+def execution(route: Route) -> Json:
     return {
         "get": _operation(
-            "One execution, without its output (alpha)",
-            200,
-            _ref(Execution),
-            errors=(*COMMON, 404),
+            route, "get", "One execution, without its output (alpha)", errors=(*COMMON, 404)
         ),
         "delete": _operation(
+            route,
+            "delete",
             "Cancel an execution; the state that applies (alpha)",
-            200,
-            _ref(Execution),
             errors=(*COMMON, 404),
         ),
     }
 
 
-def execution_logs() -> Json:
-    return {"get": _execution_logs()}
+def execution_logs(route: Route) -> Json:
+    summary = "Windows of an execution's retained output (alpha)"
+    return {"get": _operation(route, "get", summary, errors=(*COMMON, 404))}
 
 
 def _rate_limited(responses: Json, what: str, setting: str) -> None:
@@ -420,58 +378,35 @@ def _rate_limited(responses: Json, what: str, setting: str) -> None:
     responses["429"]["headers"] = {"Retry-After": _header("Seconds until a token is back.")}
 
 
-def _login() -> Json:
-    operation = _operation(
+def login(route: Route) -> Json:
+    create = _operation(
+        route,
+        "post",
         "Exchange a credential for a session",
-        200,
-        _ref(SessionIssued),
         errors=(*COMMON, 409, 429),
         request=Login,
     )
-    responses = operation["responses"]
+    responses = create["responses"]
     responses["409"]["description"] = (
         "reason `conflict_retryable`: other logins of this identity took its session slots "
         "meanwhile; retry"
     )
     _rate_limited(responses, "logins", "apiserver.loginRate")
-    return operation
-
-
-def login() -> Json:
     return {
-        "post": _login(),
-        "delete": _operation("Log out the session", 204, None, errors=COMMON),
+        "post": create,
+        "delete": _operation(route, "delete", "Log out the session", errors=COMMON),
     }
 
 
-def status() -> Json:
-    return {
-        "get": _operation("Service status", 200, _ref(Status), errors=(401, 503), secured=False)
-    }
+def status(route: Route) -> Json:
+    return {"get": _operation(route, "get", "Service status", errors=(401, 503))}
 
 
-def healthz() -> Json:
-    return {"get": _operation("Liveness", 200, None, errors=(), secured=False)}
+def healthz(route: Route) -> Json:
+    return {"get": _operation(route, "get", "Liveness", errors=())}
 
 
-class DocumentedRoute(Protocol):
-    """A route of the app's route table (lessor.apiserver.http.app.ROUTES), as the document
-    sees it: the one table that both registers the routes and lists the document's paths."""
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def sandbox(self) -> bool: ...
-
-    @property
-    def operations(self) -> Callable[[], Json] | None: ...
-
-    @property
-    def methods(self) -> frozenset[str]: ...
-
-
-def document(routes: Iterable[DocumentedRoute]) -> Json:
+def document(routes: Iterable[Route]) -> Json:
     """The document of the routes that have `operations`. A path documents exactly the methods
     its resource answers: anything else fails here, so in the unit test of the reference."""
     components: Json = {}
@@ -486,7 +421,7 @@ def document(routes: Iterable[DocumentedRoute]) -> Json:
     for route in routes:
         if route.operations is None:
             continue
-        operations = route.operations()
+        operations = route.operations(route)
         if set(operations) != route.methods:
             raise ValueError(
                 f"{route.path} documents {sorted(operations)}, answers {sorted(route.methods)}"

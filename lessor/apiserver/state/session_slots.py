@@ -12,6 +12,9 @@ replica (lessor.apiserver.state.replica_db), each claim one `BEGIN IMMEDIATE` tr
 names the worker process that holds it; a worker killed without closing its sessions (kill -9,
 OOM) leaves rows whose process is gone, and the next claim deletes them, so a crash never leaks
 a slot. Identities are stored as digests.
+
+The waits of held requests are counted the same way, in a file of their own
+(lessor.apiserver.state.held_requests): so this is replica state, below every feature.
 """
 
 from __future__ import annotations
