@@ -62,9 +62,9 @@ class Progress:
             self._draw()
         if self._ticker is None:
             self._stop.clear()
+            _drawn.add(self)  # drawn already: clear_all() must find it whatever comes next
             self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
             self._ticker.start()
-            _drawn.add(self)
 
     def _tick(self) -> None:
         while not self._stop.wait(TICK):
@@ -92,7 +92,9 @@ class Progress:
         if ticker is None:
             return
         self._stop.set()
-        if ticker is not threading.current_thread():
+        # A Ctrl-C can land between the ticker's creation and its start: never started, it
+        # has nothing to wait for (join() would raise instead of the command exiting 130).
+        if ticker is not threading.current_thread() and ticker.ident is not None:
             ticker.join()
         _drawn.discard(self)
         with self._lock:

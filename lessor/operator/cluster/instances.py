@@ -74,8 +74,8 @@ def _result(passed: bool) -> str:
 
 
 def _status(instance: ClusterInstance) -> ClusterInstanceStatus:
-    """A copy of the instance's status to change and write (the instance keeps what was read)."""
-    return instance.status.model_copy() if instance.status else ClusterInstanceStatus()
+    """A copy of the instance's status to change and write: the cached model is shared."""
+    return instance.status.model_copy(deep=True) if instance.status else ClusterInstanceStatus()
 
 
 def kubeconfig_secret_name(instance_name: str) -> str:

@@ -47,7 +47,7 @@ from lessor.operator.core.kinds import (
     SERVICES,
 )
 from lessor.operator.core.ownership import owned_by, owned_metadata
-from lessor.operator.core.typed import Typed
+from lessor.operator.core.typed import Cached, Typed
 from lessor.operator.core.writes import (
     add_finalizer,
     delete_fenced,
@@ -193,43 +193,45 @@ class SandboxLeaseReconciler:
         cached = self.leases.get(key)
         if cached is None:
             return Result()
-        obj, lease = cached.raw, cached.model
+        lease = cached.model
         if lease.spec.cancelled:
-            return await self._expire_tombstone(obj)
+            return await self._expire_tombstone(cached.raw)
         phase = lease.status.phase if lease.status else None
         if phase in SandboxLease.phases.finished:
-            return await self._ended(obj, lease)
+            return await self._ended(cached)
         if phase == "Quarantined":
             return Result()  # cleanup is uncertain: nothing is returned until a person acts
-        return await self._active(obj, lease, phase)
+        return await self._active(cached, phase)
 
-    async def _active(self, obj: Json, lease: SandboxLease, phase: str | None) -> Result:
-        deleting = bool(obj["metadata"].get("deletionTimestamp"))
+    async def _active(self, cached: Cached[SandboxLease], phase: str | None) -> Result:
+        deleting = cached.deleting
         if not deleting:
-            obj = await add_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
+            written = await add_finalizer(self.client, SANDBOX_LEASES, cached.raw, FINALIZER)
+            cached = self.leases.decode(written)
+        obj, lease = cached.raw, cached.model
         status = _status(lease)
         if phase == "Releasing":
-            return await self._releasing(obj, lease, status)
+            return await self._releasing(cached, status)
         now = utcnow()
-        deadline = self._deadline(obj, lease)
+        deadline = self._deadline(lease)
         if status.provisioning_deadline is None:
             status.provisioning_deadline = deadline.replace(microsecond=0)
         if status.effective_ttl is None:
             status.effective_ttl = lease.spec.effective_ttl or lease.spec.ttl
         cause = self._cause(lease, phase, now, deadline, deleting)
         if cause is not None:
-            return await self._start_release(obj, lease, status, cause)
+            return await self._start_release(obj, status, cause)
         if phase == SandboxLease.phases.usable:
-            return await self._ready(obj, lease, status, now)
-        return await self._provision(obj, lease, status, now, deadline)
+            return await self._ready(cached, status, now)
+        return await self._provision(cached, status, now, deadline)
 
     # -- deciding -------------------------------------------------------------------------
 
     @staticmethod
-    def _deadline(obj: Json, lease: SandboxLease) -> datetime.datetime:
+    def _deadline(lease: SandboxLease) -> datetime.datetime:
         if lease.status and lease.status.provisioning_deadline:
             return lease.status.provisioning_deadline
-        created = datetime.datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
+        created = lease.metadata.creation_timestamp or utcnow()
         timeout = lease.spec.provisioning_timeout or DEFAULT_PROVISIONING_TIMEOUT
         return provisioning_deadline(created, timeout)
 
@@ -264,12 +266,12 @@ class SandboxLeaseReconciler:
 
     async def _provision(
         self,
-        obj: Json,
-        lease: SandboxLease,
+        cached: Cached[SandboxLease],
         status: SandboxLeaseStatus,
         now: datetime.datetime,
         deadline: datetime.datetime,
     ) -> Result:
+        obj, lease = cached.raw, cached.model
         namespace = self.sandboxes
         name = obj["metadata"]["name"]
         until_deadline = max(0.0, (deadline - now).total_seconds())
@@ -282,7 +284,7 @@ class SandboxLeaseReconciler:
                 status.phase, status.message = "Pending", waiting
                 await write_status(self.client, SANDBOX_LEASES, obj, status)
                 return Result(requeue_after=min(5.0, until_deadline))
-            claim = await self._create_claim(obj, lease)
+            claim = await self._create_claim(obj, lease.spec.pool)
             await self.events.record(
                 obj, "Normal", "Provisioning", f"claimed from {lease.spec.pool}"
             )
@@ -334,7 +336,7 @@ class SandboxLeaseReconciler:
             return f"SandboxPool {pool_name} has no warm pool yet"
         return None
 
-    async def _create_claim(self, obj: Json, lease: SandboxLease) -> Json:
+    async def _create_claim(self, obj: Json, pool: str) -> Json:
         namespace, name = self.sandboxes, obj["metadata"]["name"]
         body = {
             "apiVersion": CLAIMS.api_version,
@@ -345,7 +347,7 @@ class SandboxLeaseReconciler:
                 "labels": {labels.SANDBOX_LEASE: name},
                 **owned_metadata(obj, namespace),
             },
-            "spec": {"warmPoolRef": {"name": child_name(lease.spec.pool)}},
+            "spec": {"warmPoolRef": {"name": child_name(pool)}},
         }
         try:
             return await self.client.create(CLAIMS.path(namespace), body)
@@ -358,8 +360,9 @@ class SandboxLeaseReconciler:
     # -- Ready -------------------------------------------------------------------------
 
     async def _ready(
-        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus, now: datetime.datetime
+        self, cached: Cached[SandboxLease], status: SandboxLeaseStatus, now: datetime.datetime
     ) -> Result:
+        obj, lease = cached.raw, cached.model
         obj = await self._follow_pod(obj, status)
         expiry = self._expiry(lease)
         assert expiry is not None
@@ -401,7 +404,7 @@ class SandboxLeaseReconciler:
     # -- Releasing -----------------------------------------------------------------------
 
     async def _start_release(
-        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus, cause: ReleaseCause
+        self, obj: Json, status: SandboxLeaseStatus, cause: ReleaseCause
     ) -> Result:
         # The one place a cause is written, with the phase, in one fenced status write; a later
         # pass reads Releasing and never comes back here.
@@ -410,15 +413,14 @@ class SandboxLeaseReconciler:
         status.message = "revoking access and removing the sandbox"
         obj = await write_status(self.client, SANDBOX_LEASES, obj, status)
         await self.events.record(obj, "Normal", "Releasing", f"cause {status.release_cause}")
-        lease = self.leases.decode(obj).model
-        return await self._releasing(obj, lease, _status(lease))
+        cached = self.leases.decode(obj)
+        return await self._releasing(cached, _status(cached.model))
 
-    async def _releasing(
-        self, obj: Json, lease: SandboxLease, status: SandboxLeaseStatus
-    ) -> Result:
+    async def _releasing(self, cached: Cached[SandboxLease], status: SandboxLeaseStatus) -> Result:
+        obj, lease = cached.raw, cached.model
         recorded = lease.status.claim if lease.status else None
         namespace = (recorded.namespace if recorded else None) or self.sandboxes
-        left = await self._left_behind(namespace, obj, lease)
+        left = await self._left_behind(namespace, cached)
         # Everything left is deleted directly, claim first, each with its uid as precondition,
         # rather than left to the garbage collector's cascade: that is only as quick as its view
         # of the agent-sandbox kinds (it learns of a new CRD at its next discovery, up to 30 s).
@@ -449,11 +451,12 @@ class SandboxLeaseReconciler:
         return Result(requeue_after=POLL_SECONDS)
 
     async def _left_behind(
-        self, namespace: str, obj: Json, lease: SandboxLease
+        self, namespace: str, cached: Cached[SandboxLease]
     ) -> list[tuple[ResourceType, Json]]:
         """Every object of this lease that still exists: its claim, and the sandbox, pod and
         service it was placed on, matched by uid (or, for the service, by owner), so that a
         successor of the same name is never mistaken for what was left."""
+        obj, lease = cached.raw, cached.model
         left: list[tuple[ResourceType, Json]] = []
         claim = await self._get(CLAIMS.path(namespace, obj["metadata"]["name"]))
         if claim is not None and owned_by(claim, obj):
@@ -495,10 +498,11 @@ class SandboxLeaseReconciler:
 
     # -- ended leases and tombstones -----------------------------------------------------
 
-    async def _ended(self, obj: Json, lease: SandboxLease) -> Result:
+    async def _ended(self, cached: Cached[SandboxLease]) -> Result:
         """Released or Expired: let a deletion through, else keep the lease for the retention
         period (its owner can still read how it ended), then delete it."""
-        if obj["metadata"].get("deletionTimestamp"):
+        obj, lease = cached.raw, cached.model
+        if cached.deleting:
             await remove_finalizer(self.client, SANDBOX_LEASES, obj, FINALIZER)
             return Result()
         if self.retention is None:
