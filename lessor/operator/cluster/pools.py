@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lessor.operator.backends.registry import unavailable
@@ -43,6 +44,7 @@ from lessor.operator.diagnostics.store_checks import RECHECK, RETRY, StoreChecks
 from lessor.operator.runtime.client import ConflictError, KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
 from lessor.operator.runtime.events import EventRecorder
+from lessor.operator.runtime.informer import Informer
 from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.protocol.timestamps import now_seconds, utcnow
@@ -101,15 +103,25 @@ class InstanceCounts:
         status.quarantined = self.quarantined
 
 
+InstanceState = tuple[str | None, bool, bool]  # its phase, whether claimed, whether deleting
+
+
 def count_instances(instances: list[Cached[ClusterInstance]]) -> InstanceCounts:
+    return _tally(
+        (i.model.status.phase if i.model.status else None, i.model.spec.claim_ref is not None,
+         i.deleting)
+        for i in instances
+    )  # fmt: skip
+
+
+def _tally(states: Iterable[InstanceState]) -> InstanceCounts:
     counts = InstanceCounts()
-    for instance in instances:
-        phase = instance.model.status.phase if instance.model.status else None
+    for phase, claimed, deleting in states:
         if phase == "Quarantined":
             counts.quarantined += 1
-        elif instance.deleting or phase == "Recycling":
+        elif deleting or phase == "Recycling":
             counts.recycling += 1
-        elif instance.model.spec.claim_ref is not None:
+        elif claimed:
             counts.leased += 1
         elif phase == "Ready":
             counts.ready += 1
@@ -121,19 +133,21 @@ def count_instances(instances: list[Cached[ClusterInstance]]) -> InstanceCounts:
 
 
 def gauge_row(
-    pool: Cached[ClusterPool],
-    key: str,
-    instances: Typed[ClusterInstance],
-    leases: Typed[ClusterLease],
+    pool: Cached[ClusterPool], key: str, instances: Informer, leases: Informer
 ) -> PoolRow:
     """The pool's gauges (lessor.operator.core.pool_gauges): its instances by state and its queue,
-    as the caches have them."""
+    as the caches have them; the instances and leases read raw, as waiting_since says why."""
+    states = (
+        (i.get("status", {}).get("phase"), bool(i.get("spec", {}).get("claimRef")),
+         bool(i["metadata"].get("deletionTimestamp")))
+        for i in instances.store.by_index(BY_POOL, key)
+    )  # fmt: skip
     return PoolRow(
         namespace=pool.model.metadata.namespace or "",
         pool=pool.name,
         warm_target=pool.model.warm_now(),
-        instances=dataclasses.asdict(count_instances(instances.by_index(BY_POOL, key))),
-        waiting=pool_gauges.created(pool_gauges.waiting_leases(leases.by_index(BY_POOL, key))),
+        instances=dataclasses.asdict(_tally(states)),
+        waiting=pool_gauges.waiting_since(leases.store.by_index(BY_POOL, key), ClusterLease.phases),
     )
 
 
@@ -156,7 +170,9 @@ def setup(context: Context) -> Controller:
     controller = context.controller(ClusterPool, reconciler.reconcile)
     pool_gauges.GAUGES.watch(
         "cluster",
-        pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, instances, leases)),
+        pool_gauges.by_pool(
+            pools, lambda pool, key: gauge_row(pool, key, instances.informer, leases.informer)
+        ),
         lambda: context.manager.leading,
     )
     return (

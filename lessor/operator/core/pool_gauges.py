@@ -29,6 +29,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
 
 from lessor.operator.core.typed import Cached, Typed
+from lessor.protocol.json_object import Json
+from lessor.protocol.phases import LeasePhases
 from lessor.protocol.timestamps import utcnow
 from lessor.resources.cluster import ClusterLease, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
@@ -65,8 +67,23 @@ def waiting_leases(leases: Iterable[Cached[L]]) -> list[Cached[L]]:
     ]
 
 
-def created(leases: Iterable[Cached[L]]) -> list[datetime.datetime | None]:
-    return [lease.model.metadata.creation_timestamp for lease in leases]
+def waiting_since(leases: Iterable[Json], phases: LeasePhases) -> list[datetime.datetime | None]:
+    """When each lease in the pool's queue (as waiting_leases has it) was made. Read raw: a
+    scrape reads every cached lease, and a model of each would be validated again at every
+    scrape (the typed caches keep only a hot set, lessor.operator.core.typed): 10,000 leases at
+    about 65 microseconds each is 0.65 s of CPU a scrape."""
+    return [
+        _created(lease)
+        for lease in leases
+        if phases.waiting(lease.get("status", {}).get("phase"))
+        and not lease["metadata"].get("deletionTimestamp")
+        and not lease.get("spec", {}).get("cancelled")
+    ]
+
+
+def _created(lease: Json) -> datetime.datetime | None:
+    stamp = lease["metadata"].get("creationTimestamp")
+    return datetime.datetime.fromisoformat(stamp) if stamp else None
 
 
 def _oldest_seconds(waiting: list[datetime.datetime | None], now: datetime.datetime) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lessor.operator.core import pool_gauges
@@ -34,6 +35,7 @@ from lessor.operator.core.writes import (
 )
 from lessor.operator.runtime.client import KubeClient, NotFoundError, ResourceType
 from lessor.operator.runtime.controller import Controller, Result
+from lessor.operator.runtime.informer import Informer
 from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
 from lessor.resources import labels
@@ -82,6 +84,9 @@ def _held(key: str, leases: Typed[SandboxLease]) -> list[Cached[SandboxLease]]:
     ]
 
 
+LeaseState = tuple[str | None, bool]  # its phase, whether a pod is recorded
+
+
 @dataclass
 class LeaseCounts:
     """What a pool's leases hold, by state: leased (placed or being placed), recycling (being
@@ -94,22 +99,35 @@ class LeaseCounts:
     quarantined: int = 0
 
     @classmethod
-    def of(cls, held: list[Cached[SandboxLease]]) -> LeaseCounts:
-        statuses = [lease.model.status or SandboxLeaseStatus() for lease in held]
-        phases = [status.phase for status in statuses]
-        return cls(
-            leased=sum(phase in SandboxLease.phases.placed for phase in phases),
-            recycling=phases.count("Releasing"),
-            unhealthy=sum(s.phase == SandboxLease.phases.usable and not s.pod for s in statuses),
-            quarantined=phases.count("Quarantined"),
-        )
+    def of(cls, states: Iterable[LeaseState]) -> LeaseCounts:
+        counts = cls()
+        for phase, has_pod in states:
+            counts.leased += phase in SandboxLease.phases.placed
+            counts.recycling += phase == "Releasing"
+            counts.unhealthy += phase == SandboxLease.phases.usable and not has_pod
+            counts.quarantined += phase == "Quarantined"
+        return counts
 
 
-def gauge_row(pool: Cached[SandboxPool], key: str, leases: Typed[SandboxLease]) -> PoolRow:
+def _states(held: list[Cached[SandboxLease]]) -> list[LeaseState]:
+    statuses = [lease.model.status or SandboxLeaseStatus() for lease in held]
+    return [(status.phase, status.pod is not None) for status in statuses]
+
+
+def gauge_row(pool: Cached[SandboxPool], key: str, leases: Informer) -> PoolRow:
     """The pool's gauges (lessor.operator.core.pool_gauges): what its leases hold, from the lease
-    cache; ready and creating as the pool's status last said (agent-sandbox's warm pool counts,
-    refreshed every REFRESH_SECONDS: they are not cached here)."""
-    held = _held(key, leases)
+    cache, read raw (pool_gauges.waiting_since says why); ready and creating as the pool's status
+    last said (agent-sandbox's warm pool counts, refreshed every REFRESH_SECONDS: they are not
+    cached here)."""
+    held = [
+        lease
+        for lease in leases.store.by_index(BY_SANDBOX_POOL, key)
+        if not lease.get("spec", {}).get("cancelled")
+    ]
+    states = [
+        ((lease.get("status") or {}).get("phase"), bool((lease.get("status") or {}).get("pod")))
+        for lease in held
+    ]
     status = pool.model.status or SandboxPoolStatus()
     return PoolRow(
         namespace=pool.model.metadata.namespace or "",
@@ -118,9 +136,9 @@ def gauge_row(pool: Cached[SandboxPool], key: str, leases: Typed[SandboxLease]) 
         instances={
             "ready": status.ready,
             "creating": status.creating,
-            **dataclasses.asdict(LeaseCounts.of(held)),
+            **dataclasses.asdict(LeaseCounts.of(states)),
         },
-        waiting=pool_gauges.created(pool_gauges.waiting_leases(held)),
+        waiting=pool_gauges.waiting_since(held, SandboxLease.phases),
     )
 
 
@@ -137,7 +155,7 @@ def setup(context: Context) -> Controller:
     )
     pool_gauges.GAUGES.watch(
         "sandbox",
-        pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, leases)),
+        pool_gauges.by_pool(pools, lambda pool, key: gauge_row(pool, key, leases.informer)),
         lambda: context.manager.leading,
     )
     return (
@@ -166,7 +184,7 @@ class SandboxPoolReconciler:
     def _count(self, key: str, status: SandboxPoolStatus) -> None:
         """The pool's leases, counted into its status."""
         held = _held(key, self.leases)
-        counts = LeaseCounts.of(held)
+        counts = LeaseCounts.of(_states(held))
         status.leased, status.recycling = counts.leased, counts.recycling
         status.unhealthy, status.quarantined = counts.unhealthy, counts.quarantined
         status.queue_depth = len(pool_gauges.waiting_leases(held))
