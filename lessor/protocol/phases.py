@@ -20,6 +20,9 @@ ExecutionState = Literal[
 # Why a lease ended, once it did: its owner released it, or its time ran out.
 EndReason = Literal["Released", "Expired"]
 
+# Why a sandbox lease's teardown started: recorded once, never changed.
+ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]
+
 # An execution in one of these states has an outcome; nothing will change it again.
 EXECUTION_FINISHED: frozenset[str] = frozenset(
     {"Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"}

@@ -17,7 +17,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 
 from lessor.protocol.durations import PositiveDuration
-from lessor.protocol.phases import SANDBOX_LEASE, ExecutionState, LeasePhases, SandboxLeasePhase
+from lessor.protocol.phases import (
+    SANDBOX_LEASE,
+    ExecutionState,
+    LeasePhases,
+    ReleaseCause,
+    SandboxLeasePhase,
+)
 from lessor.resources.base import (
     AGE,
     DNS_LABEL,
@@ -228,9 +234,6 @@ class SandboxLeaseSpec(SpecModel):
     def extension_ceiling(self) -> str:
         """How long after readiness no extension may carry the lease's expiry past."""
         return self.max_ttl or CEILING_WITHOUT_MAX_TTL
-
-
-ReleaseCause = Literal["Requested", "RuntimeTtl", "ProvisioningDeadline"]
 
 
 class SandboxLeaseStatus(StatusModel):

@@ -9,20 +9,15 @@ from urllib.parse import quote
 import pytest
 from falcon import testing
 
+from lessor.apiserver.http.conformance import ResponseDriftError, conform
 from lessor.apiserver.http.errors import BadRequestError
 from lessor.apiserver.http.queries import query_of
-from lessor.apiserver.http.responses import (
-    Expiry,
-    LeaseCreated,
-    LeaseSummary,
-    ResponseDriftError,
-    conform,
-)
 from lessor.apiserver.leases.resources import LeasesResource, LeaseWait
 from lessor.apiserver.routes.app import ROUTES, api_document
 from lessor.apiserver.routes.openapi import document, lease
 from lessor.apiserver.routes.route import Route
 from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS
+from lessor.protocol.responses import Expiry, LeaseCreated, LeaseSummary
 
 
 def test_an_answer_the_model_describes_is_passed_on_unchanged() -> None:

@@ -16,9 +16,9 @@ from lessor.apiserver.http.answers import responds
 from lessor.apiserver.http.bodies import Login, parse
 from lessor.apiserver.http.errors import BadRequestError, ForbiddenError, TooManyRequestsError
 from lessor.apiserver.http.resource import Resource
-from lessor.apiserver.http.responses import SessionIssued
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.protocol.durations import parse_duration
+from lessor.protocol.responses import SessionIssued
 from lessor.protocol.timestamps import timestamp
 
 

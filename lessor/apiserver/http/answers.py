@@ -18,8 +18,8 @@ from typing import Any, TypeVar, cast, get_type_hints
 import falcon
 from pydantic import BaseModel
 
+from lessor.apiserver.http.conformance import ResponseDriftError, conform, conform_each
 from lessor.apiserver.http.queries import Query, query_of
-from lessor.apiserver.http.responses import ResponseDriftError, conform, conform_each
 
 ResponderT = TypeVar("ResponderT", bound=Callable[..., None])
 _ANSWER = "__answer__"

@@ -25,7 +25,6 @@ from lessor.apiserver.http.errors import (
     HttpNotFoundError,
     TooManyRequestsError,
 )
-from lessor.apiserver.http.responses import Expiry
 from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.reservations import Reservations
 from lessor.apiserver.policy.evaluation import effective_ttl, grant_for
@@ -37,6 +36,7 @@ from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import looks_like_an_id
+from lessor.protocol.responses import Expiry
 from lessor.protocol.timestamps import now_seconds, timestamp
 from lessor.resources import labels
 from lessor.resources.base import Condition, ObjectMeta, instant_json, json_pointer

@@ -19,12 +19,12 @@ from pydantic import ValidationError
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http.errors import HttpNotFoundError, UnavailableError
-from lessor.apiserver.http.responses import DiagnosticsBundle as BundleAnswer
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, LeaseService
 from lessor.apiserver.state.kube import Kube
 from lessor.bucket import MAX_URL_TTL, Bucket, BucketError, Credentials, Location
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import DiagnosticsBundle as BundleAnswer
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import DiagnosticsRecord
 from lessor.resources.diagnostics_bundle import DiagnosticsBundle

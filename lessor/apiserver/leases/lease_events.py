@@ -12,10 +12,10 @@ in one; the last MAX_EVENTS are served, oldest first.
 from __future__ import annotations
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.responses import LeaseEvent
 from lessor.apiserver.leases.cluster_leases import LeaseService
 from lessor.apiserver.state.kube import Kube
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import LeaseEvent
 
 MAX_EVENTS = 50
 

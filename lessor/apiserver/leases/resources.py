@@ -13,7 +13,13 @@ from lessor.apiserver.http.answers import responds
 from lessor.apiserver.http.bodies import CreateLease, ExtendLease, parse
 from lessor.apiserver.http.queries import Digits, Query
 from lessor.apiserver.http.resource import Resource
-from lessor.apiserver.http.responses import (
+from lessor.apiserver.http.shedding import set_aside
+from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS, LeaseService
+from lessor.apiserver.leases.diagnostics import DiagnosticsService
+from lessor.apiserver.leases.lease_events import LeaseEvents
+from lessor.apiserver.leases.pools import PoolService
+from lessor.apiserver.state.held_requests import HeldRequests, client_gone
+from lessor.protocol.responses import (
     DiagnosticsBundle,
     Expiry,
     Lease,
@@ -23,12 +29,6 @@ from lessor.apiserver.http.responses import (
     PoolLease,
     PoolRecord,
 )
-from lessor.apiserver.http.shedding import set_aside
-from lessor.apiserver.leases.cluster_leases import MAX_WAIT_SECONDS, LeaseService
-from lessor.apiserver.leases.diagnostics import DiagnosticsService
-from lessor.apiserver.leases.lease_events import LeaseEvents
-from lessor.apiserver.leases.pools import PoolService
-from lessor.apiserver.state.held_requests import HeldRequests, client_gone
 
 
 class LeaseServices(Protocol):

@@ -21,7 +21,6 @@ from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.listeners import Listeners, Wsgi
 from lessor.apiserver.http.observe import Observe, add_error_handlers
 from lessor.apiserver.http.resource import Resource
-from lessor.apiserver.http.responses import Status
 from lessor.apiserver.http.shedding import Shed
 from lessor.apiserver.leases.resources import (
     DiagnosticsResource,
@@ -49,6 +48,7 @@ from lessor.apiserver.sandboxes.stream_bridge import Limits
 from lessor.apiserver.sandboxes.upgrade import StreamRoutes
 from lessor.apiserver.state.session_slots import SessionSlots
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import Status
 
 # How long /readyz waits for a worker's first list of the AccessPolicies (the manifests give
 # the readiness probe a timeout of 3 s).

@@ -24,7 +24,10 @@ from lessor.apiserver.http.bodies import (
     Login,
 )
 from lessor.apiserver.http.queries import Query
-from lessor.apiserver.http.responses import (
+from lessor.apiserver.routes.route import Route
+from lessor.apiserver.sandboxes.executions import MAX_RUNNING_PER_LEASE, WAIT_MARGIN
+from lessor.protocol.json_object import Json
+from lessor.protocol.responses import (
     DEFAULT_TIMEOUT_TEXT,
     MAX_TIMEOUT_TEXT,
     ClusterHealth,
@@ -47,9 +50,6 @@ from lessor.apiserver.http.responses import (
     SessionIssued,
     Status,
 )
-from lessor.apiserver.routes.route import Route
-from lessor.apiserver.sandboxes.executions import MAX_RUNNING_PER_LEASE, WAIT_MARGIN
-from lessor.protocol.json_object import Json
 
 MODELS: tuple[type[BaseModel], ...] = (
     CreateLease,

@@ -27,7 +27,12 @@ from lessor.apiserver.http.bodies import (
 from lessor.apiserver.http.errors import HttpNotFoundError, UpgradeRequiredError
 from lessor.apiserver.http.queries import Digits, Query
 from lessor.apiserver.http.resource import Resource
-from lessor.apiserver.http.responses import (
+from lessor.apiserver.http.shedding import set_aside
+from lessor.apiserver.sandboxes.executions import ExecutionService
+from lessor.apiserver.sandboxes.gate import SandboxGate
+from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
+from lessor.apiserver.state.held_requests import HeldRequests, client_gone
+from lessor.protocol.responses import (
     Execution,
     ExecutionLogs,
     ExecutionResult,
@@ -36,11 +41,6 @@ from lessor.apiserver.http.responses import (
     SandboxLeaseCreated,
     SandboxLogs,
 )
-from lessor.apiserver.http.shedding import set_aside
-from lessor.apiserver.sandboxes.executions import ExecutionService
-from lessor.apiserver.sandboxes.gate import SandboxGate
-from lessor.apiserver.sandboxes.sandbox_leases import SandboxLeaseService
-from lessor.apiserver.state.held_requests import HeldRequests, client_gone
 from lessor.protocol.sandbox_limits import LOG_TAIL_DEFAULT, LOG_TAIL_MAX
 
 # Where an execution's output may be read from: any byte offset a 64-bit client can name.

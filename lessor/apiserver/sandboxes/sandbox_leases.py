@@ -44,7 +44,6 @@ from lessor.apiserver.http.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
-from lessor.apiserver.http.responses import SandboxExpiry, SandboxLogs
 from lessor.apiserver.leases.aliases import by_alias
 from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, requester_label
 from lessor.apiserver.leases.reservations import Reservation, Reservations
@@ -56,6 +55,7 @@ from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
+from lessor.protocol.responses import SandboxExpiry, SandboxLogs
 from lessor.protocol.sandbox_limits import LOG_BYTES_MAX
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources import labels

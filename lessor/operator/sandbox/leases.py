@@ -63,14 +63,13 @@ from lessor.operator.runtime.store import key_of
 from lessor.operator.sandbox.pools import BY_SANDBOX_POOL, child_name, index_by_sandbox_pool
 from lessor.operator.wiring.context import Context
 from lessor.protocol.json_object import Json
-from lessor.protocol.phases import EndReason
+from lessor.protocol.phases import EndReason, ReleaseCause
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources import labels
 from lessor.resources.base import ObjectRef
 from lessor.resources.lease_time import provisioning_deadline
 from lessor.resources.sandbox import (
     DEFAULT_PROVISIONING_TIMEOUT,
-    ReleaseCause,
     SandboxLease,
     SandboxLeaseStatus,
     SandboxPool,

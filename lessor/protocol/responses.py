@@ -1,20 +1,19 @@
-"""The response bodies of the API, as pydantic models: what the OpenAPI document describes and
-what the responders validate their answers through, so an answer cannot drift from the
-document (lessor.apiserver.routes.openapi)."""
+"""The response bodies of the API, as pydantic models, declared once for both ends: the API
+server answers with them and its OpenAPI document is made from them
+(lessor.apiserver.routes.openapi), and the CLI reads the answers through them. A newer server
+may add fields (they are ignored here); it never removes or retypes one."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from lessor.protocol.durations import format_duration
 from lessor.protocol.error_reasons import Reason, SpecReason
-from lessor.protocol.json_object import Json
-from lessor.protocol.phases import ExecutionState, SandboxLeasePhase
+from lessor.protocol.phases import ExecutionState, ReleaseCause, SandboxLeasePhase
 from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
 from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, LOG_BYTES_MAX, MAX_TIMEOUT
-from lessor.resources.sandbox import ReleaseCause
 
 
 class Error(BaseModel):
@@ -325,32 +324,3 @@ class ExecutionLogs(BaseModel):
     )
     stdout: ExecutionWindow
     stderr: ExecutionWindow
-
-
-class ResponseDriftError(Exception):
-    """An answer its model does not describe: a bug in this server, so a 500 (logged), never a
-    body that disagrees with the document."""
-
-
-def conform(model: type[BaseModel], body: Json) -> Json:
-    """`body`, once it is what the document calls `model`: each field of its type, every
-    required one present, and none the model does not name. The body itself is answered, not
-    the model re-serialized, so checking it changes no byte of any answer."""
-    try:
-        model.model_validate(body)
-    except ValidationError as error:
-        # Where and what, never the values: an answer may carry a kubeconfig or a token.
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-            for e in error.errors(include_input=False, include_url=False)
-        )
-        raise ResponseDriftError(f"{model.__name__}: {problems}") from None
-    names = {field.alias or name for name, field in model.model_fields.items()}
-    if unknown := set(body) - names:
-        raise ResponseDriftError(f"{model.__name__} does not name {sorted(unknown)}")
-    return body
-
-
-def conform_each(model: type[BaseModel], bodies: list[Json]) -> list[Json]:
-    """A list of `model`s, each checked as `conform` checks one."""
-    return [conform(model, body) for body in bodies]
