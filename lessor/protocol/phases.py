@@ -17,6 +17,9 @@ ExecutionState = Literal[
     "Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"
 ]
 
+# A pool's health, as its status and the API's pool listings report it.
+PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
+
 # Why a lease ended, once it did: its owner released it, or its time ran out.
 EndReason = Literal["Released", "Expired"]
 

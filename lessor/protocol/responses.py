@@ -11,7 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lessor.protocol.durations import format_duration
 from lessor.protocol.error_reasons import Reason, SpecReason
-from lessor.protocol.phases import ExecutionState, ReleaseCause, SandboxLeasePhase
+from lessor.protocol.phases import (
+    ClusterLeasePhase,
+    ExecutionState,
+    PoolPhase,
+    ReleaseCause,
+    SandboxLeasePhase,
+)
 from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
 from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, LOG_BYTES_MAX, MAX_TIMEOUT
 
@@ -31,7 +37,7 @@ class Error(BaseModel):
 
 class LeaseCreated(BaseModel):
     id: str
-    phase: str
+    phase: ClusterLeasePhase
     profile: str
     queue_position: int
     effective_ttl: str
@@ -41,7 +47,7 @@ class LeaseCreated(BaseModel):
 
 class LeaseSummary(BaseModel):
     id: str
-    phase: str
+    phase: ClusterLeasePhase
     profile: str
     expires_at: str | None = None
     alias: str | None = None
@@ -106,7 +112,7 @@ class PoolRecord(BaseModel):
         description="Cluster: lease, kubeconfig, extend, release. Sandbox: lease, extend, "
         "release, logs, attach, and exec (with a runner) and port-forward (with declared ports)."
     )
-    phase: str
+    phase: PoolPhase
     ready: int
     leased: int
     creating: int
@@ -124,7 +130,7 @@ class PoolRecord(BaseModel):
 
 class PoolLease(BaseModel):
     id: str
-    phase: str
+    phase: ClusterLeasePhase | SandboxLeasePhase
     profile: str
     cluster_name: str | None = None
     requester: str | None = Field(
@@ -148,7 +154,7 @@ class StatusPool(BaseModel):
     ready: int
     leased: int
     creating: int
-    phase: str | None = None
+    phase: PoolPhase | None = None
     quarantined: int | None = None
 
 
@@ -174,7 +180,7 @@ class SessionIssued(BaseModel):
 
 class _SandboxLeaseFields(BaseModel):
     id: str
-    phase: str
+    phase: SandboxLeasePhase
     pool: str
     ttl: str = Field(description="The TTL asked for; without one, the TTL granted.")
     effective_ttl: str | None = Field(
@@ -192,7 +198,7 @@ class SandboxLeaseCreated(_SandboxLeaseFields):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    phase: str = Field(description="Always `Pending`.")
+    phase: Literal["Pending"] = Field(description="Always `Pending`.")
     provisioning_deadline: str = Field(
         description="The lease's creation time plus the pool's provisioningTimeout; in the "
         "handoff variant, counted from the time of the answer."

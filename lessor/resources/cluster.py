@@ -17,7 +17,13 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from lessor.protocol.durations import PositiveDuration, parse_duration
-from lessor.protocol.phases import CLUSTER_LEASE, ClusterLeasePhase, EndReason, LeasePhases
+from lessor.protocol.phases import (
+    CLUSTER_LEASE,
+    ClusterLeasePhase,
+    EndReason,
+    LeasePhases,
+    PoolPhase,
+)
 from lessor.resources.addons import Addon, ReadinessGates, unique_names
 from lessor.resources.base import (
     AGE,
@@ -776,9 +782,6 @@ class ClusterPoolSpec(SpecModel):
     diagnostics: Diagnostics | None = None
 
     _unique_addons = field_validator("addons")(unique_names)
-
-
-PoolPhase = Literal["Healthy", "Degraded", "Unavailable"]
 
 
 class Arrivals(StatusModel):

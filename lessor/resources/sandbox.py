@@ -21,6 +21,7 @@ from lessor.protocol.phases import (
     SANDBOX_LEASE,
     ExecutionState,
     LeasePhases,
+    PoolPhase,
     ReleaseCause,
     SandboxLeasePhase,
 )
@@ -117,7 +118,7 @@ class SandboxPoolSpec(SpecModel):
 
 
 class SandboxPoolStatus(StatusModel):
-    phase: Literal["Healthy", "Degraded", "Unavailable"] | None = Field(
+    phase: PoolPhase | None = Field(
         default=None,
         description="Healthy when `warm` sandboxes are ready, Degraded while fewer are, or"
         " Unavailable while the installed agent-sandbox fails the compatibility check.",
