@@ -58,8 +58,15 @@ class LeasePhases:
 
     @staticmethod
     def waiting(phase: str | None) -> bool:
-        """Not yet given anything: new (no phase yet) or Pending, so in its pool's queue."""
+        """Not yet given anything: new (no phase yet) or Pending."""
         return phase in (None, "Pending")
+
+    @staticmethod
+    def queued(phase: str | None, *, deleting: bool, cancelled: bool) -> bool:
+        """In its pool's queue: waiting, and neither being deleted nor cancelled (a sandbox
+        lease released before it was placed). What the pool's queue depth counts, the queue
+        gauges show, and a ready instance is offered to."""
+        return LeasePhases.waiting(phase) and not deleting and not cancelled
 
 
 CLUSTER_LEASE = LeasePhases(

@@ -22,7 +22,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Annotated, Literal, cast
+from typing import Annotated, cast
 from urllib.parse import quote
 
 from kubernetes import client, config
@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from websocket import ABNF, WebSocket, WebSocketException
 
 from lessor.protocol.json_object import Json
+from lessor.protocol.phases import ExecutionState
 from lessor.protocol.runner import LOG_WINDOW
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 MAX_ANSWER_BYTES = 4 * LOG_WINDOW
 MAX_MESSAGE = 1000
 Timestamp = Annotated[str, Field(max_length=40, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$")]
-State = Literal["Queued", "Running", "Succeeded", "Failed", "Cancelled", "TimedOut", "Unknown"]
 
 
 class RunnerError(Exception):
@@ -71,7 +71,7 @@ class RunnerAnswer(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    state: State | None = None
+    state: ExecutionState | None = None
     exit_code: int | None = Field(default=None, ge=-(1 << 31), lt=1 << 31, alias="exitCode")
     started_at: Timestamp | None = Field(default=None, alias="startedAt")
     finished_at: Timestamp | None = Field(default=None, alias="finishedAt")

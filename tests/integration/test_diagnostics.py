@@ -48,8 +48,8 @@ ALICE, BOB = "alice-" + secrets.token_hex(8), "bob-" + secrets.token_hex(8)
 BUCKET = "lessor-diagnostics"
 MiB = 1024 * 1024
 # What the capture of a hostile cluster may add to the operator's peak memory: a few of its
-# pages (8 MiB each, lessor.operator.diagnostics.capture) and a decoding window, with room for a
-# loaded machine (measured: 19 MiB; the capture that parsed whole pages took 2.1 GiB).
+# pages (8 MiB each, lessor.operator.diagnostics.bundle_contents) and a decoding window, with
+# room for a loaded machine (measured: 19 MiB; the capture that parsed whole pages took 2.1 GiB).
 CAPTURE_MEMORY = 64 * MiB
 
 

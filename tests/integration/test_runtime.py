@@ -143,6 +143,47 @@ def test_controller_retries_failures_and_requeues_real_conflicts(
     run(control_plane, scenario)
 
 
+class DataOf:
+    """A source that reads each ConfigMap as its data, as a typed cache reads a model."""
+
+    def __init__(self, informer: Informer) -> None:
+        self.informer = informer
+
+    def get(self, key: str) -> dict[str, str] | None:
+        obj = self.informer.store.get(key)
+        return None if obj is None else dict(obj.get("data") or {})
+
+
+def test_a_controller_for_a_source_hands_each_reconcile_its_object_then_none(
+    control_plane: Cluster, namespace: str
+) -> None:
+    """`for_`: changes of the source's objects enqueue their keys, and the reconcile is handed
+    the object as the source reads it, then None once it is deleted (controller-runtime's
+    typed reconciler, where a Go reconciler gets NotFound)."""
+
+    async def scenario(client: KubeClient) -> None:
+        informer = Informer(client, CONFIGMAPS, namespace=namespace, label_selector=SELECTOR)
+        seen: list[tuple[str, dict[str, str] | None]] = []
+
+        async def reconcile(key: str, data: dict[str, str] | None) -> Result:
+            seen.append((key, data))
+            return Result()
+
+        controller = Controller("typed").for_(DataOf(informer), reconcile)
+        informer.start()
+        task = asyncio.create_task(controller.run())
+        key = f"{namespace}/typed"
+        await client.create(CONFIGMAPS.path(namespace), {**configmap("typed"), "data": {"k": "v"}})
+        await until(lambda: (key, {"k": "v"}) in seen)
+        await client.delete(CONFIGMAPS.path(namespace, "typed"))
+        await until(lambda: seen[-1] == (key, None))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await informer.stop()
+
+    run(control_plane, scenario)
+
+
 def test_a_lost_fence_is_a_conflict_and_a_wrong_patch_is_not(
     control_plane: Cluster, namespace: str
 ) -> None:

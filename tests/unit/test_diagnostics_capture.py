@@ -23,9 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from lessor.operator.diagnostics import capture, list_page
+from lessor.operator.diagnostics import bundle_contents, list_page
 from lessor.operator.diagnostics.bundle import Budget, BundleWriter
-from lessor.operator.diagnostics.capture import capture_cluster
+from lessor.operator.diagnostics.bundle_contents import capture_cluster
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
 from lessor.operator.diagnostics.turns import Turns
 
@@ -319,7 +319,7 @@ def test_a_list_stops_after_max_pages(
     cluster: tuple[dict[str, Answer], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     routes, kubeconfig = cluster
-    monkeypatch.setattr(capture, "MAX_PAGES", 3)
+    monkeypatch.setattr(bundle_contents, "MAX_PAGES", 3)
     routes["/api/v1/events"] = _pages(*(_page(n, [{"n": n}]) for n in range(5)))
     files = _capture(kubeconfig, 1_000_000)
     assert sorted(n for n in files if n.startswith("cluster/events/")) == [
@@ -362,7 +362,7 @@ def test_a_huge_page_costs_a_page_of_memory_and_is_cut_at_the_page_bound(
     here), raw; the pods' items are decoded one at a time, as many as LOG_PODS; the capture's
     peak of Python memory stays within a few pages."""
     routes, kubeconfig = cluster
-    monkeypatch.setattr(capture, "PAGE_BYTES", 2 * 1024 * 1024)
+    monkeypatch.setattr(bundle_contents, "PAGE_BYTES", 2 * 1024 * 1024)
     for path in ("/api/v1/namespaces", "/api/v1/nodes", "/api/v1/pods", "/api/v1/events"):
         routes[path] = _huge(40 * 1024 * 1024)
     writer = BundleWriter(1024 * 1024 * 1024)
@@ -372,7 +372,7 @@ def test_a_huge_page_costs_a_page_of_memory_and_is_cut_at_the_page_bound(
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 4 * capture.PAGE_BYTES, f"{peak / 2**20:.1f} MiB"
+    assert peak < 4 * bundle_contents.PAGE_BYTES, f"{peak / 2**20:.1f} MiB"
     files = _files_of(writer, timed_out)
     manifest = json.loads(files["capture.json"])
     by_name = {e["name"]: e for e in manifest["files"]}
@@ -388,7 +388,7 @@ def test_the_pods_logs_are_read_within_their_bounds(
     cluster: tuple[dict[str, Answer], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     routes, kubeconfig = cluster
-    monkeypatch.setattr(capture, "LOG_FILES", 2)
+    monkeypatch.setattr(bundle_contents, "LOG_FILES", 2)
 
     def pod(name: str, **extra: Any) -> dict[str, Any]:
         started = [{"name": c, "state": {"running": {}}} for c in ("a", "b")]
@@ -414,7 +414,7 @@ def test_the_pods_logs_are_read_within_their_bounds(
     cut = {e["name"]: e for e in json.loads(files["capture.json"])["files"]}["logs/"]["cut"]
     assert "more than 2 logs" in cut
 
-    monkeypatch.setattr(capture, "LOG_FILES", 1000)
+    monkeypatch.setattr(bundle_contents, "LOG_FILES", 1000)
     huge = pod("p2", annotations={"big": "x" * (list_page.WINDOW + 1)})
     routes["/api/v1/pods"] = _pages(_page(0, [pod("p1"), huge], last=True))
     files = _capture(kubeconfig, 10_000_000)

@@ -21,7 +21,7 @@ ANSWER_LIMIT = 4 * 1024 * 1024
 MESSAGE_LIMIT = 1024
 
 
-class ApiError(Exception):
+class ClusterApiError(Exception):
     """A call failed: refused (`status`, the API's message) or not answered (`status` None)."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
@@ -55,7 +55,7 @@ class ClusterApi:
         """The object at `path`, None if there is none."""
         try:
             return await self._call("GET", path)
-        except ApiError as error:
+        except ClusterApiError as error:
             if error.status == httpx.codes.NOT_FOUND:
                 return None
             raise
@@ -85,7 +85,7 @@ class ClusterApi:
         for resource in self._resources[api_version]:
             if resource.get("kind") == kind and "/" not in str(resource.get("name", "/")):
                 return resource
-        raise ApiError(f"{api_version} {kind} is not served (yet)", httpx.codes.NOT_FOUND)
+        raise ClusterApiError(f"{api_version} {kind} is not served (yet)", httpx.codes.NOT_FOUND)
 
     async def _call(self, method: str, path: str, **arguments: Any) -> dict[str, Any]:
         client, extensions = self._http.client, self._http.extensions
@@ -97,13 +97,13 @@ class ClusterApi:
             finally:
                 await response.aclose()
         except httpx.HTTPError as error:
-            raise ApiError(f"{method} {path}: {type(error).__name__} {error}") from None
+            raise ClusterApiError(f"{method} {path}: {type(error).__name__} {error}") from None
         if response.status_code >= httpx.codes.BAD_REQUEST:
-            raise ApiError(_message(body, response.status_code), response.status_code)
+            raise ClusterApiError(_message(body, response.status_code), response.status_code)
         try:
             answer = json.loads(body)
         except ValueError:
-            raise ApiError(f"{method} {path}: the answer is not JSON") from None
+            raise ClusterApiError(f"{method} {path}: the answer is not JSON") from None
         return answer if isinstance(answer, dict) else {}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from lessor.operator.addons.charts import Charts
-from lessor.operator.addons.cluster_api import ApiError, ClusterApi
+from lessor.operator.addons.cluster_api import ClusterApi, ClusterApiError
 from lessor.operator.addons.manifests import Manifest, ManifestError, describe, parse, text_of
 from lessor.operator.backends.cluster_http import KubeconfigError
 from lessor.operator.runtime.client import KubeClient
@@ -105,7 +105,7 @@ class Preparation:
             for manifest in objects:
                 try:
                     await api.apply(manifest, namespace)
-                except ApiError as error:
+                except ClusterApiError as error:
                     refused = error.status in REFUSALS
                     return Gate(
                         ADDONS_APPLIED,
@@ -154,7 +154,7 @@ async def _deployments(api: ClusterApi, names: list[str]) -> Gate:
         namespace, deployment = name.split("/", 1)
         try:
             found = await api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}")
-        except ApiError as error:
+        except ClusterApiError as error:
             return Gate(DEPLOYMENTS_AVAILABLE, False, "CheckFailed", f"{name}: {error}")
         if found is None:
             waiting.append(f"{name} (not found)")
@@ -177,7 +177,7 @@ async def _crds(api: ClusterApi, names: list[str]) -> Gate:
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
         try:
             found = await api.get(path)
-        except ApiError as error:
+        except ClusterApiError as error:
             return Gate(CRDS_ESTABLISHED, False, "CheckFailed", f"{name}: {error}")
         if found is None:
             waiting.append(f"{name} (not found)")

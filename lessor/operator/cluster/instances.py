@@ -30,7 +30,7 @@ from lessor.operator.core.kinds import (
     SECRETS,
     index_by_claim,
 )
-from lessor.operator.core.typed import Typed
+from lessor.operator.core.typed import Cached, Typed
 from lessor.operator.core.writes import (
     add_finalizer,
     delete_fenced,
@@ -90,7 +90,6 @@ def setup(context: Context) -> Controller:
     leases = context.cache(ClusterLease)
     reconciler = InstanceReconciler(
         context.client,
-        instances=instances,
         leases=leases,
         pools=context.cache(ClusterPool),
         backends=context.backends,
@@ -107,8 +106,8 @@ def setup(context: Context) -> Controller:
         return [instance.key for instance in instances.by_index(BY_CLAIM, uid)]
 
     return (
-        context.controller(ClusterInstance, reconciler.reconcile)
-        .watch(instances.informer)
+        context.controller(ClusterInstance)
+        .for_(instances, reconciler.reconcile)
         .watch(leases.informer, claimed_by)
     )
 
@@ -118,7 +117,6 @@ class InstanceReconciler:
         self,
         client: KubeClient,
         *,
-        instances: Typed[ClusterInstance],
         leases: Typed[ClusterLease],
         pools: Typed[ClusterPool],
         backends: Backends,
@@ -131,7 +129,6 @@ class InstanceReconciler:
         self.start_timeout = start_timeout
         self.teardown_grace = teardown_grace
         self.client = client
-        self.instances = instances
         self.leases = leases
         self.pools = pools
         self.backends = backends
@@ -140,8 +137,7 @@ class InstanceReconciler:
         # this process's own: a new leader checks every cluster at its first pass.
         self._checked: dict[str, tuple[str, float, bool]] = {}
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.instances.get(key)
+    async def reconcile(self, key: str, cached: Cached[ClusterInstance] | None) -> Result:
         if cached is None:
             self._checked.pop(key, None)
             return Result()

@@ -38,9 +38,11 @@ from lessor.operator.core.kinds import (
     BY_POOL,
     INSTANCES,
     LEASES,
+    QUEUE_OF_POOL,
     SECRETS,
     index_by_claim,
     index_by_pool,
+    index_queue_of_pool,
     pool_key,
 )
 from lessor.operator.core.typed import Cached, Typed
@@ -107,7 +109,10 @@ def setup(context: Context) -> Controller:
     and the pending leases of its pool (a ready instance may take the head of the queue)."""
     pools = context.cache(ClusterPool)
     instances = context.cache(ClusterInstance, {BY_POOL: index_by_pool, BY_CLAIM: index_by_claim})
-    leases = context.cache(ClusterLease, {BY_POOL: index_by_pool})
+    leases = context.cache(
+        ClusterLease, {BY_POOL: index_by_pool, QUEUE_OF_POOL: index_queue_of_pool}
+    )
+    controller = context.controller(ClusterLease)
     reconciler = LeaseReconciler(
         context.client,
         pools=pools,
@@ -115,10 +120,9 @@ def setup(context: Context) -> Controller:
         leases=leases,
         backends=context.backends,
         events=context.events,
-        enqueue=lambda key: controller.enqueue(key),  # noqa: PLW0108 - bound late
-        captures=Captures(context.client, context.events, lambda key: controller.enqueue(key)),  # noqa: PLW0108
+        enqueue=controller.enqueue,
+        captures=Captures(context.client, context.events, controller.enqueue),
     )
-    controller = context.controller(ClusterLease, reconciler.reconcile)
 
     def of_pool(pool: Json) -> list[str]:
         return [lease.key for lease in leases.by_index(BY_POOL, key_of(pool))]
@@ -128,16 +132,14 @@ def setup(context: Context) -> Controller:
         claim = instance.model.spec.claim_ref
         keys = [f"{instance.model.metadata.namespace}/{claim.name}"] if claim else []
         return keys + [
-            lease.key
-            for lease in leases.by_index(BY_POOL, pool_key(raw))
-            if ClusterLease.phases.waiting(_phase(lease.model))
+            key_of(lease) for lease in leases.informer.store.by_index(QUEUE_OF_POOL, pool_key(raw))
         ]
 
     # A lease reads its pool's spec (existence, TTL, diagnostics), never its status: a pool's
     # status turns at every lease's change, and mapping each turn to every lease of the pool
     # reconciled N leases per create into a pool N deep (issue 19, profile of creates).
     return (
-        controller.watch(leases.informer)
+        controller.for_(leases, reconciler.reconcile)
         .watch(pools.informer, of_pool, when=spec_changed)
         .watch(instances.informer, of_instance)
     )
@@ -176,16 +178,13 @@ class LeaseReconciler:
         in_flight = self.claims.leases()
         waiting = [
             lease
-            for lease in self.leases.by_index(BY_POOL, pool_key)
-            if ClusterLease.phases.waiting(_phase(lease.model))
-            and not lease.deleting
-            and lease.uid not in in_flight
+            for lease in self.leases.by_index(QUEUE_OF_POOL, pool_key)
+            if lease.uid not in in_flight
             and not self.instances.informer.store.by_index(BY_CLAIM, lease.uid)
         ]
         return sorted(waiting, key=_created)
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.leases.get(key)
+    async def reconcile(self, key: str, cached: Cached[ClusterLease] | None) -> Result:
         # A version this process replaced is skipped: the watch event of its write comes next.
         if cached is None or self.writes.stale(key, cached.raw):
             return Result()

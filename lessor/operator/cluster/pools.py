@@ -29,7 +29,9 @@ from lessor.operator.core.kinds import (
     BY_POOL,
     INSTANCES,
     POOLS,
+    QUEUE_OF_POOL,
     index_by_pool,
+    index_queue_of_pool,
     pool_key,
 )
 from lessor.operator.core.pool_gauges import PoolRow
@@ -147,7 +149,7 @@ def gauge_row(
         pool=pool.name,
         warm_target=pool.model.warm_now(),
         instances=dataclasses.asdict(_tally(states)),
-        waiting=pool_gauges.waiting_since(leases.store.by_index(BY_POOL, key), ClusterLease.phases),
+        waiting=pool_gauges.waiting_since(leases.store.by_index(QUEUE_OF_POOL, key)),
     )
 
 
@@ -156,18 +158,19 @@ def setup(context: Context) -> Controller:
     counts and queue depth are theirs)."""
     pools = context.cache(ClusterPool)
     instances = context.cache(ClusterInstance, {BY_POOL: index_by_pool})
-    leases = context.cache(ClusterLease, {BY_POOL: index_by_pool})
+    leases = context.cache(
+        ClusterLease, {BY_POOL: index_by_pool, QUEUE_OF_POOL: index_queue_of_pool}
+    )
+    controller = context.controller(ClusterPool)
     reconciler = PoolReconciler(
         context.client,
-        pools=pools,
         instances=instances,
         leases=leases,
         events=context.events,
         test_backends=context.settings.test_backends,
         privileged=context.settings.allow_privileged_backends,
-        store_checks=StoreChecks(context.client, lambda key: controller.enqueue(key)),  # noqa: PLW0108
+        store_checks=StoreChecks(context.client, controller.enqueue),
     )
-    controller = context.controller(ClusterPool, reconciler.reconcile)
     pool_gauges.GAUGES.watch(
         "cluster",
         pool_gauges.by_pool(
@@ -176,7 +179,7 @@ def setup(context: Context) -> Controller:
         lambda: context.manager.leading,
     )
     return (
-        controller.watch(pools.informer)
+        controller.for_(pools, reconciler.reconcile)
         .watch(instances.informer, lambda instance: [pool_key(instance)], settle=SETTLE)
         .watch(leases.informer, lambda lease: [pool_key(lease)], settle=SETTLE)
     )
@@ -210,7 +213,6 @@ class PoolReconciler:
         self,
         client: KubeClient,
         *,
-        pools: Typed[ClusterPool],
         instances: Typed[ClusterInstance],
         leases: Typed[ClusterLease],
         events: EventRecorder,
@@ -222,7 +224,6 @@ class PoolReconciler:
         self.privileged = privileged
         self.store_checks = store_checks
         self.client = client
-        self.pools = pools
         self.instances = instances
         self.leases = leases
         self.events = events
@@ -238,8 +239,7 @@ class PoolReconciler:
             del expected[name]
         return len(expected)
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.pools.get(key)
+    async def reconcile(self, key: str, cached: Cached[ClusterPool] | None) -> Result:
         if cached is None:
             self._expected.pop(key, None)
             self._written_at.pop(key, None)
@@ -258,29 +258,25 @@ class PoolReconciler:
         store_before = find(status.conditions, DIAGNOSTICS_READY)
         self._assess_store(key, pool, status)
         backend_health = find(status.conditions, BACKEND_HEALTHY)
-        leases = self.leases.by_index(BY_POOL, key)
-        pending = [
-            lease
-            for lease in leases
-            if ClusterLease.phases.waiting(lease.model.status.phase if lease.model.status else None)
-        ]
+        # Counted raw from the queue's index: a pass reads no lease but an autoscaled pool's.
+        waiting = len(self.leases.informer.store.by_index(QUEUE_OF_POOL, key))
         pause = (status.retry_at - utcnow()).total_seconds() if status.retry_at else 0.0
         scaled = None
         if pool.spec.policy.mode == "autoscale":
+            leases = [lease.model for lease in self.leases.by_index(BY_POOL, key)]
             scaled = autoscale.decide(
-                pool.spec.policy, status.autoscale, [lease.model for lease in leases],
-                len(pending), now_seconds(),
-            )  # fmt: skip
+                pool.spec.policy, status.autoscale, leases, waiting, now_seconds()
+            )
         target_before = status.target
         warm = scaled.status.target if scaled else pool.spec.warm_target
         decided = rollout.plan(
             pool.spec, instances, expected=expected, occupied=counts.total(),
-            waiting=len(pending), warm=warm, can_create=not problem and pause <= 0,
+            waiting=waiting, warm=warm, can_create=not problem and pause <= 0,
         )  # fmt: skip
         counts.creating += await self._act(key, cached, decided, warm)
         up_to_date = find(status.conditions, UP_TO_DATE)  # before this pass, for its Event
         counts.write_to(status)
-        status.queue_depth, status.target = len(pending), warm
+        status.queue_depth, status.target = waiting, warm
         status.autoscale = scaled.status if scaled else None
         _summarize(pool, status, decided.outdated, backend_health)
         obj, deferred = await self._write(key, obj, status)

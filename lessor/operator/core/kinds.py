@@ -8,6 +8,7 @@ from typing import Any
 
 from lessor.operator.runtime.client import ResourceType
 from lessor.protocol.json_object import Json
+from lessor.protocol.phases import LeasePhases
 from lessor.resources.access_policy import AccessPolicy
 from lessor.resources.base import GROUP, VERSION, Resource
 from lessor.resources.cluster import ClusterInstance, ClusterLease, ClusterPool
@@ -46,6 +47,7 @@ WARM_POOLS = ResourceType(EXTENSIONS, "v1beta1", "sandboxwarmpools", "SandboxWar
 CACHED: dict[ResourceType, str] = {LEASES: ClusterLease.phases.unfinished_selector()}
 
 BY_POOL = "by-pool"
+QUEUE_OF_POOL = "queue-of-pool"  # a lease in its pool's queue (LeasePhases.queued)
 BY_CLAIM = "by-claim"
 INSTANCE_FINALIZER = "lessor.dev/teardown"
 
@@ -61,6 +63,22 @@ def pool_key(obj: Json) -> str:
 
 def index_by_pool(obj: Json) -> Iterable[str]:
     return [pool_key(obj)]
+
+
+def index_queue_of_pool(obj: Json) -> Iterable[str]:
+    """The pool whose queue the lease is in, if it is: a pool's pass and a ready instance read
+    only the queue, not every lease of the pool (issue 48: validating them all cost the drain
+    of 10,000 leases 15 s)."""
+    return [pool_key(obj)] if queued(obj) else []
+
+
+def queued(lease: Json) -> bool:
+    """LeasePhases.queued of a raw lease, for what reads every lease at every event or scrape."""
+    return LeasePhases.queued(
+        lease.get("status", {}).get("phase"),
+        deleting=bool(lease["metadata"].get("deletionTimestamp")),
+        cancelled=bool(lease.get("spec", {}).get("cancelled")),
+    )
 
 
 def index_by_claim(obj: Json) -> Iterable[str]:

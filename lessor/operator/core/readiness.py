@@ -66,7 +66,7 @@ def _failing(status: ClusterPoolStatus | SandboxPoolStatus) -> str:
 
 def _cluster_lease(status: ClusterLeaseStatus) -> list[Verdict]:
     message = status.message
-    if not message and status.phase == "Bound" and status.cluster_name:
+    if not message and status.phase == ClusterLease.phases.usable and status.cluster_name:
         message = f"cluster {status.cluster_name} is bound"
     elif not message and status.queue_position:
         message = f"position {status.queue_position} in the pool's queue"

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from cachetools import LRUCache
 
 from lessor.operator.runtime.informer import Informer
-from lessor.operator.runtime.store import Handler, key_of
+from lessor.operator.runtime.store import Handler, key_of, version_of
 from lessor.protocol.json_object import Json
 from lessor.resources.base import Resource
 
@@ -75,7 +75,7 @@ class Typed(Generic[T]):
     def decode(self, raw: Json) -> Cached[T]:
         """`raw` with its model, validated unless this version of it already was. Also for an
         object a write just answered with: its version is the one the watch brings next."""
-        key, version = key_of(raw), _version(raw)
+        key, version = key_of(raw), version_of(raw)
         known = self._models.get(key)
         if known is not None and version is not None and known[0] == version:
             return Cached(raw, known[1])
@@ -96,10 +96,3 @@ class Typed(Generic[T]):
 
     def _forget(self, obj: Json) -> None:
         self._models.pop(key_of(obj), None)
-
-
-def _version(obj: Json) -> tuple[str, str] | None:
-    """The uid and resourceVersion: a version the cache may be sure of (None: validate)."""
-    metadata = obj["metadata"]
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    return (str(uid), str(version)) if uid and version else None

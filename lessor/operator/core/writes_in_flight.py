@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import time
 
+from lessor.operator.runtime.store import version_of
 from lessor.protocol.json_object import Json
 
 # A replaced version the cache still shows after this long is no longer trusted to be on its
 # way (the write's event lost to a relist that skipped it): the reconcile then goes ahead and
 # loses at most one fenced write.
 FORGET_AFTER = 30.0
-
-
-def _version(obj: Json) -> tuple[str, str]:
-    return obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
 
 
 class WritesInFlight:
@@ -37,10 +34,11 @@ class WritesInFlight:
         """`before`: the object the write was computed from; `after`: as the write returned it.
         One reconcile may write an object several times, and the cache may show each version
         in turn: all of them are replaced."""
-        if _version(before) == _version(after):
+        version = version_of(before)
+        if version is None or version == version_of(after):
             return
         replaced, _ = self._replaced.get(key, (set(), 0.0))
-        self._replaced[key] = (replaced | {_version(before)}, time.monotonic())
+        self._replaced[key] = (replaced | {version}, time.monotonic())
 
     def stale(self, key: str, cached: Json | None) -> bool:
         """Whether `cached` is a version this process has already replaced. Forgets the key
@@ -51,7 +49,7 @@ class WritesInFlight:
         replaced, since = found
         if (
             cached is not None
-            and _version(cached) in replaced
+            and version_of(cached) in replaced
             and time.monotonic() - since < FORGET_AFTER
         ):
             return True

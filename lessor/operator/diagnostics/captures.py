@@ -33,7 +33,7 @@ from lessor.operator.core.kinds import INSTANCES, LEASES, SECRETS
 from lessor.operator.core.writes import write_status
 from lessor.operator.diagnostics import records
 from lessor.operator.diagnostics.bundle import BundleWriter
-from lessor.operator.diagnostics.capture import capture_cluster, lease_record
+from lessor.operator.diagnostics.bundle_contents import capture_cluster, lease_record
 from lessor.operator.diagnostics.cluster_reader import ClusterReader, ReadError
 from lessor.operator.diagnostics.turns import Turns
 from lessor.operator.runtime.client import ApiError, KubeClient, NotFoundError

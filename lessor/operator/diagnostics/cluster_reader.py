@@ -3,7 +3,7 @@
 The cluster belongs to its tenant until teardown: its API server may answer slowly, endlessly or
 with gigabytes. Every read here is streamed, charged to the bundle's budget chunk by chunk as it
 arrives (an error's body too), and cut at a byte limit and at what is left of the budget; the
-caller bounds the time and decides what to decode (lessor.operator.diagnostics.capture). The
+caller bounds the time and decides what to decode (lessor.operator.diagnostics.bundle_contents). The
 kubeconfig is the cluster's admin one the backend published (its instance's Secret): it reaches
 the cluster where its users do (a node port, a load balancer, a Gateway by SNI), and it still
 works after the lease's own credential expired with the lease.

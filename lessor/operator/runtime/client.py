@@ -7,7 +7,8 @@ than kr8s's object model. The requests themselves go over aiohttp, not kr8s's ht
 lease's life is about fifty operator requests, and httpx with its anyio layers spent 0.74 ms of
 CPU on a GET alone and 1.14 ms with ten in flight against 0.20 and 0.12 ms for aiohttp (issue 19,
 bench/results/profile-2026-11-25.md: the client was 55% of the operator's CPU). aiohttp is
-already installed with the kubernetes client.
+declared in setup.cfg's `server` extra with the floor the probes need; the kubernetes client
+(37 here) requires it too, so it costs the image nothing.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from lessor.operator.runtime import metrics
 from lessor.operator.runtime.client import ConflictError
@@ -32,6 +33,18 @@ class Result:
 Reconcile = Callable[[str], Awaitable[Result]]
 MapFunc = Callable[[Json], Iterable[str]]
 UpdatePredicate = Callable[[Json, Json], bool]
+ObjectT_co = TypeVar("ObjectT_co", covariant=True)
+ObjectT = TypeVar("ObjectT")
+
+
+class ObjectSource(Protocol[ObjectT_co]):
+    """A cache a controller reconciles the objects of, read as the reconciler wants them (the
+    operator's typed caches give a model with its raw object)."""
+
+    @property
+    def informer(self) -> Informer: ...
+
+    def get(self, key: str) -> ObjectT_co | None: ...
 
 
 def spec_changed(old: Json, new: Json) -> bool:
@@ -44,11 +57,18 @@ def spec_changed(old: Json, new: Json) -> bool:
 
 
 class Controller:
+    """A controller is made before what it reconciles with, so that a reconciler can be handed
+    its controller's `enqueue`; `for_` (or `reconcile_with`) then says how it reconciles."""
+
     def __init__(
-        self, name: str, reconcile: Reconcile, informers: Sequence[Informer], workers: int = 2
+        self,
+        name: str,
+        reconcile: Reconcile | None = None,
+        informers: Sequence[Informer] = (),
+        workers: int = 2,
     ) -> None:
         self.name = name
-        self.reconcile = reconcile
+        self.reconcile: Reconcile = reconcile or self._unset
         self.informers = list(informers)
         self.workers = workers
         self.queue = WorkQueue(name)
@@ -60,6 +80,29 @@ class Controller:
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
+
+    def reconcile_with(self, reconcile: Reconcile) -> Controller:
+        """Reconcile keys with `reconcile`, for a controller of no one kind (a sweep)."""
+        self.reconcile = reconcile
+        return self
+
+    def for_(
+        self,
+        source: ObjectSource[ObjectT],
+        reconcile: Callable[[str, ObjectT | None], Awaitable[Result]],
+    ) -> Controller:
+        """Reconcile the objects of `source`: each change of one enqueues its key, and the
+        reconcile is handed the object as `source` reads it, or None once it is gone.
+        controller-runtime's `For`, with a typed reconciler that gets its decoded object."""
+
+        async def reconcile_key(key: str) -> Result:
+            return await reconcile(key, source.get(key))
+
+        self.reconcile = reconcile_key
+        return self.watch(source.informer)
+
+    async def _unset(self, key: str) -> Result:
+        raise RuntimeError(f"controller {self.name} was never told how to reconcile")
 
     def watch(
         self,

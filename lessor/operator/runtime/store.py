@@ -24,6 +24,14 @@ def key_of(obj: Json) -> str:
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
 
 
+def version_of(obj: Json) -> tuple[str, str] | None:
+    """The object's uid and resourceVersion: one version of one object, never reused (None for
+    an object kube-apiserver has not stored, which has neither)."""
+    metadata = obj["metadata"]
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    return (str(uid), str(version)) if uid and version else None
+
+
 @dataclass(frozen=True)
 class Handler:
     on_add: Callable[[Json], None] | None = None

@@ -23,7 +23,7 @@ import logging
 from kubernetes import client as kubernetes
 
 from lessor.operator.core.kinds import EXECUTIONS, SANDBOX_LEASES, SECRETS
-from lessor.operator.core.typed import Typed
+from lessor.operator.core.typed import Cached
 from lessor.operator.core.writes import delete_present, write_status
 from lessor.operator.runtime.client import KubeClient, NotFoundError
 from lessor.operator.runtime.controller import Controller, Result
@@ -75,11 +75,9 @@ def setup(context: Context) -> Controller:
     """An execution is reconciled when it changes; while it runs, by its own requeues."""
     executions = context.cache(SandboxExecution)
     reconciler = ExecutionReconciler(
-        context.client,
-        executions=executions,
-        exec_settings=configuration(context.settings.kubeconfig),
+        context.client, exec_settings=configuration(context.settings.kubeconfig)
     )
-    return context.controller(SandboxExecution, reconciler.reconcile).watch(executions.informer)
+    return context.controller(SandboxExecution).for_(executions, reconciler.reconcile)
 
 
 class ExecutionReconciler:
@@ -87,17 +85,14 @@ class ExecutionReconciler:
         self,
         client: KubeClient,
         *,
-        executions: Typed[SandboxExecution],
         exec_settings: kubernetes.Configuration,
     ) -> None:
         self.client = client
-        self.executions = executions
         # The runner is called with the client the API server uses too (lessor.runner.client:
         # bounded, validated), in a thread, with the kubernetes client's configuration.
         self.exec_settings = exec_settings
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.executions.get(key)
+    async def reconcile(self, key: str, cached: Cached[SandboxExecution] | None) -> Result:
         if cached is None or cached.deleting:
             return Result()
         obj, execution = cached.raw, cached.model

@@ -157,8 +157,8 @@ def setup(context: Context) -> Controller:
         ]
 
     return (
-        context.controller(SandboxLease, reconciler.reconcile)
-        .watch(leases.informer)
+        context.controller(SandboxLease)
+        .for_(leases, reconciler.reconcile)
         .watch(pools.informer, pending_of)
         .watch(pods, placed_on)
     )
@@ -188,8 +188,7 @@ class SandboxLeaseReconciler:
         self.compatibility = compatibility
         self.sandboxes = sandboxes
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.leases.get(key)
+    async def reconcile(self, key: str, cached: Cached[SandboxLease] | None) -> Result:
         if cached is None:
             return Result()
         lease = cached.model

@@ -138,7 +138,7 @@ def gauge_row(pool: Cached[SandboxPool], key: str, leases: Informer) -> PoolRow:
             "creating": status.creating,
             **dataclasses.asdict(LeaseCounts.of(states)),
         },
-        waiting=pool_gauges.waiting_since(held, SandboxLease.phases),
+        waiting=pool_gauges.waiting_since(held),
     )
 
 
@@ -159,8 +159,8 @@ def setup(context: Context) -> Controller:
         lambda: context.manager.leading,
     )
     return (
-        context.controller(SandboxPool, reconciler.reconcile)
-        .watch(pools.informer)
+        context.controller(SandboxPool)
+        .for_(pools, reconciler.reconcile)
         .watch(leases.informer, index_by_sandbox_pool)
     )
 
@@ -189,8 +189,7 @@ class SandboxPoolReconciler:
         status.unhealthy, status.quarantined = counts.unhealthy, counts.quarantined
         status.queue_depth = len(pool_gauges.waiting_leases(held))
 
-    async def reconcile(self, key: str) -> Result:
-        cached = self.pools.get(key)
+    async def reconcile(self, key: str, cached: Cached[SandboxPool] | None) -> Result:
         if cached is None:
             return Result()
         if cached.deleting:

@@ -65,13 +65,16 @@ class Context:
     def _typed(self) -> dict[ResourceType, Typed[Any]]:
         return {}
 
-    def controller(self, of: type[Resource[Any, Any]] | str, reconcile: Reconcile) -> Controller:
-        """A controller with the configured number of workers, added to the manager; its
-        watches (Controller.watch) are the caller's to declare. Named after the kind it
-        reconciles, in lower case, as controller-runtime names one (the `controller` label of
-        the reconcile metrics); a sweep that reconciles no one kind gives its name."""
+    def controller(
+        self, of: type[Resource[Any, Any]] | str, reconcile: Reconcile | None = None
+    ) -> Controller:
+        """A controller with the configured number of workers, added to the manager; what it
+        reconciles (Controller.for_, or `reconcile` for a sweep) and its watches
+        (Controller.watch) are the caller's to declare. Named after the kind it reconciles, in
+        lower case, as controller-runtime names one (the `controller` label of the reconcile
+        metrics); a sweep that reconciles no one kind gives its name."""
         name = of if isinstance(of, str) else of.kind_name().lower()
-        controller = Controller(name, reconcile, [], workers=self.settings.workers)
+        controller = Controller(name, reconcile, workers=self.settings.workers)
         return self.manager.add_controller(controller)
 
     @functools.cached_property
