@@ -1,7 +1,11 @@
 """The response bodies of the API, as pydantic models, declared once for both ends: the API
 server answers with them and its OpenAPI document is made from them
 (lessor.apiserver.routes.openapi), and the CLI reads the answers through them. A newer server
-may add fields (they are ignored here); it never removes or retypes one."""
+may add fields (they are ignored here); it never removes or retypes one.
+
+An answer holds exactly the fields its server set (lessor.apiserver.http.answers says how it is
+serialized): an optional field the server had nothing for is absent, and one it set to None is
+null (a Pending lease's `expires_at`)."""
 
 from __future__ import annotations
 
@@ -22,7 +26,16 @@ from lessor.protocol.runner import LOG_WINDOW, OUTPUT_CAP
 from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, LOG_BYTES_MAX, MAX_TIMEOUT
 
 
-class Error(BaseModel):
+class ResponseBody(BaseModel):
+    """Every response body. An assignment is validated as construction is: a server sets an
+    optional field once it knows it has one (only the fields set are answered), and what it
+    sets is checked all the same. A value that fails is never repeated in the error, which is
+    logged: an answer may carry a kubeconfig or a session token."""
+
+    model_config = ConfigDict(validate_assignment=True, hide_input_in_errors=True)
+
+
+class Error(ResponseBody):
     error: str
     detail: str | None = None
     reason: SpecReason | None = Field(
@@ -35,7 +48,7 @@ class Error(BaseModel):
     )
 
 
-class LeaseCreated(BaseModel):
+class LeaseCreated(ResponseBody):
     id: str
     phase: ClusterLeasePhase
     profile: str
@@ -45,7 +58,7 @@ class LeaseCreated(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-class LeaseSummary(BaseModel):
+class LeaseSummary(ResponseBody):
     id: str
     phase: ClusterLeasePhase
     profile: str
@@ -53,7 +66,7 @@ class LeaseSummary(BaseModel):
     alias: str | None = None
 
 
-class ClusterHealth(BaseModel):
+class ClusterHealth(ResponseBody):
     healthy: bool
     since: str = Field(description="When the cluster last turned healthy or unhealthy.")
     message: str = Field(description="What the last health check found.")
@@ -70,7 +83,7 @@ class Lease(LeaseSummary):
     )
 
 
-class LeaseEvent(BaseModel):
+class LeaseEvent(ResponseBody):
     type: Literal["Normal", "Warning"]
     reason: str = Field(description="A word: Bound, Extended, ClusterUnhealthy, Released, ...")
     message: str
@@ -79,7 +92,7 @@ class LeaseEvent(BaseModel):
     last_seen: str
 
 
-class DiagnosticsBundle(BaseModel):
+class DiagnosticsBundle(ResponseBody):
     url: str = Field(description="A pre-signed GET URL of the bundle (a .tar.gz).")
     expires_at: str
     captured_at: str
@@ -87,11 +100,11 @@ class DiagnosticsBundle(BaseModel):
     truncated: bool = Field(description="Something did not fit in the pool's maxBytes or time.")
 
 
-class Expiry(BaseModel):
+class Expiry(ResponseBody):
     expires_at: str
 
 
-class PoolPolicy(BaseModel):
+class PoolPolicy(ResponseBody):
     mode: str = Field(description="fixed, or autoscale (the warm target follows demand).")
     ttl: str
     warm_target: int = Field(
@@ -99,7 +112,7 @@ class PoolPolicy(BaseModel):
     )
 
 
-class PoolRecord(BaseModel):
+class PoolRecord(ResponseBody):
     model_config = ConfigDict(populate_by_name=True)
 
     name: str
@@ -128,7 +141,7 @@ class PoolRecord(BaseModel):
     )
 
 
-class PoolLease(BaseModel):
+class PoolLease(ResponseBody):
     id: str
     phase: ClusterLeasePhase | SandboxLeasePhase
     profile: str
@@ -144,12 +157,12 @@ class PoolLease(BaseModel):
     )
 
 
-class StatusAuth(BaseModel):
+class StatusAuth(ResponseBody):
     methods: list[str]
     sessions: list[str]
 
 
-class StatusPool(BaseModel):
+class StatusPool(ResponseBody):
     name: str
     ready: int
     leased: int
@@ -158,27 +171,27 @@ class StatusPool(BaseModel):
     quarantined: int | None = None
 
 
-class StatusSandbox(BaseModel):
+class StatusSandbox(ResponseBody):
     mode: Literal["disabled", "external"]
     served: bool = Field(description="Whether the /v1/sandbox-leases paths are served.")
     reason: str | None = Field(default=None, description="External mode: the check's verdict.")
 
 
-class Status(BaseModel):
+class Status(ResponseBody):
     version: str
     auth: StatusAuth
     pools: list[StatusPool]
     sandbox: StatusSandbox
 
 
-class SessionIssued(BaseModel):
+class SessionIssued(ResponseBody):
     session_token: str
     identity: str
     method: str
     expires_at: str
 
 
-class _SandboxLeaseFields(BaseModel):
+class _SandboxLeaseFields(ResponseBody):
     id: str
     phase: SandboxLeasePhase
     pool: str
@@ -212,12 +225,12 @@ class SandboxLeaseCreated(_SandboxLeaseFields):
     )
 
 
-class PlacementRef(BaseModel):
+class PlacementRef(ResponseBody):
     name: str
     uid: str
 
 
-class SandboxPlacement(BaseModel):
+class SandboxPlacement(ResponseBody):
     lease_uid: str
     claim: PlacementRef | None = Field(default=None, description="The agent-sandbox SandboxClaim.")
     sandbox: PlacementRef | None = None
@@ -237,7 +250,7 @@ class SandboxLease(_SandboxLeaseFields):
     placement: SandboxPlacement
 
 
-class SandboxExpiry(BaseModel):
+class SandboxExpiry(ResponseBody):
     model_config = ConfigDict(populate_by_name=True)
 
     expires_at: str = Field(alias="expiresAt")
@@ -245,7 +258,7 @@ class SandboxExpiry(BaseModel):
     max_extensions: int = Field(alias="maxExtensions")
 
 
-class SandboxLogs(BaseModel):
+class SandboxLogs(ResponseBody):
     id: str
     pod: str
     data: str
@@ -257,7 +270,7 @@ MAX_TIMEOUT_TEXT = format_duration(MAX_TIMEOUT)
 CAP = f"{OUTPUT_CAP // (1024 * 1024)} MiB"
 
 
-class Execution(BaseModel):
+class Execution(ResponseBody):
     """An execution as GET, DELETE and a detached create (202) show it: never its output."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -298,7 +311,7 @@ class ExecutionResult(Execution):
     )
 
 
-class ExecutionWindow(BaseModel):
+class ExecutionWindow(ResponseBody):
     model_config = ConfigDict(populate_by_name=True)
 
     data: str = Field(
@@ -317,7 +330,7 @@ class ExecutionWindow(BaseModel):
     )
 
 
-class ExecutionLogs(BaseModel):
+class ExecutionLogs(ResponseBody):
     """One output window per stream. A follower is drained once `state` is terminal and both
     windows say `more: false`; a retry with the same offsets returns the same windows."""
 

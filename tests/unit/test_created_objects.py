@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from lessor.apiserver.auth.authenticator import Principal
+from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.bodies import CreateLease, CreateSandboxLease
 from lessor.apiserver.leases.cluster_leases import LeaseService, requester_label
 from lessor.apiserver.policy.store import NamedPolicy
@@ -202,7 +203,7 @@ def test_a_created_cluster_lease_is_what_the_api_always_wrote() -> None:
         watched_pools=cast(WatchedObjects, FakeWatched({"small": pool})),
     )
     request = CreateLease(profile="small", ttl="3h", alias="main", metadata={"job": 7})
-    answer = service.create(principal(), request)
+    answer = serialized(service.create(principal(), request))
     ((plural, body),) = kube.created
     name = answer["id"]
     slot = body["metadata"]["annotations"][labels.RESERVATIONS].split(",")
@@ -268,7 +269,7 @@ def test_a_created_sandbox_lease_is_what_the_api_always_wrote() -> None:
         },
     }
     created = SandboxLease.model_validate(FakeKube().create("sandboxleases", lease.manifest()))
-    assert service.view(created, full=False) == {
+    assert serialized(service.created(created)) == {
         "id": "s1", "phase": "Pending", "pool": "sb", "ttl": "1h",
         "provisioning_deadline": "2026-01-02T03:09:05Z",
     }  # fmt: skip
@@ -289,7 +290,7 @@ def test_a_sandbox_lease_view_repeats_its_status_as_stored() -> None:
         },
     }
     service = SandboxLeaseService(cast(Kube, FakeKube()), cast(AdmissionLimiter, Allow()), 5)
-    assert service.view(SandboxLease.model_validate(stored)) == {
+    assert serialized(service.view(SandboxLease.model_validate(stored))) == {
         "id": "s1",
         "phase": "Ready",
         "pool": "sb",

@@ -31,7 +31,7 @@ def test_a_tenant_reads_which_condition_fails_and_why_in_a_word_never_the_operat
             },
         }
     )  # fmt: skip
-    message = pool_record(pool)["message"]
+    message = pool_record(pool).message or ""
     assert message == "BackendHealthy: StartFailing; DiagnosticsReady: StoreUnreachable"
     for secret in ("serviceaccount", "403", "minio.internal", "secret-bucket"):
         assert secret not in message

@@ -4,37 +4,113 @@ publicness) is said once: the responder is held to it and the document made from
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
+import falcon
 import pytest
 from falcon import testing
+from pydantic import ValidationError
 
-from lessor.apiserver.http.conformance import ResponseDriftError, conform
+from lessor.apiserver.http.answers import ResponseDriftError, responds
 from lessor.apiserver.http.errors import BadRequestError
+from lessor.apiserver.http.observe import add_error_handlers
 from lessor.apiserver.http.queries import query_of
 from lessor.apiserver.leases.resources import LeasesResource, LeaseWait
 from lessor.apiserver.routes.app import ROUTES, api_document
 from lessor.apiserver.routes.openapi import document, lease
 from lessor.apiserver.routes.route import Route
 from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS
-from lessor.protocol.responses import Expiry, LeaseCreated, LeaseSummary
+from lessor.protocol.responses import Expiry, Lease, LeaseCreated, LeaseSummary
+
+PENDING = LeaseSummary(id="l-1", phase="Pending", profile="p", expires_at=None)
+SECRET = "token-that-must-not-be-logged"
 
 
-def test_an_answer_the_model_describes_is_passed_on_unchanged() -> None:
-    body = {"id": "l-1", "phase": "Bound", "profile": "p", "expires_at": None}
-    assert conform(LeaseSummary, body) is body
+class Answering:
+    """A resource whose responders answer whatever the test puts in `media`."""
+
+    def __init__(self, media: object) -> None:
+        self.media = media
+
+    @responds(LeaseSummary)
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.media
+
+    @responds(LeaseSummary, many=True)
+    def on_put(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.media
+
+    @responds(status=204)
+    def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.media
 
 
-def test_a_field_the_document_does_not_name_is_a_drift() -> None:
-    with pytest.raises(ResponseDriftError, match="kubeconfig_path"):
-        conform(Expiry, {"expires_at": "2026-01-01T00:00:00Z", "kubeconfig_path": "/x"})
+def answered(method: str, media: object) -> testing.Result:
+    app = falcon.App()
+    app.add_route("/answer", Answering(media))
+    add_error_handlers(app)
+    return testing.TestClient(app).simulate_request(method, "/answer")
 
 
-def test_a_missing_or_mistyped_field_is_a_drift() -> None:
-    with pytest.raises(ResponseDriftError):
-        conform(Expiry, {})
-    with pytest.raises(ResponseDriftError):
-        conform(LeaseSummary, {"id": "l-1", "phase": 3, "profile": "p"})
+def test_an_answer_of_the_declared_model_is_its_json_by_the_one_rule() -> None:
+    result = answered("GET", PENDING)
+    assert result.status_code == 200
+    # Set to None: null; never set (the alias): absent.
+    assert result.json == {"id": "l-1", "phase": "Pending", "profile": "p", "expires_at": None}
+    assert answered("PUT", [PENDING, PENDING]).json == [result.json, result.json]
+    assert answered("PUT", []).json == []
+    assert answered("DELETE", None).status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("method", "media"),
+    [
+        # A subclass is another class: a Lease's kubeconfig must not ride in a summary.
+        ("GET", Lease(id="l-1", phase="Bound", profile="p", kubeconfig=SECRET)),
+        ("GET", Expiry(expires_at="2026-01-01T00:00:00Z")),
+        # A dict is no model, whatever it holds: one with a key the document does not name...
+        ("GET", {**PENDING.model_dump(), "kubeconfig_path": SECRET}),
+        # ...and one the model would describe: every answer is serialized by the one rule.
+        ("GET", {"id": "l-1", "phase": "Pending", "profile": "p"}),
+        ("GET", [PENDING]),  # a list where one object is declared
+        ("PUT", PENDING),  # one object where a list is declared
+        ("PUT", [PENDING, Lease(id="l-2", phase="Bound", profile="p", kubeconfig=SECRET)]),
+        ("PUT", [{"id": "l-1", "phase": "Pending", "profile": "p"}]),
+        ("DELETE", PENDING),  # a body where none is declared
+    ],
+)
+def test_an_answer_the_declaration_does_not_describe_is_a_500(
+    method: str, media: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    result = answered(method, media)
+    assert result.status_code == 500
+    assert result.json == {"error": "internal error", "detail": "the failure was logged"}
+    assert "ResponseDriftError" in caplog.text  # logged, as every 500
+    assert SECRET not in result.text + caplog.text
+
+
+def test_a_drift_names_the_class_answered_but_never_its_value() -> None:
+    answer = Route("/v1/leases", LeasesResource, None).answer("get")
+    with pytest.raises(ResponseDriftError, match="LeaseSummary expected: dict") as caught:
+        answer.serialize(200, [{"id": "l-1", "kubeconfig": SECRET}])
+    assert SECRET not in str(caught.value)
+
+
+def test_a_missing_or_mistyped_field_fails_where_the_answer_is_made() -> None:
+    with pytest.raises(ValidationError):
+        Expiry.model_validate({})
+    with pytest.raises(ValidationError):
+        LeaseSummary.model_validate({"id": "l-1", "phase": "Running", "profile": "p"})
+    summary = PENDING.model_copy()
+    with pytest.raises(ValidationError):
+        summary.phase = "Running"  # type: ignore[assignment]
+    # A value that fails is never repeated: an answer may carry a kubeconfig or a token.
+    with pytest.raises(ValidationError) as caught:
+        Lease.model_validate(
+            {"id": "l-1", "phase": "Bound", "profile": "p", "kubeconfig": [SECRET]}
+        )
+    assert SECRET not in str(caught.value)
 
 
 def test_the_document_has_a_path_for_every_documented_route_and_no_other() -> None:
@@ -50,13 +126,6 @@ def test_a_route_documenting_other_methods_than_it_answers_is_refused() -> None:
     wrong = Route(pools.path, pools.resource, lease)  # documents get, delete and patch
     with pytest.raises(ValueError, match="/v1/pools"):
         document([wrong])
-
-
-def test_a_drift_names_the_field_but_never_its_value() -> None:
-    secret = "token-that-must-not-be-logged"
-    with pytest.raises(ResponseDriftError, match="phase") as caught:
-        conform(LeaseSummary, {"id": "l-1", "phase": {"x": secret}, "profile": "p"})
-    assert secret not in str(caught.value)
 
 
 @pytest.mark.parametrize("value", ["31", "-1", "x", "1.5", "²", "١٢", "+5", " 5", "5_0", "1" * 17])
@@ -92,7 +161,7 @@ def test_a_success_the_responder_did_not_declare_is_a_drift() -> None:
     answer = Route("/v1/leases", LeasesResource, None).answer("post")
     assert (answer.status, answer.body) == (202, LeaseCreated)
     with pytest.raises(ResponseDriftError, match="200"):
-        answer.check(200, {})
+        answer.serialize(200, LeaseCreated.model_construct())
 
 
 def test_every_error_reason_is_in_the_document() -> None:

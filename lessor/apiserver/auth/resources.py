@@ -65,12 +65,12 @@ class LoginResource(Resource[LoginServices]):
             credential=caller.credential,
             ttl=ttl,
         )
-        resp.media = {
-            "session_token": issued.token,
-            "identity": caller.identity,
-            "method": caller.method,
-            "expires_at": timestamp(datetime.datetime.fromtimestamp(issued.expires, datetime.UTC)),
-        }
+        resp.media = SessionIssued(
+            session_token=issued.token,
+            identity=caller.identity,
+            method=caller.method,
+            expires_at=timestamp(datetime.datetime.fromtimestamp(issued.expires, datetime.UTC)),
+        )
         req.context.session_id = issued.session_id  # the login's audit record names it
 
     @responds(status=204)

@@ -1,8 +1,10 @@
-"""What a responder answers when it succeeds, stated once, beside the responder.
+"""What a responder answers when it succeeds, stated once, beside the responder; and the one
+rule by which every answer's model becomes its JSON.
 
-`@responds(Model, status=...)` says it; the responder then only computes its answer. The
-wrapper sets the success status, hands the responder its parsed query (a `query` parameter of
-the responder's, typed by a Query model), and checks the body against the model, so an answer
+`@responds(Model, status=...)` says it; the responder then only computes its answer, a `Model`
+(a list of them with `many=True`) put in `resp.media`. The wrapper sets the success status,
+hands the responder its parsed query (a `query` parameter of the responder's, typed by a Query
+model), checks that the answer is that model, and serializes it by `serialized`, so an answer
 cannot drift from the OpenAPI document, which is made from the same statement
 (lessor.apiserver.routes.openapi).
 """
@@ -18,11 +20,26 @@ from typing import Any, TypeVar, cast, get_type_hints
 import falcon
 from pydantic import BaseModel
 
-from lessor.apiserver.http.conformance import ResponseDriftError, conform, conform_each
 from lessor.apiserver.http.queries import Query, query_of
+from lessor.protocol.json_object import Json
 
 ResponderT = TypeVar("ResponderT", bound=Callable[..., None])
 _ANSWER = "__answer__"
+
+
+class ResponseDriftError(Exception):
+    """An answer its declaration does not describe: a bug in this server, so a 500 (logged),
+    never a body that disagrees with the document."""
+
+
+def serialized(body: BaseModel) -> Json:
+    """The JSON of an answer's model, successes and errors alike: the one rule, stated here
+    only. Fields are spelt as the document spells them (the aliases: `statusUrl`, `exitCode`,
+    `queueDepth`, ...), and an answer holds exactly the fields its server set: one set to None
+    is null (a Pending lease's `expires_at`, which the spec lists among a listed lease's
+    fields), one never set is absent (the `alias` of a lease that has none). `exclude_none`
+    would drop those nulls, which clients have always received."""
+    return body.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 @dataclass(frozen=True)
@@ -40,16 +57,36 @@ class Answer:
         """Every success, and its body's model."""
         return {self.status: self.body, **self.others}
 
-    def check(self, status: int, media: Any) -> None:
-        """Raises unless `media` is what the model of `status` describes."""
+    def serialize(self, status: int, media: object) -> Json | list[Json] | None:
+        """The JSON of `media`, once it is what this contract says `status` answers: an
+        instance of that status's model, a list of them where `many`, nothing where the status
+        has no JSON body. Anything else (a dict included) raises ResponseDriftError."""
         bodies = self.bodies()
         if status not in bodies:
             raise ResponseDriftError(f"{status} is no success of this responder")
         model = bodies[status]
-        if model is not None and self.many:
-            conform_each(model, media)
-        elif model is not None:
-            conform(model, media)
+        if model is None:
+            if media is not None:
+                raise ResponseDriftError(f"{status} has no JSON body: {_kind(media)} answered")
+            return None
+        if not self.many:
+            return serialized(_exactly(model, media))
+        if not isinstance(media, list):
+            raise ResponseDriftError(f"a list of {model.__name__} expected: {_kind(media)}")
+        return [serialized(_exactly(model, item)) for item in media]
+
+
+def _exactly(model: type[BaseModel], media: object) -> BaseModel:
+    """`media`, if it is a `model` itself: a subclass has fields the model's answer must not
+    carry (a Lease's kubeconfig in a list of LeaseSummary)."""
+    if type(media) is not model:
+        raise ResponseDriftError(f"{model.__name__} expected: {_kind(media)} answered")
+    return media
+
+
+def _kind(media: object) -> str:
+    """What was answered, named by its type: never its value (it may hold a kubeconfig)."""
+    return type(media).__name__
 
 
 def responds(
@@ -73,7 +110,9 @@ def responds(
                 params["query"] = query_of(req, answer.query)
             resp.status = answer.status
             responder(resource, req, resp, **params)
-            answer.check(resp.status_code, resp.media)
+            answered = answer.serialize(resp.status_code, resp.media)
+            if answered is not None:
+                resp.media = answered
 
         setattr(answering, _ANSWER, answer)
         return cast(ResponderT, answering)

@@ -9,9 +9,10 @@ to change; a 500 never carries internals.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
-from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS, Reason
+from lessor.protocol.error_reasons import LESSOR_CODES, SPEC_REASONS, Reason, SpecReason
+from lessor.protocol.responses import Error
 
 
 class HttpError(Exception):
@@ -38,15 +39,20 @@ class HttpError(Exception):
             self.error = error
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": self.error}
+    def body(self) -> Error:
+        body = Error(error=self.error)
         if self.detail:
-            body["detail"] = self.detail
+            body.detail = self.detail
         if self.reason:
-            body["code"] = self.reason
-            if self.reason in SPEC_REASONS:
-                body["reason"] = self.reason
+            body.code = self.reason
+            if _in_spec(self.reason):
+                body.reason = self.reason
         return body
+
+
+def _in_spec(reason: Reason) -> TypeGuard[SpecReason]:
+    """Whether the spec names `reason` (an error body's `reason` takes only those)."""
+    return reason in SPEC_REASONS
 
 
 class BadRequestError(HttpError):

@@ -16,6 +16,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http import audit, metrics, request_spans
+from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.client_address import FORWARDED_FOR, ClientAddress
 from lessor.apiserver.http.errors import (
     HttpError,
@@ -24,6 +25,7 @@ from lessor.apiserver.http.errors import (
     UnavailableError,
 )
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import Error
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,7 @@ def _read_body(req: falcon.Request) -> bytes:
 
 def _send(resp: falcon.Response, error: HttpError) -> None:
     resp.status = error.status
-    resp.media = error.body()
+    resp.media = serialized(error.body())
     for name, value in error.headers.items():
         resp.set_header(name, value)
 
@@ -181,15 +183,15 @@ def _on_falcon_error(
     req: falcon.Request, resp: falcon.Response, error: falcon.HTTPError, _p: Any
 ) -> None:
     """Falcon's own refusals (no such route, method not allowed) in the service's error shape."""
-    reason = "not_found" if error.status_code == 404 else None
     title = str(error.title or "error")
-    body = {"error": (title.partition(" ")[2] if title[:3].isdigit() else title).lower()}
+    body = Error(error=(title.partition(" ")[2] if title[:3].isdigit() else title).lower())
     if error.description:
-        body["detail"] = error.description
-    if reason:
-        body["reason"] = body["code"] = reason
+        body.detail = error.description
+    if error.status_code == 404:
+        body.reason = "not_found"
+        body.code = "not_found"
     resp.status = error.status
-    resp.media = body
+    resp.media = serialized(body)
     resp.set_headers(error.headers or {})
 
 
@@ -230,7 +232,7 @@ def _on_unexpected(req: falcon.Request, resp: falcon.Response, error: Exception,
         "unexpected error on %s %s", req.method, req.path, extra={"request_id": request_id(req)}
     )
     resp.status = 500
-    resp.media = {"error": "internal error", "detail": "the failure was logged"}
+    resp.media = serialized(Error(error="internal error", detail="the failure was logged"))
 
 
 def add_error_handlers(app: falcon.App[falcon.Request, falcon.Response]) -> None:

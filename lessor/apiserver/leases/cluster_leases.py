@@ -14,6 +14,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from lessor import tracing
 from lessor.apiserver.auth.authenticator import Principal
@@ -36,7 +37,7 @@ from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import looks_like_an_id
-from lessor.protocol.responses import Expiry
+from lessor.protocol.responses import ClusterHealth, Expiry, Lease, LeaseCreated, LeaseSummary
 from lessor.protocol.timestamps import now_seconds, timestamp
 from lessor.resources import labels
 from lessor.resources.base import Condition, ObjectMeta, instant_json, json_pointer
@@ -49,6 +50,7 @@ from lessor.resources.cluster import (
     Extension,
 )
 
+SummaryT = TypeVar("SummaryT", bound=LeaseSummary)
 # A Kubernetes object name (DNS subdomain): anything else in a path cannot name a lease or pool.
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # The longest a GET may wait for its lease to change (`waitSeconds`): under the idle timeout of
@@ -83,16 +85,32 @@ def _phase(lease: ClusterLease) -> str | None:
     return lease.status.phase if lease.status is not None else None
 
 
-def _cluster_health(conditions: list[Condition]) -> Json | None:
+def _cluster_health(conditions: list[Condition]) -> ClusterHealth | None:
     """The lease's ClusterHealthy condition as the API shows it, once the operator wrote one."""
     for condition in conditions:
         if condition.type == CLUSTER_HEALTHY:
-            return {
-                "healthy": condition.status == "True",
-                "since": instant_json(condition.last_transition_time),
-                "message": condition.message,
-            }
+            return ClusterHealth(
+                healthy=condition.status == "True",
+                since=instant_json(condition.last_transition_time),
+                message=condition.message,
+            )
     return None
+
+
+def _summary(kind: type[SummaryT], lease: ClusterLease) -> SummaryT:
+    """What the owner sees of a lease in a listing, and first of it alone (`kind`: Lease). Its
+    `expires_at` is null until the lease is bound; the alias lets a client find its named
+    lease."""
+    expires_at = lease.status.expires_at if lease.status is not None else None
+    summary = kind(
+        id=lease.metadata.name,
+        phase=_phase(lease) or "Pending",
+        profile=lease.spec.pool,
+        expires_at=None if expires_at is None else instant_json(expires_at),
+    )
+    if lease.spec.alias is not None:
+        summary.alias = lease.spec.alias
+    return summary
 
 
 class LeaseService:
@@ -191,7 +209,7 @@ class LeaseService:
 
     # -- create ----------------------------------------------------------------------------
 
-    def create(self, principal: Principal, request: CreateLease) -> Json:
+    def create(self, principal: Principal, request: CreateLease) -> LeaseCreated:
         pool_name = request.pool_name
         grant = grant_for(principal.policy.spec, principal.claims, pool_name)
         if grant is None:
@@ -253,44 +271,30 @@ class LeaseService:
                 self.reservations.release(reservation)
             raise
         self._wrote(created)
-        response: Json = {
-            "id": name,
-            "phase": "Pending",
-            "profile": pool_name,
+        answer = LeaseCreated(
+            id=name,
+            phase="Pending",
+            profile=pool_name,
             # Behind every lease the operator last counted as waiting: one read already made,
             # where counting them here meant listing every lease the pool ever had.
-            "queue_position": (pool.status.queue_depth if pool.status else 0) + 1,
-            "effective_ttl": ttl,
-        }
+            queue_position=(pool.status.queue_depth if pool.status else 0) + 1,
+            effective_ttl=ttl,
+        )
         if request.alias:
-            response["alias"] = request.alias
+            answer.alias = request.alias
         if request.metadata is not None:
-            response["metadata"] = request.metadata
-        return response
+            answer.metadata = request.metadata
+        return answer
 
     # -- read ------------------------------------------------------------------------------
 
-    def list_mine(self, principal: Principal) -> list[Json]:
+    def list_mine(self, principal: Principal) -> list[LeaseSummary]:
         return [
-            self.summary(lease)
+            _summary(LeaseSummary, lease)
             for lease in self._active_mine(principal)
             if ClusterLease.phases.holds_slot(_phase(lease))
             and self.granted(principal, lease.spec.pool)
         ]
-
-    @staticmethod
-    def summary(lease: ClusterLease) -> Json:
-        """What the owner sees in a listing; the alias lets a client find its named lease."""
-        expires_at = lease.status.expires_at if lease.status is not None else None
-        body: Json = {
-            "id": lease.metadata.name,
-            "phase": _phase(lease) or "Pending",
-            "profile": lease.spec.pool,
-            "expires_at": None if expires_at is None else instant_json(expires_at),
-        }
-        if lease.spec.alias is not None:
-            body["alias"] = lease.spec.alias
-        return body
 
     def read(
         self,
@@ -298,7 +302,7 @@ class LeaseService:
         lease_id: str,
         wait: float = 0.0,
         gone: Callable[[], bool] = lambda: False,
-    ) -> Json:
+    ) -> Lease:
         """The caller's lease as the API shows it. `wait` (seconds): a Pending lease is answered
         when it changes (bound, a new queue position, released), or after that long: a client
         waiting for its cluster learns of it the moment it is bound, with one request where
@@ -308,14 +312,14 @@ class LeaseService:
         client's first GET). `gone`: whether the client hung up, which ends the wait (its
         answer goes nowhere)."""
         first = self._answer(principal, lease_id)
-        if wait <= 0 or first["phase"] != "Pending":
+        if wait <= 0 or first.phase != "Pending":
             return first
         deadline = time.monotonic() + wait
         with (
             metrics.LEASES_WAITING.track_inprogress(),
-            self.watched_leases.changes(first["id"]) as changed,
+            self.watched_leases.changes(first.id) as changed,
         ):
-            current = self._answer(principal, first["id"])  # changed before `changes` began
+            current = self._answer(principal, first.id)  # changed before `changes` began
             while current == first:
                 left = deadline - time.monotonic()
                 if left <= 0 or lifecycle.stopping() or gone():
@@ -323,28 +327,28 @@ class LeaseService:
                 watched = self.watched_leases.synced()
                 if changed.wait(min(left, WAIT_SLICE)) or not watched:
                     changed.clear()
-                    current = self._answer(principal, first["id"])
+                    current = self._answer(principal, first.id)
             return current
 
-    def _answer(self, principal: Principal, lease_id: str) -> Json:
+    def _answer(self, principal: Principal, lease_id: str) -> Lease:
         lease = self.usable(principal, lease_id)
-        body = self.summary(lease)
+        answer = _summary(Lease, lease)
         if lease.spec.metadata is not None:
-            body["metadata"] = lease.spec.metadata
+            answer.metadata = lease.spec.metadata
         status = lease.status
         if status is None:
-            return body
-        if body["phase"] == "Pending" and status.queue_position:
-            body["queue_position"] = status.queue_position
-        if body["phase"] == ClusterLease.phases.usable:
+            return answer
+        if answer.phase == "Pending" and status.queue_position:
+            answer.queue_position = status.queue_position
+        if answer.phase == ClusterLease.phases.usable:
             secret_name = status.kubeconfig_secret or ""
             value = self.kube.secret_value(self.kube.namespace, secret_name, "kubeconfig")
             if value:
-                body["kubeconfig"] = value
+                answer.kubeconfig = value
             health = _cluster_health(status.conditions)
             if health is not None:
-                body["cluster_health"] = health
-        return body
+                answer.cluster_health = health
+        return answer
 
     # -- release and extend -----------------------------------------------------------------
 
@@ -371,9 +375,9 @@ class LeaseService:
     def _wrote(self, lease: Json) -> None:
         self.watched_leases.wrote(lease)
 
-    def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Json:
+    def extend(self, principal: Principal, lease_id: str, request: ExtendLease) -> Expiry:
         # A concurrent extension that wins makes the next attempt count against the fresh lease.
-        def attempt() -> Json:
+        def attempt() -> Expiry:
             lease = self.usable(principal, lease_id, fresh=True)
             status = lease.status
             usable = ClusterLease.phases.usable
@@ -403,7 +407,6 @@ class LeaseService:
             patched = fenced_patch(self.kube, lease, [operation])
             self._wrote(patched)
             updated = ClusterLease.model_validate(patched)
-            expiry = Expiry(expires_at=timestamp(updated.spec.expires_at(status.bound_at, ttl)))
-            return expiry.model_dump(mode="json")
+            return Expiry(expires_at=timestamp(updated.spec.expires_at(status.bound_at, ttl)))
 
         return retry_on_conflict(attempt, doing="extending it")

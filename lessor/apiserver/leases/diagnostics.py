@@ -23,7 +23,6 @@ from lessor.apiserver.leases.cluster_leases import OBJECT_NAME, LeaseService
 from lessor.apiserver.state.kube import Kube
 from lessor.bucket import MAX_URL_TTL, Bucket, BucketError, Credentials, Location
 from lessor.protocol.durations import parse_duration
-from lessor.protocol.json_object import Json
 from lessor.protocol.responses import DiagnosticsBundle as BundleAnswer
 from lessor.protocol.timestamps import timestamp, utcnow
 from lessor.resources.cluster import DiagnosticsRecord
@@ -37,7 +36,7 @@ class DiagnosticsService:
         self.kube = kube
         self.leases = leases
 
-    def bundle(self, principal: Principal, lease_id: str) -> Json:
+    def bundle(self, principal: Principal, lease_id: str) -> BundleAnswer:
         namespace, record = self._record(principal, lease_id)
         if record.retained_until() <= utcnow():
             raise HttpNotFoundError(
@@ -60,14 +59,13 @@ class DiagnosticsService:
                 f"the diagnostics store cannot be used now ({error.reason}); try again later"
             ) from None
         ttl = min(parse_duration(store.url_ttl), MAX_URL_TTL)
-        answer = BundleAnswer(
+        return BundleAnswer(
             url=bucket.presigned_get(record.key, ttl),
             expires_at=timestamp(utcnow() + ttl - datetime.timedelta(seconds=1)),
             captured_at=timestamp(record.finished_at or record.started_at),
             size_bytes=record.size_bytes or 0,
             truncated=record.truncated,
         )
-        return answer.model_dump(mode="json")
 
     def _record(self, principal: Principal, lease_id: str) -> tuple[str, DiagnosticsRecord]:
         """The namespace and record of the caller's bundle: the lease's own while the lease

@@ -33,7 +33,7 @@ class LeaseEvents:
         self.kube = kube
         self.leases = leases
 
-    def of(self, principal: Principal, lease_id: str) -> list[Json]:
+    def of(self, principal: Principal, lease_id: str) -> list[LeaseEvent]:
         lease = self.leases.usable(principal, lease_id)
         found = self.kube.request(
             "GET",
@@ -55,4 +55,4 @@ class LeaseEvents:
                 )
             )
         events.sort(key=lambda event: (event.last_seen, event.first_seen))
-        return [event.model_dump(mode="json") for event in events[-MAX_EVENTS:]]
+        return events[-MAX_EVENTS:]

@@ -20,7 +20,8 @@ from lessor.apiserver.leases.cluster_leases import OBJECT_NAME
 from lessor.apiserver.policy.evaluation import sandbox_grant, visible_pools
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
-from lessor.protocol.json_object import Json
+from lessor.protocol.responses import PoolLease, PoolPolicy, PoolRecord, StatusPool
+from lessor.protocol.responses import SandboxLease as SandboxLeaseView
 from lessor.resources.base import Condition, instant_json, problems_for_tenants
 from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
 from lessor.resources.sandbox import SandboxLease, SandboxPool
@@ -31,29 +32,30 @@ REDACTED = "redacted"
 ANONYMOUS_TTL = 2.0  # seconds
 
 
-def pool_record(pool: ClusterPool) -> Json:
+def pool_record(pool: ClusterPool) -> PoolRecord:
     """The pool status record of spec 2.3."""
     status = pool.status
-    counts = ("ready", "leased", "creating", "recycling", "unhealthy", "quarantined")
-    record: Json = {
-        "name": pool.metadata.name,
-        "resourceKind": "Cluster",
-        "capabilities": CLUSTER_CAPABILITIES,
-        "phase": (status.phase if status else None) or "Unavailable",
-    }
-    for count in counts:
-        record[count] = getattr(status, count) if status else 0
-    record["queueDepth"] = status.queue_depth if status else 0
+    record = PoolRecord(
+        name=pool.metadata.name,
+        resource_kind="Cluster",
+        capabilities=CLUSTER_CAPABILITIES,
+        phase=(status.phase if status else None) or "Unavailable",
+        ready=status.ready if status else 0,
+        leased=status.leased if status else 0,
+        creating=status.creating if status else 0,
+        recycling=status.recycling if status else 0,
+        unhealthy=status.unhealthy if status else 0,
+        quarantined=status.quarantined if status else 0,
+        queue_depth=status.queue_depth if status else 0,
+        policy=PoolPolicy(
+            mode=pool.spec.policy.mode, ttl=pool.spec.ttl, warmTarget=pool.warm_now()
+        ),
+    )
     _explain(record, status.conditions if status else [])
-    record["policy"] = {
-        "mode": pool.spec.policy.mode,
-        "ttl": pool.spec.ttl,
-        "warmTarget": pool.warm_now(),
-    }
     return record
 
 
-def sandbox_pool_record(pool: SandboxPool) -> Json:
+def sandbox_pool_record(pool: SandboxPool) -> PoolRecord:
     """A SandboxPool as a pool status record (spec 2.3), with the operator's counts. Its policy
     is always `fixed`: a SandboxPool keeps `warm` sandboxes (agent-sandbox's warm pool), and
     has no autoscaler."""
@@ -63,30 +65,30 @@ def sandbox_pool_record(pool: SandboxPool) -> Json:
         capabilities.append("exec")
     if pool.spec.ports:
         capabilities.append("port-forward")
-    record: Json = {
-        "name": pool.metadata.name,
-        "resourceKind": "Sandbox",
-        "capabilities": capabilities,
-        "phase": (status.phase if status else None) or "Unavailable",
-        "ready": status.ready if status else 0,
-        "leased": status.leased if status else 0,
-        "creating": status.creating if status else 0,
-        "recycling": status.recycling if status else 0,
-        "unhealthy": status.unhealthy if status else 0,
-        "quarantined": status.quarantined if status else 0,
-        "queueDepth": status.queue_depth if status else 0,
-        "policy": {"mode": "fixed", "ttl": pool.spec.default_ttl, "warmTarget": pool.spec.warm},
-    }
+    record = PoolRecord(
+        name=pool.metadata.name,
+        resource_kind="Sandbox",
+        capabilities=capabilities,
+        phase=(status.phase if status else None) or "Unavailable",
+        ready=status.ready if status else 0,
+        leased=status.leased if status else 0,
+        creating=status.creating if status else 0,
+        recycling=status.recycling if status else 0,
+        unhealthy=status.unhealthy if status else 0,
+        quarantined=status.quarantined if status else 0,
+        queue_depth=status.queue_depth if status else 0,
+        policy=PoolPolicy(mode="fixed", ttl=pool.spec.default_ttl, warmTarget=pool.spec.warm),
+    )
     _explain(record, status.conditions if status else [])
     return record
 
 
-def _explain(record: Json, conditions: list[Condition]) -> None:
+def _explain(record: PoolRecord, conditions: list[Condition]) -> None:
     """The record's `message`: which of the pool's conditions are False, and why in a word (the
     details are in the pool's status, for administrators), if any."""
     failing = problems_for_tenants(conditions)
     if failing:
-        record["message"] = "; ".join(failing)
+        record.message = "; ".join(failing)
 
 
 class PoolService:
@@ -96,7 +98,7 @@ class PoolService:
         watched_pools: WatchedObjects,
         watched_leases: WatchedObjects,
         sandbox_served: Callable[[], bool] = lambda: False,
-        own_sandbox_leases: Callable[[Principal], list[Json]] = lambda _: [],
+        own_sandbox_leases: Callable[[Principal], list[SandboxLeaseView]] = lambda _: [],
     ) -> None:
         self.kube = kube
         self.watched_pools, self.watched_leases = watched_pools, watched_leases
@@ -104,7 +106,7 @@ class PoolService:
         self.own_sandbox_leases = own_sandbox_leases  # SandboxLeaseService.list_mine
         # What anyone may read without credentials, computed at most once per ANONYMOUS_TTL:
         # unauthenticated callers cannot turn their requests into LISTs on kube-apiserver.
-        self._anonymous: cachetools.TTLCache[str, list[Json]] = cachetools.TTLCache(
+        self._anonymous: cachetools.TTLCache[str, list[StatusPool]] = cachetools.TTLCache(
             maxsize=1, ttl=ANONYMOUS_TTL
         )
         self._anonymous_lock = threading.Lock()
@@ -118,7 +120,7 @@ class PoolService:
         pools = self.kube.list_objects(SandboxPool.crd.plural, cached=True)
         return [SandboxPool.model_validate(p) for p in pools]
 
-    def records(self, principal: Principal | None) -> list[Json]:
+    def records(self, principal: Principal | None) -> list[PoolRecord]:
         """Every pool's record, or with a principal those it may lease from."""
         clusters = {pool.metadata.name or "": pool for pool in self._cluster_pools()}
         names = sorted(clusters)
@@ -133,9 +135,9 @@ class PoolService:
                 records.append(sandbox_pool_record(pool))
         return records
 
-    def one(self, principal: Principal, name: str) -> Json:
+    def one(self, principal: Principal, name: str) -> PoolRecord:
         for record in self.records(principal):
-            if record["name"] == name:
+            if record.name == name:
                 return record
         # A ClusterPool made a moment ago may not have reached this worker's watch yet: ask
         # kube-apiserver before answering that it does not exist.
@@ -144,11 +146,11 @@ class PoolService:
             return pool_record(ClusterPool.model_validate(found))
         raise HttpNotFoundError(f"no pool {name}")
 
-    def leases(self, principal: Principal, name: str) -> list[Json]:
+    def leases(self, principal: Principal, name: str) -> list[PoolLease]:
         """Active leases of a shared pool; other tenants' requester, alias and metadata are
         redacted. A Sandbox pool shows the caller's own leases only (spec: a caller sees its
         own Sandbox leases), without a requester: no Sandbox response names one."""
-        if self.one(principal, name)["resourceKind"] == "Sandbox":
+        if self.one(principal, name).resource_kind == "Sandbox":
             return self._own_sandbox_leases(principal, name)
         rows = []
         for lease in map(ClusterLease.model_validate, self.watched_leases.listed()):
@@ -156,41 +158,41 @@ class PoolService:
             if spec.pool != name or not ClusterLease.phases.holds_slot(status.phase):
                 continue
             mine = spec.requester == principal.owner
-            row: Json = {
-                "id": lease.metadata.name,
-                "phase": status.phase or "Pending",
-                "profile": name,
-                "cluster_name": status.cluster_name,
-                "requester": principal.identity if mine else REDACTED,
-                "expires_at": None
-                if status.expires_at is None
-                else instant_json(status.expires_at),
-            }
+            row = PoolLease(
+                id=lease.metadata.name,
+                phase=status.phase or "Pending",
+                profile=name,
+                cluster_name=status.cluster_name,  # null until the lease is bound
+                requester=principal.identity if mine else REDACTED,
+                expires_at=None if status.expires_at is None else instant_json(status.expires_at),
+            )
             if mine and spec.alias is not None:
-                row["alias"] = spec.alias
+                row.alias = spec.alias
             if mine and spec.metadata is not None:
-                row["metadata"] = spec.metadata
+                row.metadata = spec.metadata
             rows.append(row)
         return rows
 
-    def _own_sandbox_leases(self, principal: Principal, name: str) -> list[Json]:
+    def _own_sandbox_leases(self, principal: Principal, name: str) -> list[PoolLease]:
+        """The caller's Sandbox leases of the pool as pool leases: no cluster (null), no
+        requester (absent: no Sandbox response names one)."""
         rows = []
         for lease in self.own_sandbox_leases(principal):
-            if lease["pool"] != name or not SandboxLease.phases.holds_slot(lease["phase"]):
+            if lease.pool != name or not SandboxLease.phases.holds_slot(lease.phase):
                 continue
-            row: Json = {
-                "id": lease["id"],
-                "phase": lease["phase"],
-                "profile": name,
-                "cluster_name": None,
-                "expires_at": lease.get("expires_at"),
-            }
-            if lease.get("alias"):
-                row["alias"] = lease["alias"]
+            row = PoolLease(
+                id=lease.id,
+                phase=lease.phase,
+                profile=name,
+                cluster_name=None,
+                expires_at=lease.expires_at,
+            )
+            if lease.alias:
+                row.alias = lease.alias
             rows.append(row)
         return rows
 
-    def status_rows(self, principal: Principal | None) -> list[Json]:
+    def status_rows(self, principal: Principal | None) -> list[StatusPool]:
         if principal is None:
             with self._anonymous_lock:
                 if "rows" not in self._anonymous:
@@ -198,11 +200,16 @@ class PoolService:
                 return self._anonymous["rows"]
         return self._status_rows(principal)
 
-    def _status_rows(self, principal: Principal | None) -> list[Json]:
+    def _status_rows(self, principal: Principal | None) -> list[StatusPool]:
+        """A row per pool: its counts to anyone, and its phase and quarantined count to a
+        caller (spec 4.6)."""
         rows = []
         for record in self.records(principal):
-            row = {key: record[key] for key in ("name", "ready", "leased", "creating")}
+            row = StatusPool(
+                name=record.name, ready=record.ready, leased=record.leased, creating=record.creating
+            )
             if principal is not None:
-                row.update(phase=record["phase"], quarantined=record["quarantined"])
+                row.phase = record.phase
+                row.quarantined = record.quarantined
             rows.append(row)
         return rows

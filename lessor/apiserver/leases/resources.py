@@ -67,9 +67,10 @@ class LeasesResource(Resource[LeaseServices]):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller = principal(req)
         request = parse(CreateLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.create(caller, request)
+        created = self.services.leases.create(caller, request)
+        resp.media = created
         # Where a client whose answer was cut short reads the lease (spec 4.3, rule 3).
-        resp.set_header("Location", f"/v1/leases/{resp.media['id']}")
+        resp.set_header("Location", f"/v1/leases/{created.id}")
 
     @responds(LeaseSummary, many=True)
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -48,7 +48,7 @@ from lessor.apiserver.sandboxes.stream_bridge import Limits
 from lessor.apiserver.sandboxes.upgrade import StreamRoutes
 from lessor.apiserver.state.session_slots import SessionSlots
 from lessor.protocol.json_object import Json
-from lessor.protocol.responses import Status
+from lessor.protocol.responses import Status, StatusAuth
 
 # How long /readyz waits for a worker's first list of the AccessPolicies (the manifests give
 # the readiness probe a timeout of 3 s).
@@ -68,16 +68,16 @@ class StatusResource(Resource[Services]):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller: Principal | None = req.context.principal
         auth = self.services.auth
-        resp.media = {
-            "version": __version__,
-            "auth": {"methods": auth.methods(), "sessions": auth.session_methods()},
-            "pools": (
+        resp.media = Status(
+            version=__version__,
+            auth=StatusAuth(methods=auth.methods(), sessions=auth.session_methods()),
+            pools=(
                 []
                 if caller is None and self.services.settings.hide_pool_status
                 else self.services.pools.status_rows(caller)
             ),
-            "sandbox": self.services.sandbox.status(),
-        }
+            sandbox=self.services.sandbox.status(),
+        )
 
 
 class HealthResource(Resource[Services]):

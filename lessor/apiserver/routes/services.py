@@ -9,7 +9,6 @@ knows every service, and the only one that imports them all.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
 
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.leases.cluster_leases import LeaseService, watch_active_leases
@@ -26,6 +25,7 @@ from lessor.apiserver.state.admission_limit import AdmissionLimiter
 from lessor.apiserver.state.held_requests import HeldRequests
 from lessor.apiserver.state.kube import Kube, kube
 from lessor.apiserver.state.watched import WatchedObjects
+from lessor.protocol.responses import SandboxLease as SandboxLeaseView
 from lessor.resources.cluster import ClusterPool
 
 
@@ -106,7 +106,7 @@ class Services:
     def _sandbox_served(self) -> bool:
         return self.settings.agent_sandbox_mode == "external" and self.sandbox.verdict().served
 
-    def _own_sandbox_leases(self, principal: Principal) -> list[dict[str, Any]]:
+    def _own_sandbox_leases(self, principal: Principal) -> list[SandboxLeaseView]:
         return self.sandbox_leases.list_mine(principal)  # built on first use
 
     @cached_property

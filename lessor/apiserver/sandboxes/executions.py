@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import metrics
+from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.bodies import CreateExecution
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -45,6 +46,7 @@ from lessor.protocol.backoff import Backoff
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
+from lessor.protocol.responses import Execution, ExecutionLogs, ExecutionResult, ExecutionWindow
 from lessor.protocol.runner import OUTPUT_CAP
 from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from lessor.protocol.timestamps import utcnow
@@ -105,38 +107,51 @@ def _annotate(lease: SandboxLease, key: str, value: str) -> Json:
     return {"op": "add", "path": path, "value": value}
 
 
-def _view(execution: SandboxExecution) -> Json:
+def _view(execution: SandboxExecution) -> Execution:
     """An execution as GET shows it: never its output, never its requester."""
     status = execution.status or SandboxExecutionStatus()
-    body: Json = {"id": execution.metadata.name, "state": status.state or "Queued"}
+    view = Execution(
+        id=execution.metadata.name,
+        state=status.state or "Queued",
+        truncated=status.truncated,
+        timeout=execution.spec.timeout,
+    )
     if status.exit_code is not None:
-        body["exitCode"] = status.exit_code
+        view.exit_code = status.exit_code
     if status.started_at is not None:
-        body["startedAt"] = instant_json(status.started_at)
+        view.started_at = instant_json(status.started_at)
     if status.finished_at is not None:
-        body["finishedAt"] = instant_json(status.finished_at)
+        view.finished_at = instant_json(status.finished_at)
     if "message" in status.model_fields_set:  # as stored: an empty message is shown empty
-        body["message"] = status.message
-    body["truncated"] = status.truncated
-    body["timeout"] = execution.spec.timeout
-    return body
+        view.message = status.message
+    return view
 
 
-def _merge(body: Json, answer: RunnerAnswer) -> Json:
-    """The runner's newer word on an execution over what its status last recorded."""
-    if answer.state:
-        body.update(answer.status_fields())
-    return body
+def _merge(view: Execution, answer: RunnerAnswer) -> Execution:
+    """The runner's newer word on an execution over what its status last recorded: the view
+    as it is answered, with the fields the runner reported (spelt alike) laid over it."""
+    if not answer.state:
+        return view
+    return Execution.model_validate(serialized(view) | answer.status_fields())
 
 
-def _window(window: Window | None, truncated: bool) -> Json:
-    window = window or Window()
-    return {
-        "data": window.raw.decode("utf-8", errors="replace"),
-        "nextOffset": window.next_offset,
-        "more": window.more,
-        "truncated": truncated,
+def _result(view: Execution, stdout: bytearray, stderr: bytearray) -> ExecutionResult:
+    """The execution once it ended, with at most OUTPUT_CAP bytes of each stream."""
+    output = {
+        "stdout": stdout[:OUTPUT_CAP].decode("utf-8", errors="replace"),
+        "stderr": stderr[:OUTPUT_CAP].decode("utf-8", errors="replace"),
     }
+    return ExecutionResult.model_validate(serialized(view) | output)
+
+
+def _window(window: Window | None, truncated: bool) -> ExecutionWindow:
+    window = window or Window()
+    return ExecutionWindow(
+        data=window.raw.decode("utf-8", errors="replace"),
+        next_offset=window.next_offset,
+        more=window.more,
+        truncated=truncated,
+    )
 
 
 class ExecutionService:
@@ -162,7 +177,7 @@ class ExecutionService:
         request: CreateExecution,
         may_wait: bool = True,
         gone: Callable[[], bool] = lambda: False,
-    ) -> tuple[int, Json]:
+    ) -> tuple[int, Execution]:
         """202 with the execution started when it is detached, or may not wait (the caller's
         share of waits is held: lessor.apiserver.state.held_requests); else 200 with its
         outcome, or 202 when that comes too late or the client hung up (`gone`)."""
@@ -423,7 +438,7 @@ class ExecutionService:
         except RunnerError as error:
             raise UnavailableError(f"the sandbox's runner cannot be reached: {error}") from error
 
-    def _started(self, execution: SandboxExecution, command: ExecutionCommand) -> Json:
+    def _started(self, execution: SandboxExecution, command: ExecutionCommand) -> Execution:
         """Ask the runner to start it (a no-op if it already did); the answer is the state.
 
         `command` is the request's, which has the execution's commandDigest (it passed
@@ -431,15 +446,15 @@ class ExecutionService:
         """
         timeout = parse_duration(execution.spec.timeout).total_seconds()
         start = {"op": "start", "argv": command.command, "cwd": command.cwd, "timeout": timeout}
-        body = _view(execution)
+        view = _view(execution)
         try:
-            return _merge(body, self._runner(execution, start))
+            return _merge(view, self._runner(execution, start))
         except UnavailableError:
-            return body  # reserved: the operator starts it when the runner answers again
+            return view  # reserved: the operator starts it when the runner answers again
 
     def _wait(
         self, execution: SandboxExecution, command: ExecutionCommand, gone: Callable[[], bool]
-    ) -> tuple[int, Json]:
+    ) -> tuple[int, Execution]:
         """200 with the output once the command has ended; 202 (poll the execution) if the
         outcome is still not known well past the timeout.
 
@@ -447,7 +462,7 @@ class ExecutionService:
         deadline for every state (reading the output of an ended command included), and at
         most OUTPUT_CAP bytes of each stream, the runner's own retention; a runner that would go on
         past either gets its output cut there, marked truncated."""
-        body = self._started(execution, command)
+        view = self._started(execution, command)
         deadline = time.monotonic() + parse_duration(execution.spec.timeout).total_seconds()
         deadline += WAIT_MARGIN
         # One runner call waits (up to RUNNER_WAIT) for the end and brings the first windows.
@@ -455,20 +470,20 @@ class ExecutionService:
         stdout, stderr = bytearray(), bytearray()
         while True:
             left = deadline - time.monotonic()
-            if gone() and body["state"] not in EXECUTION_FINISHED:
-                return 202, body  # nobody reads the answer: stop calling the runner for it
+            if gone() and view.state not in EXECUTION_FINISHED:
+                return 202, view  # nobody reads the answer: stop calling the runner for it
             if left <= 0:
-                if body["state"] not in EXECUTION_FINISHED:
-                    return 202, body
-                body["truncated"] = True  # ended, but its output would not
+                if view.state not in EXECUTION_FINISHED:
+                    return 202, view
+                view.truncated = True  # ended, but its output would not
                 break
-            wait = 0.0 if body["state"] in EXECUTION_FINISHED else min(RUNNER_WAIT, left)
+            wait = 0.0 if view.state in EXECUTION_FINISHED else min(RUNNER_WAIT, left)
             answer = self._runner(execution, {"op": "logs", "wait": wait, **offsets})
             if not answer.state:
                 raise UnavailableError("the runner has no record of this execution")
-            body = _merge(body, answer)
+            view = _merge(view, answer)
             if (
-                body["state"] not in EXECUTION_FINISHED
+                view.state not in EXECUTION_FINISHED
                 or answer.stdout is None
                 or answer.stderr is None
             ):
@@ -480,11 +495,9 @@ class ExecutionService:
             if not (answer.stdout.more or answer.stderr.more):
                 break
             if len(stdout) >= OUTPUT_CAP or len(stderr) >= OUTPUT_CAP:
-                body["truncated"] = True  # an honest runner keeps no more than OUTPUT_CAP
+                view.truncated = True  # an honest runner keeps no more than OUTPUT_CAP
                 break
-        body["stdout"] = stdout[:OUTPUT_CAP].decode("utf-8", errors="replace")
-        body["stderr"] = stderr[:OUTPUT_CAP].decode("utf-8", errors="replace")
-        return 200, body
+        return 200, _result(view, stdout, stderr)
 
     # -- read, logs, cancel ----------------------------------------------------------------
 
@@ -505,32 +518,35 @@ class ExecutionService:
             raise HttpNotFoundError(f"no execution {execution[:80]} in this lease")
         return found
 
-    def read(self, principal: Principal, lease_name: str, execution: str) -> Json:
+    def read(self, principal: Principal, lease_name: str, execution: str) -> Execution:
         return _view(self.owned(principal, lease_name, execution))
 
     def logs(
         self, principal: Principal, lease_name: str, execution: str, stdout: int, stderr: int
-    ) -> Json:
+    ) -> ExecutionLogs:
         found = self.owned(principal, lease_name, execution)
         answer = self._runner(found, {"op": "logs", "stdoutOffset": stdout, "stderrOffset": stderr})
         if not answer.state:
             raise UnavailableError("the runner has no record of this execution")
-        body: Json = {"id": execution, "state": answer.state}
+        logs = ExecutionLogs(
+            id=execution,
+            state=answer.state,
+            stdout=_window(answer.stdout, answer.truncated),
+            stderr=_window(answer.stderr, answer.truncated),
+        )
         if answer.exit_code is not None:  # so a follower needs no other call at the end
-            body["exitCode"] = answer.exit_code
-        body["stdout"] = _window(answer.stdout, answer.truncated)
-        body["stderr"] = _window(answer.stderr, answer.truncated)
-        return body
+            logs.exit_code = answer.exit_code
+        return logs
 
-    def cancel(self, principal: Principal, lease_name: str, execution: str) -> Json:
+    def cancel(self, principal: Principal, lease_name: str, execution: str) -> Execution:
         found = self.owned(principal, lease_name, execution)
-        body = _view(found)
-        if body["state"] in EXECUTION_FINISHED:
-            return body  # unchanged, and no claim of a cancellation
+        view = _view(found)
+        if view.state in EXECUTION_FINISHED:
+            return view  # unchanged, and no claim of a cancellation
         if not found.spec.cancel_requested:
             # The intent, for the operator; if the execution changed meanwhile (another cancel,
             # a status update), the runner below has the last word all the same.
             with contextlib.suppress(HttpConflictError):
                 path = json_pointer("spec", "cancel_requested", model=SandboxExecution)
                 fenced_patch(self.kube, found, [{"op": "add", "path": path, "value": True}])
-        return _merge(body, self._runner(found, {"op": "cancel"}))
+        return _merge(view, self._runner(found, {"op": "cancel"}))

@@ -14,10 +14,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from lessor.agentsandbox.compat import Compatibility, check
 from lessor.apiserver.state.kube import Kube
+from lessor.protocol.responses import StatusSandbox
 
 log = logging.getLogger(__name__)
 RECHECK_SECONDS = 60.0
@@ -55,8 +55,9 @@ class SandboxGate:
             self._verdict = verdict
         return verdict
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusSandbox:
+        """The Sandbox API as /v1/status shows it: the check's verdict in external mode."""
         if self.mode != "external":
-            return {"mode": self.mode, "served": False}
+            return StatusSandbox(mode="disabled", served=False)
         verdict = self.verdict()
-        return {"mode": self.mode, "served": verdict.served, "reason": verdict.reason}
+        return StatusSandbox(mode="external", served=verdict.served, reason=verdict.reason)

@@ -97,8 +97,9 @@ class SandboxLeasesResource(SandboxResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         caller, service = self.served(req)
         request = parse(CreateSandboxLease, req.context.body, req.content_type)
-        resp.media = service.create(caller, request)
-        resp.set_header("Location", f"/v1/sandbox-leases/{resp.media['id']}")
+        created = service.create(caller, request)
+        resp.media = created
+        resp.set_header("Location", f"/v1/sandbox-leases/{created.id}")
 
     @responds(SandboxLease, many=True)
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -145,10 +146,12 @@ class ExecutionsResource(SandboxResource):
             if may:
                 set_aside(req)  # held for as long as its command runs, in a bound of its own
             gone = client_gone(req, "execution")
-            status, body = self.services.executions.create(caller, lease_id, request, may, gone)
+            status, execution = self.services.executions.create(
+                caller, lease_id, request, may, gone
+            )
         resp.status = status
-        resp.media = body
-        resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{body['id']}")
+        resp.media = execution
+        resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{execution.id}")
 
 
 class ExecutionResource(SandboxResource):

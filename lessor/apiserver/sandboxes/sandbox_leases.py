@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import TypeVar
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -55,7 +56,14 @@ from lessor.apiserver.state.kube import TIMEOUT, Kube
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
-from lessor.protocol.responses import SandboxExpiry, SandboxLogs
+from lessor.protocol.responses import (
+    PlacementRef,
+    SandboxExpiry,
+    SandboxLeaseCreated,
+    SandboxLogs,
+    SandboxPlacement,
+)
+from lessor.protocol.responses import SandboxLease as SandboxLeaseView
 from lessor.protocol.sandbox_limits import LOG_BYTES_MAX
 from lessor.protocol.timestamps import now_seconds, timestamp, utcnow
 from lessor.resources import labels
@@ -81,6 +89,8 @@ PATH = "/v1/sandbox-leases"
 SHUTDOWN_CREATE_TIMEOUT = 2.0  # seconds; gunicorn's graceful timeout is 25 by default
 TOMBSTONE_POOL = "cancelled"
 TOMBSTONE_LABEL = "lessor.dev/tombstone"
+# A view of a lease that carries its terms (effective_ttl, alias): the 202 of a create, or GET's.
+ViewT = TypeVar("ViewT", SandboxLeaseCreated, SandboxLeaseView)
 
 
 def lease_id(identity: str, key: str | None) -> str:
@@ -152,6 +162,57 @@ def live_pod(kube: Kube, placed: ObjectRef) -> Json:
     return pod
 
 
+def _asked(spec: SandboxLeaseSpec) -> str | None:
+    """The TTL the lease was asked for; without one, the TTL granted."""
+    return spec.ttl or spec.effective_ttl
+
+
+def _with_terms(answer: ViewT, spec: SandboxLeaseSpec) -> ViewT:
+    """`answer` with the lease's `effective_ttl` when the TTL granted is less than the TTL
+    asked for, and its `alias` when it has one."""
+    asked, granted = _asked(spec), spec.effective_ttl
+    if granted and asked and parse_duration(granted) < parse_duration(asked):
+        answer.effective_ttl = granted
+    if spec.alias:
+        answer.alias = spec.alias
+    return answer
+
+
+def _created(name: str, spec: SandboxLeaseSpec, deadline: str) -> SandboxLeaseCreated:
+    """The create response's fields: id, phase, pool, ttl, alias, provisioning_deadline,
+    and effective_ttl when reduced."""
+    answer = SandboxLeaseCreated(
+        id=name, phase="Pending", pool=spec.pool, ttl=_asked(spec), provisioning_deadline=deadline
+    )
+    return _with_terms(answer, spec)
+
+
+def _deadline(lease: SandboxLease) -> str:
+    """The lease's provisioning deadline: as the operator recorded it, else as it will."""
+    if lease.status is not None and lease.status.provisioning_deadline is not None:
+        return instant_json(lease.status.provisioning_deadline)
+    created = lease.metadata.creation_timestamp
+    assert created is not None  # a lease read from kube-apiserver has its creation time
+    timeout = lease.spec.provisioning_timeout or DEFAULT_PROVISIONING_TIMEOUT
+    return timestamp(provisioning_deadline(created, timeout))
+
+
+def _placement(lease_uid: str | None, status: SandboxLeaseStatus) -> SandboxPlacement:
+    """Where the lease's sandbox is: the objects the placement controller recorded so far."""
+    placement = SandboxPlacement(lease_uid=lease_uid)
+    if status.claim is not None:
+        placement.claim = _ref(status.claim)
+    if status.sandbox is not None:
+        placement.sandbox = _ref(status.sandbox)
+    if status.pod is not None:
+        placement.pod = _ref(status.pod)
+    return placement
+
+
+def _ref(ref: ObjectRef) -> PlacementRef:
+    return PlacementRef(name=ref.name, uid=ref.uid)
+
+
 def _being_replaced() -> HttpConflictError:
     return HttpConflictError(
         "the sandbox's pod is being replaced; retry shortly", reason="target_unresolved"
@@ -167,7 +228,7 @@ class SandboxLeaseService:
 
     # -- create ----------------------------------------------------------------------------
 
-    def create(self, principal: Principal, request: CreateSandboxLease) -> Json:
+    def create(self, principal: Principal, request: CreateSandboxLease) -> SandboxLeaseCreated:
         """The 202 body (the handoff variant's when the outcome could not be classified)."""
         grant = self._grant(principal, request.pool, "lease")
         if grant is None:
@@ -193,7 +254,7 @@ class SandboxLeaseService:
         try:
             taken = self._reserve(principal, request, grant, name)
         except _Replay as replay:
-            return replay.body
+            return replay.answer
         return self._commit(principal, request, lease, pool, taken)
 
     def _admissible_pool(self, name: str, grant: SandboxGrant) -> SandboxPool:
@@ -217,7 +278,7 @@ class SandboxLeaseService:
         lease: SandboxLease,
         pool: SandboxPool,
         taken: list[Reservation],
-    ) -> Json:
+    ) -> SandboxLeaseCreated:
         """The one create that decides; see the module docstring for the outcomes."""
         # A worker that is stopping has only gunicorn's graceful time left, after which its
         # caller would get no answer at all: it waits for the create a short while, and hands
@@ -242,7 +303,7 @@ class SandboxLeaseService:
         except BaseException:
             self._release_all(taken)
             raise
-        return self.view(SandboxLease.model_validate(created), full=False)
+        return self.created(SandboxLease.model_validate(created))
 
     def _new_lease(
         self,
@@ -309,7 +370,7 @@ class SandboxLeaseService:
 
     def _replay(
         self, principal: Principal, request: CreateSandboxLease, found: SandboxLease
-    ) -> Json:
+    ) -> SandboxLeaseCreated:
         """The answer to a keyed retry: the same lease, unless the key meant something else."""
         spec = found.spec
         if spec.requester != principal.owner:
@@ -327,71 +388,49 @@ class SandboxLeaseService:
                 "this idempotency key was used for a lease with a different pool, TTL or alias",
                 reason="idempotency_conflict",
             )
-        return self.view(found, full=False)
+        return self.created(found)
 
-    def _handoff(self, lease: SandboxLease, pool: SandboxPool) -> Json:
+    def _handoff(self, lease: SandboxLease, pool: SandboxPool) -> SandboxLeaseCreated:
         name = lease.metadata.name or ""
         deadline = provisioning_deadline(utcnow(), pool.spec.provisioning_timeout)
-        response = self._legacy(name, lease.spec, timestamp(deadline))
-        response.update(status="admission_pending", retry=False, statusUrl=f"{PATH}/{name}")
-        return response
+        answer = _created(name, lease.spec, timestamp(deadline))
+        answer.status = "admission_pending"
+        answer.retry = False
+        answer.status_url = f"{PATH}/{name}"
+        return answer
 
     # -- views -----------------------------------------------------------------------------
 
     @staticmethod
-    def _legacy(name: str, spec: SandboxLeaseSpec, deadline: str | None) -> Json:
-        """The create response's fields: id, phase, pool, ttl, alias, provisioning_deadline,
-        and effective_ttl when the TTL granted is less than the TTL asked for."""
-        asked = spec.ttl or spec.effective_ttl
-        body: Json = {
-            "id": name,
-            "phase": "Pending",
-            "pool": spec.pool,
-            "ttl": asked,
-            "provisioning_deadline": deadline,
-        }
-        granted = spec.effective_ttl
-        if granted and asked and parse_duration(granted) < parse_duration(asked):
-            body["effective_ttl"] = granted
-        if spec.alias:
-            body["alias"] = spec.alias
-        return body
+    def created(lease: SandboxLease) -> SandboxLeaseCreated:
+        """The 202 of a create, and of each keyed retry of it."""
+        return _created(lease.metadata.name or "", lease.spec, _deadline(lease))
 
-    def view(self, lease: SandboxLease, *, full: bool = True) -> Json:
+    @staticmethod
+    def view(lease: SandboxLease) -> SandboxLeaseView:
         """What the owner sees. Never the requester identity, a credential or a kubeconfig:
         only whitelisted fields are copied out of the object."""
         spec, status = lease.spec, lease.status or SandboxLeaseStatus()
-        if status.provisioning_deadline is not None:
-            deadline = instant_json(status.provisioning_deadline)
-        else:
-            created = lease.metadata.creation_timestamp
-            assert created is not None  # a lease read from kube-apiserver has its creation time
-            timeout = spec.provisioning_timeout or DEFAULT_PROVISIONING_TIMEOUT
-            deadline = timestamp(provisioning_deadline(created, timeout))
-        body = self._legacy(lease.metadata.name or "", spec, deadline)
-        if not full:
-            return body
-        body["phase"] = status.phase or "Pending"
+        answer = SandboxLeaseView(
+            id=lease.metadata.name or "",
+            phase=status.phase or "Pending",
+            pool=spec.pool,
+            ttl=_asked(spec),
+            provisioning_deadline=_deadline(lease),
+            extensions_count=status.extensions_count,
+            max_extensions=spec.max_extensions,
+            placement=_placement(lease.metadata.uid, status),
+        )
+        _with_terms(answer, spec)
         if status.release_cause:
-            body["release_cause"] = status.release_cause
+            answer.release_cause = status.release_cause
         if status.ready_at is not None:
-            body["ready_at"] = instant_json(status.ready_at)
+            answer.ready_at = instant_json(status.ready_at)
         if status.expires_at is not None:
-            body["expires_at"] = instant_json(status.expires_at)
+            answer.expires_at = instant_json(status.expires_at)
         if status.message:
-            body["message"] = status.message
-        body["extensions_count"] = status.extensions_count
-        body["max_extensions"] = spec.max_extensions
-        placement: Json = {"lease_uid": lease.metadata.uid}
-        for part, ref in (
-            ("claim", status.claim),
-            ("sandbox", status.sandbox),
-            ("pod", status.pod),
-        ):
-            if ref is not None:
-                placement[part] = {"name": ref.name, "uid": ref.uid}
-        body["placement"] = placement
-        return body
+            answer.message = status.message
+        return answer
 
     # -- read, list ------------------------------------------------------------------------
 
@@ -442,10 +481,10 @@ class SandboxLeaseService:
             raise
         return None
 
-    def read(self, principal: Principal, lease_name: str) -> Json:
+    def read(self, principal: Principal, lease_name: str) -> SandboxLeaseView:
         return self.view(self.owned(principal, lease_name))
 
-    def list_mine(self, principal: Principal) -> list[Json]:
+    def list_mine(self, principal: Principal) -> list[SandboxLeaseView]:
         return [
             self.view(lease)
             for lease in self._all_mine(principal)
@@ -463,10 +502,12 @@ class SandboxLeaseService:
 
     # -- extend, release -------------------------------------------------------------------
 
-    def extend(self, principal: Principal, lease_name: str, request: ExtendSandboxLease) -> Json:
+    def extend(
+        self, principal: Principal, lease_name: str, request: ExtendSandboxLease
+    ) -> SandboxExpiry:
         duration = parse_duration(request.duration)
 
-        def attempt() -> Json:
+        def attempt() -> SandboxExpiry:
             lease = self.owned(principal, lease_name)
             status = lease.status
             usable = SandboxLease.phases.usable
@@ -504,12 +545,11 @@ class SandboxLeaseService:
                 extension.model_dump(mode="json", by_alias=True, exclude_none=True),
             )
             updated = SandboxLease.model_validate(fenced_patch(self.kube, lease, [operation]))
-            answer = SandboxExpiry(
+            return SandboxExpiry(
                 expires_at=timestamp(updated.spec.expires_at(status.ready_at)),
                 extensions_count=len(updated.spec.extensions),
                 max_extensions=budget,
             )
-            return answer.model_dump(mode="json", by_alias=True)
 
         return retry_on_conflict(attempt, doing="extending it")
 
@@ -531,7 +571,9 @@ class SandboxLeaseService:
 
         retry_on_conflict(attempt, doing="releasing it")
 
-    def logs(self, principal: Principal, lease_name: str, tail: int, container: str | None) -> Json:
+    def logs(
+        self, principal: Principal, lease_name: str, tail: int, container: str | None
+    ) -> SandboxLogs:
         lease = self.owned(principal, lease_name)
         pod = placed_pod(lease)
         live_pod(self.kube, pod)
@@ -550,13 +592,12 @@ class SandboxLeaseService:
             if error.status == 400:
                 raise BadRequestError("no such container in the sandbox") from error
             raise
-        logs = SandboxLogs(
+        return SandboxLogs(
             id=lease.metadata.name or "",
             pod=pod.name,
             data=text,
             truncated=len(text.encode()) >= LOG_BYTES_MAX,
         )
-        return logs.model_dump(mode="json")
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -584,6 +625,6 @@ class SandboxLeaseService:
 class _Replay(Exception):  # noqa: N818 - control flow, not an error
     """A refused keyed create whose lease a racing identical request had already created."""
 
-    def __init__(self, body: Json) -> None:
+    def __init__(self, answer: SandboxLeaseCreated) -> None:
         super().__init__("replay")
-        self.body = body
+        self.answer = answer

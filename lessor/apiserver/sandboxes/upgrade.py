@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.http import audit, metrics
+from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -215,7 +216,7 @@ def _refusal(error: HandshakeError | HttpError | ApiException, kind: str) -> Htt
 
 def _refuse(start_response: StartResponse, kind: str, error: HttpError) -> list[bytes]:
     _count(kind, error.status)
-    body = json.dumps(error.body()).encode()
+    body = json.dumps(serialized(error.body())).encode()
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     headers += list(error.headers.items())
     start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
