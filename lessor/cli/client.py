@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel
+
 from lessor import __version__
-from lessor.cli import debug, proxy_tunnel, sessions
+from lessor.cli import answers, debug, proxy_tunnel, sessions
 from lessor.cli.config import CiSettings, Target
 from lessor.cli.errors import (
     AUTH,
@@ -50,9 +52,12 @@ from lessor.cli.ssh_agent import AgentError, SshAgent, fingerprint
 from lessor.cli.trace_context import TraceContext
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import LEASE_ID
+from lessor.protocol.responses import SessionIssued
 from lessor.protocol.ssh_signature import audience_of
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+N = TypeVar("N", bound=BaseModel)
 USER_AGENT = f"lessor/{__version__} (Python {platform.python_version()}; {sys.platform})"
 _TITLE = re.compile(rb"<title[^>]*>([^<]{1,200})</title>", re.IGNORECASE)
 
@@ -141,12 +146,11 @@ def own_credential(target: Target) -> Credential | None:
     return None
 
 
-def server_id(answer: Any, what: str = "lease") -> str:
+def server_id(value: str, what: str = "lease") -> str:
     """The id a server answered with, checked before it names a file (`~/.kube/lessor-<id>`) or
     a path: a DNS label, as every id lessor makes is (lessor.protocol.lease_ids). A server that
     sends anything else, malicious or intercepted, is refused instead of trusted."""
-    value = answer.get("id") if isinstance(answer, dict) else None
-    if not isinstance(value, str) or LEASE_ID.match(value) is None:
+    if LEASE_ID.match(value) is None:
         raise CliError(f"the server answered with a malformed {what} id", SERVER)
     return value
 
@@ -382,7 +386,9 @@ class Client:
         return raw
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        """An authenticated call; the parsed body, or ApiError for any 4xx/5xx."""
+        """An authenticated call; the parsed body, or ApiError for any 4xx/5xx. Commands read
+        an answer through its model (`get_model`, `call_model`); this is for answers nobody
+        reads (a release's 204)."""
 
         def attempt(credential: Credential) -> Any:
             response = self.send(method, path, body, credential)
@@ -392,8 +398,30 @@ class Client:
 
         return self.authenticated(attempt)
 
-    def create(self, path: str, body: dict[str, Any], *, keyed: bool = True) -> Any:
-        """A POST that creates one object, recovered as spec 4.3 says when its answer is lost.
+    def get_model(self, path: str, model: type[M]) -> M:
+        """GET `path`, its answer read as `model` (lessor.cli.answers)."""
+        return self.call_model("GET", path, model)
+
+    def get_models(self, path: str, model: type[M]) -> list[M]:
+        """GET a listing, its answer read as a list of `model`."""
+        return answers.read_list(model, self.call("GET", path), "GET", path)
+
+    def call_model(self, method: str, path: str, model: type[M], body: Any = None) -> M:
+        """An authenticated call whose answer is read as `model`: ApiError for a refusal,
+        MalformedAnswerError for an answer that does not fit."""
+        return answers.read(model, self.call(method, path, body), method, path)
+
+    def create(
+        self,
+        path: str,
+        body: dict[str, Any],
+        created: type[M],
+        recovered: type[N],
+        *,
+        keyed: bool = True,
+    ) -> M | N:
+        """A POST that creates one object, recovered as spec 4.3 says when its answer is lost:
+        the POST's answer as `created`, or the object read back as `recovered` (a GET's model).
 
         If the answer's status and headers arrived and its body did not, the request was
         received: the object is read from the Location the answer named, and the POST is never
@@ -402,7 +430,7 @@ class Client:
         object (rule 4); one without a key is not, since it could create a second.
         """
         try:
-            return self._create_or_recover(path, body)
+            return self._create_or_recover(path, body, created, recovered)
         except UnreachableError as error:
             if not keyed:
                 raise UnreachableError(
@@ -410,16 +438,23 @@ class Client:
                     "what exists",
                     SERVER,
                 ) from None
-        return self._create_or_recover(path, body)
+        return self._create_or_recover(path, body, created, recovered)
 
-    def _create_or_recover(self, path: str, body: dict[str, Any]) -> Any:
+    def _create_or_recover(
+        self, path: str, body: dict[str, Any], created: type[M], recovered: type[N]
+    ) -> M | N:
         try:
-            return self.call("POST", path, body)
+            return self.call_model("POST", path, created, body)
+        except answers.MalformedAnswerError as error:
+            # A success all the same: what it created exists, and is not to be created again.
+            raise answers.MalformedAnswerError(
+                f"{error}. It was created all the same: `lessor status` lists what exists"
+            ) from None
         except AnswerLostError as lost:
             location = urlsplit(lost.location or "").path
             if lost.status >= 400 or not location.startswith("/v1/"):
                 raise
-            return self.call("GET", location)
+            return self.get_model(location, recovered)
 
     def authenticated(self, attempt: Callable[[Credential], T]) -> T:
         """`attempt` with the current credential; when the session is refused (401) because it
@@ -460,13 +495,13 @@ class Client:
                 raise refusal
         else:
             raise refusal or CliError("no credential to log in with", AUTH)
-        granted = answer.body
-        expires = datetime.datetime.fromisoformat(granted["expires_at"].replace("Z", "+00:00"))
+        granted = answers.read(SessionIssued, answer.body, "POST", "/v1/login")
+        expires = datetime.datetime.fromisoformat(granted.expires_at.replace("Z", "+00:00"))
         session = sessions.Session(
-            token=granted["session_token"],
-            identity=granted["identity"],
-            method=granted["method"],
-            expires_at=granted["expires_at"],
+            token=granted.session_token,
+            identity=granted.identity,
+            method=granted.method,
+            expires_at=granted.expires_at,
             expires=expires.timestamp(),
             refresh_token=refresh_token,
             renew=renew,

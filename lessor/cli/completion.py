@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lessor.cli.limits import REQUEST_TIMEOUT_ENV, RETRY_BUDGET_ENV
+
+if TYPE_CHECKING:  # imported when the shell asks: a normal run pays nothing for completion
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 SHELLS = ("bash", "zsh", "fish")
 COMPLETION_TIMEOUT = 5.0
@@ -44,26 +49,30 @@ def complete(parser: argparse.ArgumentParser) -> None:
     argcomplete.autocomplete(parser)
 
 
-def _ask(parsed_args: argparse.Namespace, path: str) -> Any:
+def _ask(parsed_args: argparse.Namespace, path: str, model: type[M]) -> list[M]:
     from lessor.cli import context  # noqa: PLC0415 - only when the shell asks
 
     # This process only completes, then exits: a short wait, and no retries.
     os.environ[REQUEST_TIMEOUT_ENV] = str(timeout())
     os.environ[RETRY_BUDGET_ENV] = "0"
     try:
-        return context.client(parsed_args).call("GET", path)
+        return context.client(parsed_args).get_models(path, model)
     except Exception:
         return []
 
 
 def leases(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
-    found = _ask(parsed_args, "/v1/leases")
-    names = [lease["id"] for lease in found] + [lease.get("alias") or "" for lease in found]
+    from lessor.protocol.responses import LeaseSummary  # noqa: PLC0415 - only when asked
+
+    found = _ask(parsed_args, "/v1/leases", LeaseSummary)
+    names = [lease.id for lease in found] + [lease.alias or "" for lease in found]
     return [name for name in names if name and name.startswith(prefix)]
 
 
 def pools(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
-    names = [pool["name"] for pool in _ask(parsed_args, "/v1/pools")]
+    from lessor.protocol.responses import PoolRecord  # noqa: PLC0415 - only when asked
+
+    names = [pool.name for pool in _ask(parsed_args, "/v1/pools", PoolRecord)]
     return [name for name in names if name.startswith(prefix)]
 
 

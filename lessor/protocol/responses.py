@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lessor.protocol.durations import format_duration
 from lessor.protocol.error_reasons import Reason, SpecReason
+from lessor.protocol.json_object import Json
 from lessor.protocol.phases import (
     ClusterLeasePhase,
     ExecutionState,
@@ -343,3 +344,13 @@ class ExecutionLogs(ResponseBody):
     )
     stdout: ExecutionWindow
     stderr: ExecutionWindow
+
+
+def serialized(body: BaseModel) -> Json:
+    """The JSON of an answer's model, successes and errors alike: the one rule, stated here
+    only. Fields are spelt as the document spells them (the aliases: `statusUrl`, `exitCode`,
+    `queueDepth`, ...), and an answer holds exactly the fields its server set: one set to None
+    is null (a Pending lease's `expires_at`, which the spec lists among a listed lease's
+    fields), one never set is absent (the `alias` of a lease that has none). `exclude_none`
+    would drop those nulls, which clients have always received."""
+    return body.model_dump(mode="json", by_alias=True, exclude_unset=True)

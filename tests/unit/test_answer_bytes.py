@@ -16,7 +16,6 @@ import pytest
 from pydantic import BaseModel
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.errors import (
     BadRequestError,
     ForbiddenError,
@@ -62,6 +61,7 @@ from lessor.protocol.responses import (
     StatusAuth,
     StatusPool,
     StatusSandbox,
+    serialized,
 )
 from lessor.resources.access_policy import AccessPolicySpec
 from lessor.resources.cluster import ClusterPool

@@ -197,13 +197,28 @@ def test_man_pages_are_installed_with_the_package() -> None:
         assert found.stdout.strip() == str(installed / "lessor-lease.1")
 
 
+def pool_record(name: str, kind: str = "Cluster") -> dict[str, object]:
+    """A pool as `GET /v1/pools/NAME` answers it (lessor.protocol.responses.PoolRecord)."""
+    return {
+        "name": name, "resourceKind": kind, "capabilities": ["lease", "kubeconfig"],
+        "phase": "Healthy", "ready": 1, "leased": 0, "creating": 0, "recycling": 0,
+        "unhealthy": 0, "quarantined": 0, "queueDepth": 0,
+        "policy": {"mode": "fixed", "ttl": "1h", "warmTarget": 1},
+    }  # fmt: skip
+
+
 class HostileServer:
     """An endpoint that answers like lessor but names its lease `../../.bashrc`: a malicious or
     intercepted server, which the real one cannot be made into, so this one plays it."""
 
     def __init__(self, lease_id: str) -> None:
-        pool = {"name": "p", "resourceKind": "Cluster", "capabilities": ["lease", "kubeconfig"]}
-        lease = {"id": lease_id, "phase": "Bound", "profile": "p", "kubeconfig": "echo pwned\n"}
+        pool = pool_record("p")
+        # Both a created lease (202) and a read one: a well-formed answer but for its id.
+        lease = {
+            "id": lease_id, "phase": "Bound", "profile": "p", "queue_position": 0,
+            "effective_ttl": "1h", "expires_at": "2030-01-01T00:00:00Z",
+            "kubeconfig": "echo pwned\n",
+        }  # fmt: skip
         answers = {("GET", "/v1/pools/p"): (200, pool), ("POST", "/v1/leases"): (202, lease)}
 
         class Handler(BaseHTTPRequestHandler):
@@ -338,7 +353,8 @@ def test_a_bundle_url_that_is_not_http_is_never_opened(tmp_path: Path) -> None:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = json.dumps({
-                "url": secret.as_uri(), "expires_at": "2030-01-01T00:00:00Z", "size_bytes": 13,
+                "url": secret.as_uri(), "expires_at": "2030-01-01T00:00:00Z",
+                "captured_at": "2029-12-31T23:00:00Z", "size_bytes": 13, "truncated": False,
             }).encode()  # fmt: skip
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -456,7 +472,7 @@ def test_refusals_that_say_when_are_waited_out_and_reads_without_an_answer_retri
 ) -> None:
     server = Scripted(script)
     if args[0] == "lease":  # `lease` reads the pool first
-        server.script.insert(0, (200, {}, {"name": "pool-a", "resourceKind": "Cluster"}))
+        server.script.insert(0, (200, {}, pool_record("pool-a")))
         requests += 1
     try:
         result = lessor(
@@ -493,7 +509,7 @@ def test_options_between_the_pool_and_the_command_mean_what_they_mean_before_it(
 
 
 def test_a_create_that_got_no_answer_is_not_sent_again(tmp_path: Path) -> None:
-    server = Scripted([(200, {}, {"name": "pool-a", "resourceKind": "Cluster"}), "drop"])
+    server = Scripted([(200, {}, pool_record("pool-a")), "drop"])
     try:
         result = lessor(
             tmp_path, "--endpoint", server.url, "lease", "pool-a", "--no-wait",

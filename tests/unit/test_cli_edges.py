@@ -103,13 +103,18 @@ def test_target_names_complete_from_the_config(
 
 
 def _leases_server() -> Scripted:
-    cluster = {"id": CLUSTER_ID, "profile": "ci-small", "phase": "Bound", "alias": "pr-1"}
-    sandbox = {"id": SANDBOX_ID, "pool": "agents", "phase": "Ready"}
+    cluster = {"id": CLUSTER_ID, "phase": "Bound", "profile": "ci-small", "alias": "pr-1"}
+    sandbox = {
+        "id": SANDBOX_ID, "phase": "Ready", "pool": "agents", "ttl": "1h",
+        "provisioning_deadline": "2030-01-01T00:00:00Z", "extensions_count": 0,
+        "max_extensions": 3, "placement": {"lease_uid": "u-1"},
+    }  # fmt: skip
+    counts = {"ready": 1, "leased": 0, "creating": 0}
     status = {
         "version": "1",
-        "auth": {"methods": ["token"]},
-        "pools": [{"name": "ci-small", "ready": 1}, {"name": "agents", "ready": 2}],
-        "sandbox": {"served": True},
+        "auth": {"methods": ["token"], "sessions": []},
+        "pools": [{"name": "ci-small", **counts}, {"name": "agents", **counts}],
+        "sandbox": {"mode": "external", "served": True},
     }
     return Scripted(
         [
@@ -229,7 +234,11 @@ class _SlowLease:
                 if asked[0] > 1:
                     time.sleep(delay)
                 body = json.dumps(
-                    {"id": CLUSTER_ID, "phase": "Pending" if asked[0] == 1 else "Bound"}
+                    {
+                        "id": CLUSTER_ID,
+                        "phase": "Pending" if asked[0] == 1 else "Bound",
+                        "profile": "ci-small",
+                    }
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

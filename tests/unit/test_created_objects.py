@@ -10,7 +10,6 @@ from typing import Any, cast
 import pytest
 
 from lessor.apiserver.auth.authenticator import Principal
-from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.bodies import CreateLease, CreateSandboxLease
 from lessor.apiserver.leases.cluster_leases import LeaseService, requester_label
 from lessor.apiserver.policy.store import NamedPolicy
@@ -19,6 +18,7 @@ from lessor.apiserver.state.admission_limit import AdmissionLimiter, Decision
 from lessor.apiserver.state.kube import Kube
 from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import serialized
 from lessor.resources import labels
 from lessor.resources.access_policy import AccessPolicySpec, SandboxGrant
 from lessor.resources.base import ObjectMeta, instant_json, json_pointer

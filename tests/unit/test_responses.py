@@ -1,6 +1,6 @@
 """Answers are checked against the models the OpenAPI document is made of, the document's
 paths are the app's route table, and what each responder declares (its answer, its query, its
-publicness) is said once: the responder is held to it and the document made from it."""
+body, its publicness) is said once: the responder is held to it and the document made from it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from falcon import testing
 from pydantic import ValidationError
 
 from lessor.apiserver.http.answers import ResponseDriftError, responds
+from lessor.apiserver.http.bodies import CreateLease, Login
 from lessor.apiserver.http.errors import BadRequestError
 from lessor.apiserver.http.observe import add_error_handlers
 from lessor.apiserver.http.queries import query_of
@@ -145,6 +146,54 @@ def test_the_document_lists_a_responders_query_from_its_model() -> None:
     (parameter,) = api_document()["paths"]["/v1/leases/{lease_id}"]["get"]["parameters"]
     assert parameter["name"] == "waitSeconds" and parameter["required"] is False
     assert parameter["schema"] == {"type": "integer", "minimum": 0, "maximum": 30, "default": 0}
+
+
+class LoggingIn:
+    """A responder whose body may be left out, answering the TTL it was asked for."""
+
+    @responds(Expiry)
+    def on_post(self, req: falcon.Request, resp: falcon.Response, body: Login | None) -> None:
+        resp.media = Expiry(expires_at=body.ttl if body and body.ttl else "default")
+
+
+class ReadBody:
+    """What the observing middleware does first: the request's bytes, read once."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.body = req.bounded_stream.read()
+
+
+def logging_in(body: str | None) -> testing.Result:
+    app = falcon.App(middleware=[ReadBody()])
+    app.add_route("/login", LoggingIn())
+    add_error_handlers(app)
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    return testing.TestClient(app).simulate_post("/login", body=body, headers=headers)
+
+
+def test_a_responder_is_handed_its_body_parsed_into_the_model_it_declares() -> None:
+    assert logging_in('{"ttl": "2h"}').json == {"expires_at": "2h"}
+    assert logging_in(None).json == {"expires_at": "default"}, "this body may be left out"
+    refused = logging_in('{"ttl": "2h", "role": "admin"}')
+    assert refused.status_code == 400 and refused.json["code"] == "invalid_request"
+    assert "role" in refused.json["detail"]
+    assert logging_in("[1]").status_code == 400
+
+
+def test_a_body_not_typed_by_a_model_is_refused_where_it_is_declared() -> None:
+    with pytest.raises(TypeError, match="pydantic model"):
+
+        @responds(Expiry)
+        def on_post(self: object, req: falcon.Request, resp: falcon.Response, body: dict) -> None:  # type: ignore[type-arg]
+            pass
+
+
+def test_the_document_takes_each_request_body_from_its_responder() -> None:
+    paths = api_document()["paths"]
+    create = paths["/v1/leases"]["post"]["requestBody"]
+    assert create["required"] is True
+    assert create["content"]["application/json"]["schema"]["$ref"].endswith(CreateLease.__name__)
+    assert paths["/v1/login"]["post"]["requestBody"]["required"] is False
 
 
 def test_a_route_is_public_as_its_resource_says_and_so_is_its_operation() -> None:

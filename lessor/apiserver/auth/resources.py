@@ -13,7 +13,7 @@ from lessor.apiserver.auth.middleware import principal
 from lessor.apiserver.auth.sessions import DEFAULT_TTL
 from lessor.apiserver.http import metrics
 from lessor.apiserver.http.answers import responds
-from lessor.apiserver.http.bodies import Login, parse
+from lessor.apiserver.http.bodies import Login
 from lessor.apiserver.http.errors import BadRequestError, ForbiddenError, TooManyRequestsError
 from lessor.apiserver.http.resource import Resource
 from lessor.apiserver.state.admission_limit import AdmissionLimiter
@@ -38,7 +38,7 @@ class LoginResource(Resource[LoginServices]):
     DELETE with the session token logs it out on every replica."""
 
     @responds(SessionIssued)
-    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, body: Login | None) -> None:
         caller = principal(req)
         if caller.session is not None:
             raise BadRequestError("log in with a credential, not with a session token")
@@ -48,8 +48,7 @@ class LoginResource(Resource[LoginServices]):
                 " credentials (auth.sessions.methods): send the credential with each request",
                 reason="forbidden",
             )
-        request = parse(Login, req.context.body, req.content_type) if req.context.body else Login()
-        ttl = int(parse_duration(request.ttl).total_seconds()) if request.ttl else DEFAULT_TTL
+        ttl = int(parse_duration(body.ttl).total_seconds()) if body and body.ttl else DEFAULT_TTL
         if caller.method == "oidc":  # never longer than the token it was exchanged for
             ttl = min(ttl, int(caller.claims["exp"]) - int(time.time()))
         decision = self.services.logins.take(caller.owner)

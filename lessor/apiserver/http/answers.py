@@ -4,24 +4,29 @@ rule by which every answer's model becomes its JSON.
 `@responds(Model, status=...)` says it; the responder then only computes its answer, a `Model`
 (a list of them with `many=True`) put in `resp.media`. The wrapper sets the success status,
 hands the responder its parsed query (a `query` parameter of the responder's, typed by a Query
-model), checks that the answer is that model, and serializes it by `serialized`, so an answer
-cannot drift from the OpenAPI document, which is made from the same statement
-(lessor.apiserver.routes.openapi).
+model) and its parsed body (a `body` parameter, typed by the request's model; `Model | None`
+where the body may be left out), checks that the answer is that model, and serializes it by
+the one rule (lessor.protocol.responses.serialized, which the CLI writes `-o json` by too), so
+neither a request nor an answer can drift from the OpenAPI document, which is made from the
+same statement (lessor.apiserver.routes.openapi).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, get_type_hints
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import falcon
 from pydantic import BaseModel
 
+from lessor.apiserver.http.bodies import parse
 from lessor.apiserver.http.queries import Query, query_of
 from lessor.protocol.json_object import Json
+from lessor.protocol.responses import serialized
 
 ResponderT = TypeVar("ResponderT", bound=Callable[..., None])
 _ANSWER = "__answer__"
@@ -32,16 +37,6 @@ class ResponseDriftError(Exception):
     never a body that disagrees with the document."""
 
 
-def serialized(body: BaseModel) -> Json:
-    """The JSON of an answer's model, successes and errors alike: the one rule, stated here
-    only. Fields are spelt as the document spells them (the aliases: `statusUrl`, `exitCode`,
-    `queueDepth`, ...), and an answer holds exactly the fields its server set: one set to None
-    is null (a Pending lease's `expires_at`, which the spec lists among a listed lease's
-    fields), one never set is absent (the `alias` of a lease that has none). `exclude_none`
-    would drop those nulls, which clients have always received."""
-    return body.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-
 @dataclass(frozen=True)
 class Answer:
     """A responder's contract: read by its wrapper on every request, and by the document."""
@@ -50,6 +45,8 @@ class Answer:
     body: type[BaseModel] | None  # None: no JSON body (204, or text)
     many: bool  # a JSON array of `body`s
     query: type[Query] | None  # the query parameters the responder reads
+    request: type[BaseModel] | None  # the JSON body the responder reads
+    request_optional: bool  # the body may be left out (the responder gets None)
     # Other successes the responder may choose, with their bodies (an execution's 202).
     others: Mapping[int, type[BaseModel]] = field(default_factory=dict)
 
@@ -100,7 +97,9 @@ def responds(
     query string parsed into that parameter's model (a bad value is a 400)."""
 
     def declare(responder: ResponderT) -> ResponderT:
-        answer = Answer(status, body, many, _query_model(responder), others or {})
+        request, optional = _body_model(responder)
+        query = _query_model(responder)
+        answer = Answer(status, body, many, query, request, optional, others or {})
 
         @functools.wraps(responder)
         def answering(
@@ -108,6 +107,10 @@ def responds(
         ) -> None:
             if answer.query is not None:
                 params["query"] = query_of(req, answer.query)
+            if answer.request is not None:
+                sent = req.context.body
+                left_out = answer.request_optional and not sent
+                params["body"] = None if left_out else parse(answer.request, sent, req.content_type)
             resp.status = answer.status
             responder(resource, req, resp, **params)
             answered = answer.serialize(resp.status_code, resp.media)
@@ -124,6 +127,19 @@ def answer_of(responder: object) -> Answer | None:
     """The answer a responder declared with `responds`, if it did."""
     found = getattr(responder, _ANSWER, None)
     return found if isinstance(found, Answer) else None
+
+
+def _body_model(responder: Callable[..., None]) -> tuple[type[BaseModel] | None, bool]:
+    """The model of the responder's `body` parameter, and whether it may be None."""
+    if "body" not in inspect.signature(responder).parameters:
+        return None, False
+    hint = get_type_hints(responder)["body"]
+    models = [a for a in get_args(hint) if a is not type(None)]
+    is_union = get_origin(hint) in (Union, types.UnionType)
+    model = models[0] if is_union and len(models) == 1 else hint
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"{responder.__qualname__}: its body must be typed by a pydantic model")
+    return model, model is not hint
 
 
 def _query_model(responder: Callable[..., None]) -> type[Query] | None:

@@ -240,4 +240,7 @@ class ForwardQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    port: str = Field(pattern=r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$")
+    port: str = Field(
+        pattern=r"^([1-9][0-9]{0,4}|[a-z]([-a-z0-9]{0,13}[a-z0-9])?)$",
+        description="A port the pool declares, by number or name.",
+    )

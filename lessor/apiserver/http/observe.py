@@ -16,7 +16,6 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.http import audit, metrics, request_spans
-from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.client_address import FORWARDED_FOR, ClientAddress
 from lessor.apiserver.http.errors import (
     HttpError,
@@ -25,7 +24,7 @@ from lessor.apiserver.http.errors import (
     UnavailableError,
 )
 from lessor.protocol.json_object import Json
-from lessor.protocol.responses import Error
+from lessor.protocol.responses import Error, serialized
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from lessor.apiserver.auth.middleware import principal
 from lessor.apiserver.http.answers import responds
-from lessor.apiserver.http.bodies import CreateLease, ExtendLease, parse
+from lessor.apiserver.http.bodies import CreateLease, ExtendLease
 from lessor.apiserver.http.queries import Digits, Query
 from lessor.apiserver.http.resource import Resource
 from lessor.apiserver.http.shedding import set_aside
@@ -64,10 +64,8 @@ class LeaseWait(Query):
 
 class LeasesResource(Resource[LeaseServices]):
     @responds(LeaseCreated, status=202)
-    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        caller = principal(req)
-        request = parse(CreateLease, req.context.body, req.content_type)
-        created = self.services.leases.create(caller, request)
+    def on_post(self, req: falcon.Request, resp: falcon.Response, body: CreateLease) -> None:
+        created = self.services.leases.create(principal(req), body)
         resp.media = created
         # Where a client whose answer was cut short reads the lease (spec 4.3, rule 3).
         resp.set_header("Location", f"/v1/leases/{created.id}")
@@ -96,10 +94,10 @@ class LeaseResource(Resource[LeaseServices]):
         self.services.leases.release(principal(req), lease_id)
 
     @responds(Expiry)
-    def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
-        caller = principal(req)
-        request = parse(ExtendLease, req.context.body, req.content_type)
-        resp.media = self.services.leases.extend(caller, lease_id, request)
+    def on_patch(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, body: ExtendLease
+    ) -> None:
+        resp.media = self.services.leases.extend(principal(req), lease_id, body)
 
 
 class LeaseEventsResource(Resource[LeaseServices]):

@@ -16,14 +16,15 @@ from pydantic import BaseModel
 from lessor import __version__
 from lessor.apiserver.http.bodies import (
     MAX_COMMAND_BYTES,
+    AttachQuery,
     CreateExecution,
     CreateLease,
     CreateSandboxLease,
     ExtendLease,
     ExtendSandboxLease,
+    ForwardQuery,
     Login,
 )
-from lessor.apiserver.http.queries import Query
 from lessor.apiserver.routes.route import Route
 from lessor.apiserver.sandboxes.executions import MAX_RUNNING_PER_LEASE, WAIT_MARGIN
 from lessor.protocol.json_object import Json
@@ -120,8 +121,8 @@ def _body(model: type[BaseModel], many: bool) -> Json:
     return {"type": "array", "items": _ref(model)} if many else _ref(model)
 
 
-def _query_parameters(model: type[Query]) -> list[Json]:
-    """A Query model's fields as query parameters, in its order."""
+def _query_parameters(model: type[BaseModel]) -> list[Json]:
+    """A query model's fields as query parameters, in its order."""
     schema = model.model_json_schema(by_alias=True)
     required = set(schema.get("required", []))
     parameters = []
@@ -148,10 +149,9 @@ def _operation(
     summary: str,
     *,
     errors: tuple[int, ...],
-    request: type[BaseModel] | None = None,
 ) -> Json:
-    """The operation of `method` on `route`: its successes, query and security as the resource
-    declares them, and what the caller says."""
+    """The operation of `method` on `route`: its successes, query, body and security as the
+    resource declares them, and what the caller says."""
     answer = route.answer(method)
     ok = str(answer.status)
     responses: Json = {ok: {"description": summary}}
@@ -163,8 +163,9 @@ def _operation(
     operation: Json = {"summary": summary, "responses": responses}
     if answer.query is not None:
         operation["parameters"] = _query_parameters(answer.query)
-    if request is not None:
-        operation["requestBody"] = {"required": True, "content": _json(_ref(request))}
+    if answer.request is not None:
+        required = not answer.request_optional
+        operation["requestBody"] = {"required": required, "content": _json(_ref(answer.request))}
     if route.public:
         operation["security"] = []
     return operation
@@ -180,11 +181,7 @@ def _header(description: str) -> Json:
 
 def _sandbox_create(route: Route) -> Json:
     operation = _operation(
-        route,
-        "post",
-        "Create a Sandbox lease (alpha)",
-        errors=(400, 401, 503, 403, 404, 409, 429),
-        request=CreateSandboxLease,
+        route, "post", "Create a Sandbox lease (alpha)", errors=(400, 401, 503, 403, 404, 409, 429)
     )
     operation["responses"]["202"]["headers"] = {"Location": _header("/v1/sandbox-leases/{id}")}
     retry_after = "Seconds; only with reason `rate_limited`, never with `concurrency_limit`."
@@ -192,9 +189,9 @@ def _sandbox_create(route: Route) -> Json:
     return operation
 
 
-def _stream(route: Route, kind: str, parameters: list[tuple[str, bool, Json]]) -> Json:
+def _stream(route: Route, kind: str, query: type[BaseModel]) -> Json:
     """The WebSocket is answered in front of Falcon (lessor.apiserver.sandboxes.upgrade), which
-    parses these parameters itself (AttachQuery, ForwardQuery): they are described here."""
+    parses its query itself, into `query`: the parameters are described from that model."""
     operation = _operation(
         route,
         "get",
@@ -204,10 +201,7 @@ def _stream(route: Route, kind: str, parameters: list[tuple[str, bool, Json]]) -
     )
     operation["responses"]["101"]["description"] = "Switching Protocols: the session begins"
     operation["responses"]["426"]["description"] = "the request did not ask for the upgrade"
-    operation["parameters"] = [
-        {"name": name, "in": "query", "required": required, "schema": schema}
-        for name, required, schema in parameters
-    ]
+    operation["parameters"] = _query_parameters(query)
     return operation
 
 
@@ -217,7 +211,6 @@ def _execution_create(route: Route) -> Json:
         "post",
         "Run a command in the Sandbox (alpha): 200 once it ended, 202 when detached",
         errors=(400, 401, 503, 404, 409, 429, 501),
-        request=CreateExecution,
     )
     location = {"Location": _header(EXECUTION_LOCATION)}
     responses = operation["responses"]
@@ -252,11 +245,7 @@ COMMON = (400, 401, 503)
 
 def leases(route: Route) -> Json:
     create = _operation(
-        route,
-        "post",
-        "Create a cluster lease",
-        errors=(*COMMON, 403, 404, 409, 429),
-        request=CreateLease,
+        route, "post", "Create a cluster lease", errors=(*COMMON, 403, 404, 409, 429)
     )
     create["responses"]["202"]["headers"] = {"Location": _header("/v1/leases/{id}")}
     retry_after = "Seconds; with code `rate_limited` or `overloaded`, never `concurrency_limit`."
@@ -271,9 +260,7 @@ def lease(route: Route) -> Json:
     return {
         "get": _operation(route, "get", "One lease", errors=(*COMMON, 404)),
         "delete": _operation(route, "delete", "Release", errors=(*COMMON, 404, 409)),
-        "patch": _operation(
-            route, "patch", "Extend the TTL", errors=(*COMMON, 404, 409), request=ExtendLease
-        ),
+        "patch": _operation(route, "patch", "Extend the TTL", errors=(*COMMON, 404, 409)),
     }
 
 
@@ -316,11 +303,7 @@ def sandbox_lease(route: Route) -> Json:
     return {
         "get": _operation(route, "get", "One Sandbox lease (alpha)", errors=(*COMMON, 404)),
         "patch": _operation(
-            route,
-            "patch",
-            "Extend a Ready Sandbox lease (alpha)",
-            errors=(*COMMON, 404, 409),
-            request=ExtendSandboxLease,
+            route, "patch", "Extend a Ready Sandbox lease (alpha)", errors=(*COMMON, 404, 409)
         ),
         "delete": _operation(
             route, "delete", "Request release (alpha)", errors=(*COMMON, 403, 404, 409)
@@ -334,16 +317,11 @@ def sandbox_logs(route: Route) -> Json:
 
 
 def attach(route: Route) -> Json:
-    options: list[tuple[str, bool, Json]] = [
-        ("container", False, {"type": "string"}),
-        ("tty", False, {"type": "boolean", "default": False}),
-    ]
-    return {"get": _stream(route, "Attach", options)}
+    return {"get": _stream(route, "Attach", AttachQuery)}
 
 
 def port_forward(route: Route) -> Json:
-    port = {"type": "string", "description": "declared number or name"}
-    return {"get": _stream(route, "Port-forward", [("port", True, port)])}
+    return {"get": _stream(route, "Port-forward", ForwardQuery)}
 
 
 def executions(route: Route) -> Json:
@@ -380,11 +358,7 @@ def _rate_limited(responses: Json, what: str, setting: str) -> None:
 
 def login(route: Route) -> Json:
     create = _operation(
-        route,
-        "post",
-        "Exchange a credential for a session",
-        errors=(*COMMON, 409, 429),
-        request=Login,
+        route, "post", "Exchange a credential for a session", errors=(*COMMON, 409, 429)
     )
     responses = create["responses"]
     responses["409"]["description"] = (

@@ -27,7 +27,6 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Principal
 from lessor.apiserver.http import metrics
-from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.bodies import CreateExecution
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -46,7 +45,13 @@ from lessor.protocol.backoff import Backoff
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.json_object import Json
 from lessor.protocol.phases import EXECUTION_FINISHED
-from lessor.protocol.responses import Execution, ExecutionLogs, ExecutionResult, ExecutionWindow
+from lessor.protocol.responses import (
+    Execution,
+    ExecutionLogs,
+    ExecutionResult,
+    ExecutionWindow,
+    serialized,
+)
 from lessor.protocol.runner import OUTPUT_CAP
 from lessor.protocol.sandbox_limits import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from lessor.protocol.timestamps import utcnow

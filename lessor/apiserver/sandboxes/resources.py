@@ -22,7 +22,6 @@ from lessor.apiserver.http.bodies import (
     CreateExecution,
     CreateSandboxLease,
     ExtendSandboxLease,
-    parse,
 )
 from lessor.apiserver.http.errors import HttpNotFoundError, UpgradeRequiredError
 from lessor.apiserver.http.queries import Digits, Query
@@ -94,10 +93,9 @@ class SandboxResource(Resource[SandboxServices]):
 
 class SandboxLeasesResource(SandboxResource):
     @responds(SandboxLeaseCreated, status=202)
-    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, body: CreateSandboxLease) -> None:
         caller, service = self.served(req)
-        request = parse(CreateSandboxLease, req.context.body, req.content_type)
-        created = service.create(caller, request)
+        created = service.create(caller, body)
         resp.media = created
         resp.set_header("Location", f"/v1/sandbox-leases/{created.id}")
 
@@ -114,10 +112,11 @@ class SandboxLeaseResource(SandboxResource):
         resp.media = service.read(caller, lease_id)
 
     @responds(SandboxExpiry)
-    def on_patch(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+    def on_patch(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, body: ExtendSandboxLease
+    ) -> None:
         caller, service = self.served(req)
-        request = parse(ExtendSandboxLease, req.context.body, req.content_type)
-        resp.media = service.extend(caller, lease_id, request)
+        resp.media = service.extend(caller, lease_id, body)
 
     @responds(status=204)
     def on_delete(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
@@ -137,18 +136,17 @@ class SandboxLogsResource(SandboxResource):
 class ExecutionsResource(SandboxResource):
     # 200: it ended, with its output; 202: detached, or no outcome yet (routes/openapi.py).
     @responds(ExecutionResult, others={202: Execution})
-    def on_post(self, req: falcon.Request, resp: falcon.Response, lease_id: str) -> None:
+    def on_post(
+        self, req: falcon.Request, resp: falcon.Response, lease_id: str, body: CreateExecution
+    ) -> None:
         caller, _ = self.served(req)
-        request = parse(CreateExecution, req.context.body, req.content_type)
         held = self.services.held
-        waits = not request.detach
+        waits = not body.detach
         with held.hold("execution", caller.owner) if waits else nullcontext(False) as may:
             if may:
                 set_aside(req)  # held for as long as its command runs, in a bound of its own
             gone = client_gone(req, "execution")
-            status, execution = self.services.executions.create(
-                caller, lease_id, request, may, gone
-            )
+            status, execution = self.services.executions.create(caller, lease_id, body, may, gone)
         resp.status = status
         resp.media = execution
         resp.set_header("Location", f"/v1/sandbox-leases/{lease_id}/executions/{execution.id}")

@@ -26,7 +26,6 @@ from kubernetes.client.exceptions import ApiException
 
 from lessor.apiserver.auth.authenticator import Authenticator, Principal
 from lessor.apiserver.http import audit, metrics
-from lessor.apiserver.http.answers import serialized
 from lessor.apiserver.http.client_address import ClientAddress, networks
 from lessor.apiserver.http.errors import (
     BadRequestError,
@@ -40,6 +39,7 @@ from lessor.apiserver.sandboxes.stream_bridge import Limits, StreamSession
 from lessor.apiserver.sandboxes.streams import PodStream, SandboxStreamService
 from lessor.apiserver.sandboxes.websocket import HandshakeError, WebSocket, handshake, is_upgrade
 from lessor.apiserver.state.session_slots import SessionSlots
+from lessor.protocol.responses import serialized
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"^/v1/sandbox-leases/([^/]+)/(attach|port-forward)$")

@@ -13,6 +13,7 @@ import time
 from typing import Any, get_args
 
 from lessor.cli import context, kubeconfigs, output
+from lessor.cli.answers import as_sent
 from lessor.cli.client import Client
 from lessor.cli.commands.leases import resolve
 from lessor.cli.errors import TIMEOUT, USAGE, ApiError, CliError
@@ -24,6 +25,7 @@ from lessor.protocol.phases import (
     ClusterLeasePhase,
     SandboxLeasePhase,
 )
+from lessor.protocol.responses import Lease, LeaseEvent, LeaseSummary, SandboxLease
 
 # Seconds a GET of a Pending cluster lease may wait for it to change (as `lessor lease`).
 _LONG_POLL = 20
@@ -40,82 +42,91 @@ def _name(sandbox: bool, lease_id: str) -> tuple[str, str]:
     return ("sandbox" if sandbox else "lease"), lease_id
 
 
+def _pool(lease: LeaseSummary | SandboxLease) -> str:
+    """The pool a lease is from: a cluster lease names it `profile`, a Sandbox lease `pool`."""
+    return lease.profile if isinstance(lease, LeaseSummary) else lease.pool
+
+
+def _kind(lease: LeaseSummary | SandboxLease) -> str:
+    return "Cluster" if isinstance(lease, LeaseSummary) else "Sandbox"
+
+
 def get(args: argparse.Namespace) -> int:
     client = context.client(args)
     if args.lease_id is None:
         return _list(client, args)
     sandbox, lease_id = resolve(client, args.lease_id)
-    lease: dict[str, Any] = client.call("GET", _path(sandbox, lease_id))
-    # A credential is never printed: `lessor kubeconfig` writes it to a private file.
-    has_kubeconfig = bool(lease.pop("kubeconfig", None))
+    lease = _read(client, sandbox, _path(sandbox, lease_id))
     if output.wants_names(args):
-        output.names([_name(sandbox, lease["id"])])
+        output.names([_name(sandbox, lease.id)])
         return 0
-    events = [] if sandbox else _events(client, lease["id"])
+    events = [] if sandbox else _events(client, lease.id)
     if output.wants_json(args):
-        kind = "Sandbox" if sandbox else "Cluster"
-        output.emit(args, {**lease, "kind": kind, **({} if sandbox else {"events": events})})
+        # A credential is never printed: `lessor kubeconfig` writes it to a private file.
+        shown = {key: value for key, value in as_sent(lease).items() if key != "kubeconfig"}
+        listed = {} if sandbox else {"events": [as_sent(event) for event in events]}
+        output.emit(args, {**shown, "kind": _kind(lease), **listed})
         return 0
-    rows: list[tuple[str, object]] = [("lease", lease["id"])]
-    if lease.get("alias"):
-        rows.append(("name", lease["alias"]))
-    rows += [
-        ("pool", lease.get("profile") or lease.get("pool")),
-        ("kind", "Sandbox" if sandbox else "Cluster"),
-        ("phase", lease["phase"]),
-    ]
-    if lease.get("queue_position"):
-        rows.append(("queue position", lease["queue_position"]))
-    if lease.get("expires_at"):
-        rows.append(("expires", output.until(lease["expires_at"])))
-    health = lease.get("cluster_health")
-    if health:
-        state = "healthy" if health["healthy"] else "unhealthy"
-        rows.append(("cluster", f"{state} since {health['since']}: {health['message']}"))
-    if lease.get("message"):
-        rows.append(("message", lease["message"]))
-    if has_kubeconfig:
-        rows.append(("kubeconfig", f"`lessor kubeconfig {lease['id']}` writes it"))
-    output.fields(rows)
+    output.fields(_rows(lease))
     if events:
         print("\nEvents:")
         output.table(["TYPE", "REASON", "AGE", "MESSAGE"], [_event_row(e) for e in events])
     return 0
 
 
-def _events(client: Client, lease_id: str) -> list[dict[str, Any]]:
+def _rows(lease: Lease | SandboxLease) -> list[tuple[str, object]]:
+    """`lessor get LEASE`'s lines: what both kinds have, in one order, and each kind's own."""
+    cluster = lease if isinstance(lease, Lease) else None
+    rows: list[tuple[str, object]] = [("lease", lease.id)]
+    if lease.alias:
+        rows.append(("name", lease.alias))
+    rows += [("pool", _pool(lease)), ("kind", _kind(lease)), ("phase", lease.phase)]
+    if cluster and cluster.queue_position:
+        rows.append(("queue position", cluster.queue_position))
+    if lease.expires_at:
+        rows.append(("expires", output.until(lease.expires_at)))
+    health = cluster.cluster_health if cluster else None
+    if health:
+        state = "healthy" if health.healthy else "unhealthy"
+        rows.append(("cluster", f"{state} since {health.since}: {health.message}"))
+    if isinstance(lease, SandboxLease) and lease.message:
+        rows.append(("message", lease.message))
+    if cluster and cluster.kubeconfig:
+        rows.append(("kubeconfig", f"`lessor kubeconfig {lease.id}` writes it"))
+    return rows
+
+
+def _events(client: Client, lease_id: str) -> list[LeaseEvent]:
     """The lease's recent Events, oldest first, as `kubectl describe` ends with them; none
     from a server that does not serve them (older than 0.3)."""
     try:
-        events: list[dict[str, Any]] = client.call("GET", f"/v1/leases/{lease_id}/events")
+        return client.get_models(f"/v1/leases/{lease_id}/events", LeaseEvent)
     except ApiError as error:
         if error.status != 404:
             raise
         return []
-    return events
 
 
-def _event_row(event: dict[str, Any]) -> list[object]:
-    seen = output.age(event.get("last_seen"))
-    if event.get("count", 1) > 1:  # `3m (x4 over 10m)`, as kubectl folds repeats
-        seen += f" (x{event['count']} over {output.age(event.get('first_seen'))})"
-    return [event.get("type"), event.get("reason"), seen, event.get("message")]
+def _event_row(event: LeaseEvent) -> list[object]:
+    seen = output.age(event.last_seen)
+    if event.count > 1:  # `3m (x4 over 10m)`, as kubectl folds repeats
+        seen += f" (x{event.count} over {output.age(event.first_seen)})"
+    return [event.type, event.reason, seen, event.message]
 
 
 def _list(client: Client, args: argparse.Namespace) -> int:
-    leases = [{**lease, "kind": "Cluster"} for lease in client.call("GET", "/v1/leases")]
+    leases: list[LeaseSummary | SandboxLease] = []
+    leases += client.get_models("/v1/leases", LeaseSummary)
     try:
-        sandboxes = client.call("GET", "/v1/sandbox-leases")
+        leases += client.get_models("/v1/sandbox-leases", SandboxLease)
     except ApiError as error:
         if error.status != 404:  # the Sandbox API is not served here
             raise
-        sandboxes = []
-    leases += [{**lease, "kind": "Sandbox"} for lease in sandboxes]
     if output.wants_names(args):
-        output.names([_name(lease["kind"] == "Sandbox", lease["id"]) for lease in leases])
+        output.names([_name(isinstance(lease, SandboxLease), lease.id) for lease in leases])
         return 0
     if output.wants_json(args):
-        output.emit(args, leases)
+        output.emit(args, [{**as_sent(lease), "kind": _kind(lease)} for lease in leases])
         return 0
     written = kubeconfigs.written()
     wide = args.output == "wide"
@@ -124,17 +135,16 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         headers += ["EXPIRES AT", "KUBECONFIG"]
     rows = []
     for lease in leases:
-        expires = lease.get("expires_at")
         row = [
-            lease["id"],
-            lease.get("alias") or "-",
-            lease.get("profile") or lease.get("pool"),
-            lease["kind"],
-            lease["phase"],
-            output.relative(expires),
+            lease.id,
+            lease.alias or "-",
+            _pool(lease),
+            _kind(lease),
+            lease.phase,
+            output.relative(lease.expires_at),
         ]
         if wide:
-            row += [expires or "-", ", ".join(written.get(lease["id"], [])) or "-"]
+            row += [lease.expires_at or "-", ", ".join(written.get(lease.id, [])) or "-"]
         rows.append(row)
     output.table(headers, rows, no_headers=args.no_headers)
     return 0
@@ -145,20 +155,23 @@ def kubeconfig(args: argparse.Namespace) -> int:
     sandbox, lease_id = resolve(client, args.lease_id)
     if sandbox:
         raise CliError(f"{lease_id} is a Sandbox lease: sandboxes have no kubeconfig", USAGE)
-    lease = client.call("GET", _path(False, lease_id))
-    if not lease.get("kubeconfig"):
+    lease = client.get_model(_path(False, lease_id), Lease)
+    if not lease.kubeconfig:
+        usable = CLUSTER_LEASE.usable
+        waiting = CLUSTER_LEASE.waiting(lease.phase)
+        hint = f" (`lessor wait {lease_id} --for {usable}`)" if waiting else ""
         raise CliError(
-            f"lease {lease_id} is {lease['phase']}: a kubeconfig exists only while it is Bound"
-            + (f" (`lessor wait {lease_id} --for Bound`)" if lease["phase"] == "Pending" else ""),
+            f"lease {lease_id} is {lease.phase}: a kubeconfig exists only while it is {usable}"
+            + hint
         )
     result: dict[str, Any] = {"id": lease_id}
     allow = args.allow_unsafe_kubeconfig  # review N11: refused unless the user says otherwise
     if args.merge:
-        path, name = kubeconfigs.merge(lease_id, lease["kubeconfig"], allow_unsafe=allow)
+        path, name = kubeconfigs.merge(lease_id, lease.kubeconfig, allow_unsafe=allow)
         result.update(kubeconfig=str(path), context=name)
         message = f"merged into {path} as context {name}: kubectl --context {name} get nodes"
     else:
-        path = kubeconfigs.write(lease_id, lease["kubeconfig"], args.kubeconfig, allow_unsafe=allow)
+        path = kubeconfigs.write(lease_id, lease.kubeconfig, args.kubeconfig, allow_unsafe=allow)
         result.update(kubeconfig=str(path))
         message = f"wrote {path}: KUBECONFIG={path} kubectl get nodes"
     if output.wants_json(args):
@@ -185,25 +198,37 @@ def wait(args: argparse.Namespace) -> int:
     pause = _FIRST_PAUSE
     while True:
         left = deadline - time.monotonic()
-        lease: dict[str, Any] = client.call("GET", _wait_path(sandbox, lease_id, left))
-        if lease["phase"] == args.phase:
+        phase = _phase(client, sandbox, lease_id, left)
+        if phase == args.phase:
             break
-        if lease["phase"] in finished:
+        if phase in finished:
             progress.clear()
-            raise CliError(f"lease {lease_id} ended {lease['phase']}, never {args.phase}")
+            raise CliError(f"lease {lease_id} ended {phase}, never {args.phase}")
         if time.monotonic() >= deadline:
             progress.clear()
-            raise CliError(f"lease {lease_id} is {lease['phase']} after {args.timeout}", TIMEOUT)
-        progress.update(f"lease {lease_id}: {lease['phase']}, waiting for {args.phase}")
-        if lease["phase"] != "Pending" or sandbox:  # no long poll holds it: pause, growing
+            raise CliError(f"lease {lease_id} is {phase} after {args.timeout}", TIMEOUT)
+        progress.update(f"lease {lease_id}: {phase}, waiting for {args.phase}")
+        if sandbox or not CLUSTER_LEASE.waiting(phase):  # no long poll holds it: pause, growing
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 1.5, _MAX_PAUSE)
     progress.clear()
     if output.wants_json(args):
-        output.emit(args, {"id": lease_id, "phase": lease["phase"]})
+        output.emit(args, {"id": lease_id, "phase": phase})
     else:
-        print(f"lease {lease_id} is {lease['phase']}")
+        print(f"lease {lease_id} is {phase}")
     return 0
+
+
+def _phase(client: Client, sandbox: bool, lease_id: str, left: float) -> str:
+    """The lease's phase now, or once it changed (a cluster lease's long poll)."""
+    return _read(client, sandbox, _wait_path(sandbox, lease_id, left)).phase
+
+
+def _read(client: Client, sandbox: bool, path: str) -> Lease | SandboxLease:
+    """A lease of either kind, read through its kind's model."""
+    if sandbox:
+        return client.get_model(path, SandboxLease)
+    return client.get_model(path, Lease)
 
 
 def _wait_path(sandbox: bool, lease_id: str, left: float) -> str:

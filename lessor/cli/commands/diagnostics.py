@@ -18,27 +18,29 @@ import urllib.request
 from pathlib import Path
 
 from lessor.cli import context, output
+from lessor.cli.answers import as_sent
 from lessor.cli.errors import SERVER, CliError
+from lessor.protocol.responses import DiagnosticsBundle
 
 DOWNLOAD_TIMEOUT = 60.0
 
 
 def diagnostics(args: argparse.Namespace) -> int:
     client = context.client(args)
-    answer = client.call("GET", f"/v1/leases/{args.lease_id}/diagnostics")
+    bundle = client.get_model(f"/v1/leases/{args.lease_id}/diagnostics", DiagnosticsBundle)
     written = None
     if args.download is not None:
         written = Path(args.download or f"lessor-diagnostics-{args.lease_id}.tar.gz")
-        download(str(answer["url"]), written)
+        download(bundle.url, written)
     if output.wants_json(args):
-        output.emit(args, {**answer, **({"file": str(written)} if written else {})})
+        output.emit(args, {**as_sent(bundle), **({"file": str(written)} if written else {})})
         return 0
     if written is not None:
-        print(f"wrote {written} ({answer['size_bytes']} bytes)")
+        print(f"wrote {written} ({bundle.size_bytes} bytes)")
     else:
-        print(answer["url"])
-        print(f"valid {output.until(answer['expires_at'])}, {answer['size_bytes']} bytes")
-    if answer.get("truncated"):
+        print(bundle.url)
+        print(f"valid {output.until(bundle.expires_at)}, {bundle.size_bytes} bytes")
+    if bundle.truncated:
         print("note: the bundle is incomplete (the pool's size or time limit); see capture.json")
     return 0
 

@@ -21,7 +21,19 @@ from lessor.cli.commands.sandbox import wait_ready
 from lessor.cli.errors import INTERRUPTED, REFUSED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import parse_duration
-from lessor.protocol.phases import CLUSTER_LEASE
+from lessor.protocol.phases import CLUSTER_LEASE, SANDBOX_LEASE
+from lessor.protocol.responses import (
+    Lease,
+    LeaseCreated,
+    LeaseSummary,
+    PoolRecord,
+    SandboxLease,
+    SandboxLeaseCreated,
+)
+
+# What `create` hands back: the POST's answer, the lease read back from the Location of an
+# answer that was cut short (a Lease), or the caller's listed lease that --ensure reuses.
+Created = LeaseCreated | LeaseSummary
 
 _FIRST_POLL, _MAX_POLL = 0.1, 1.0
 # Seconds each GET may wait for the lease to change: well under the client's 30 s socket timeout.
@@ -58,23 +70,26 @@ def seconds(flag: str, value: str | None) -> float | None:
         raise CliError(f"{flag}: {error}", USAGE) from None
 
 
-def _existing(client: Client, pool: str, alias: str) -> dict[str, Any] | None:
-    for lease in client.call("GET", "/v1/leases"):
-        if lease.get("alias") == alias:
-            if lease["profile"] != pool:
+def _existing(client: Client, pool: str, alias: str) -> LeaseSummary | None:
+    for lease in client.get_models("/v1/leases", LeaseSummary):
+        if lease.alias == alias:
+            if lease.profile != pool:
                 raise CliError(
-                    f"your lease {lease['id']} named {alias} is from pool {lease['profile']}, "
-                    f"not {pool}",
+                    f"your lease {lease.id} named {alias} is from pool {lease.profile}, not {pool}",
                     REFUSED,
                 )
-            found: dict[str, Any] = lease
-            return found
+            return lease
     return None
+
+
+def _queue_position(lease: Created) -> int | None:
+    """A created or read lease's place in its pool's queue; a listed one says none."""
+    return lease.queue_position if isinstance(lease, LeaseCreated | Lease) else None
 
 
 def create(
     client: Client, args: argparse.Namespace, metadata: dict[str, Any] | None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[Created, bool]:
     """(the lease, whether it was reused)."""
     if args.ensure:
         found = _existing(client, args.pool, args.name)
@@ -89,7 +104,7 @@ def create(
         body["metadata"] = metadata
     try:
         # No idempotency key on cluster leases (spec 4.1): recovered from Location, never resent.
-        return client.create("/v1/leases", body, keyed=False), False
+        return client.create("/v1/leases", body, LeaseCreated, Lease, keyed=False), False
     except ApiError as error:
         # Two `--ensure` runs raced and the other created it first: use that one.
         if args.ensure and error.reason == "alias_active":
@@ -101,24 +116,24 @@ def create(
 
 def wait_bound(
     client: Client, lease_id: str, timeout: float | None, progress: Progress
-) -> dict[str, Any]:
-    """Long polls (`waitSeconds`): each answer comes when the lease changed, so the kubeconfig
-    arrives the moment the lease is bound. An answer that comes back early and unchanged (a
-    server that does not wait, one that is stopping) is followed by a pause that grows, as
-    plain polling would be."""
+) -> tuple[Lease, str]:
+    """(the lease once Bound, its kubeconfig). Long polls (`waitSeconds`): each answer comes
+    when the lease changed, so the kubeconfig arrives the moment the lease is bound. An answer
+    that comes back early and unchanged (a server that does not wait, one that is stopping) is
+    followed by a pause that grows, as plain polling would be."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pause, previous = _FIRST_POLL, None
     while True:
         left = _LONG_POLL if deadline is None else deadline - time.monotonic()
         wait = max(0, int(min(_LONG_POLL, left)))
         asked = time.monotonic()
-        lease: dict[str, Any] = client.call("GET", f"/v1/leases/{lease_id}?waitSeconds={wait}")
-        phase = lease.get("phase")
-        if phase == "Bound" and lease.get("kubeconfig"):
-            return lease
+        lease = client.get_model(f"/v1/leases/{lease_id}?waitSeconds={wait}", Lease)
+        phase = lease.phase
+        if phase == CLUSTER_LEASE.usable and lease.kubeconfig:
+            return lease, lease.kubeconfig
         if phase in CLUSTER_LEASE.ended:
             raise CliError(f"lease {lease_id} ended while waiting: {phase}")
-        queue = lease.get("queue_position")
+        queue = lease.queue_position
         progress.update(
             f"lease {lease_id}: {phase}" + (f", queue position {queue}" if queue else "")
         )
@@ -151,11 +166,11 @@ def run(args: argparse.Namespace) -> int:
     seconds("--ttl", args.ttl)  # a typo fails here, before any request
     metadata = metadata_from(args.metadata_json)
     client = context.client(args)
-    pool = client.call("GET", f"/v1/pools/{args.pool}")
-    if pool.get("resourceKind") == "Sandbox":
+    pool = client.get_model(f"/v1/pools/{args.pool}", PoolRecord)
+    if pool.resource_kind == "Sandbox":
         return _sandbox(client, args, pool, metadata, timeout)
     lease, reused = create(client, args, metadata)
-    lease_id = server_id(lease)
+    lease_id = server_id(lease.id)
     progress = Progress()
     # From the moment the lease exists, an interrupt releases it (unless it was reused): the
     # guard starts here, before anything is shown, so no Ctrl-C can fall between the two.
@@ -166,51 +181,51 @@ def run(args: argparse.Namespace) -> int:
         raise give_up(client, lease_id, reused, "interrupted", INTERRUPTED) from None
     except TimeoutError:
         progress.clear()
-        why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+        why = f"lease {lease_id} was not {CLUSTER_LEASE.usable} within {args.wait_timeout}"
         raise give_up(client, lease_id, reused, why, TIMEOUT) from None
 
 
 def _finish(
     client: Client,
     args: argparse.Namespace,
-    pool: dict[str, Any],
-    lease: dict[str, Any],
+    pool: PoolRecord,
+    lease: Created,
     *,
     reused: bool,
     timeout: float | None,
     progress: Progress,
 ) -> int:
     """Wait for the lease (unless --no-wait), write its kubeconfig and report."""
-    lease_id = lease["id"]
+    lease_id = lease.id
     result: dict[str, Any] = {
         "id": lease_id,
-        "profile": lease["profile"],
-        "kind": pool.get("resourceKind", "Cluster"),
-        "capabilities": pool.get("capabilities", []),
+        "profile": lease.profile,
+        "kind": pool.resource_kind,
+        "capabilities": pool.capabilities,
         "reused": reused,
     }
-    if lease.get("alias") or args.name:
-        result["alias"] = lease.get("alias") or args.name
+    if lease.alias or args.name:
+        result["alias"] = lease.alias or args.name
     if args.no_wait:
-        result.update(phase=lease["phase"], queue_position=lease.get("queue_position"))
+        result.update(phase=lease.phase, queue_position=_queue_position(lease))
         return _report(args, result)
-    progress.update(f"lease {lease_id}: {lease['phase']}")
-    bound = wait_bound(client, lease_id, timeout, progress)
+    progress.update(f"lease {lease_id}: {lease.phase}")
+    bound, kubeconfig = wait_bound(client, lease_id, timeout, progress)
     progress.clear()
     allow = args.allow_unsafe_kubeconfig
     try:  # a kubeconfig refused (review N11) is a lease nobody can use: released as on timeout
-        kubeconfigs.checked(lease_id, bound["kubeconfig"], allow_unsafe=allow)
+        kubeconfigs.checked(lease_id, kubeconfig, allow_unsafe=allow)
     except CliError as error:
         raise give_up(client, lease_id, reused, str(error), error.code) from None
-    path = kubeconfigs.write(lease_id, bound["kubeconfig"], args.kubeconfig, allow_unsafe=allow)
-    result.update(phase=bound["phase"], expires_at=bound.get("expires_at"), kubeconfig=str(path))
+    path = kubeconfigs.write(lease_id, kubeconfig, args.kubeconfig, allow_unsafe=allow)
+    result.update(phase=bound.phase, expires_at=bound.expires_at, kubeconfig=str(path))
     return _report(args, result)
 
 
 def _sandbox(
     client: Client,
     args: argparse.Namespace,
-    pool: dict[str, Any],
+    pool: PoolRecord,
     metadata: dict[str, Any] | None,
     timeout: float | None,
 ) -> int:
@@ -227,8 +242,9 @@ def _sandbox(
         body["ttl"] = args.ttl
     if args.name:
         body["alias"] = args.name
-    lease = client.create("/v1/sandbox-leases", body)  # the key: one lease, even if retried
-    lease_id = server_id(lease)
+    # The key: one lease, even if retried.
+    lease = client.create("/v1/sandbox-leases", body, SandboxLeaseCreated, SandboxLease)
+    lease_id = server_id(lease.id)
     progress = Progress()
     try:  # from the moment the lease exists, as for a cluster lease
         return _finish_sandbox(client, args, pool, lease, timeout=timeout, progress=progress)
@@ -237,34 +253,35 @@ def _sandbox(
         raise _give_up_sandbox(client, lease_id, "interrupted", INTERRUPTED) from None
     except TimeoutError:
         progress.clear()
-        why = f"sandbox lease {lease_id} was not Ready within {args.wait_timeout}"
+        usable = SANDBOX_LEASE.usable
+        why = f"sandbox lease {lease_id} was not {usable} within {args.wait_timeout}"
         raise _give_up_sandbox(client, lease_id, why, TIMEOUT) from None
 
 
 def _finish_sandbox(
     client: Client,
     args: argparse.Namespace,
-    pool: dict[str, Any],
-    lease: dict[str, Any],
+    pool: PoolRecord,
+    lease: SandboxLeaseCreated | SandboxLease,
     *,
     timeout: float | None,
     progress: Progress,
 ) -> int:
     result: dict[str, Any] = {
-        "id": lease["id"],
+        "id": lease.id,
         "profile": args.pool,
         "kind": "Sandbox",
-        "capabilities": pool.get("capabilities", []),
+        "capabilities": pool.capabilities,
         "reused": False,
     }
     if args.name:
         result["alias"] = args.name
     if args.no_wait:
-        result["phase"] = lease["phase"]
+        result["phase"] = lease.phase
         return _report(args, result)
-    ready = wait_ready(client, lease["id"], progress, timeout)
+    ready = wait_ready(client, lease.id, progress, timeout)
     progress.clear()
-    result.update(phase=ready["phase"], expires_at=ready.get("expires_at"))
+    result.update(phase=ready.phase, expires_at=ready.expires_at)
     return _report(args, result)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 
 from lessor.cli import context, kubeconfigs, output
+from lessor.cli.answers import as_sent
 from lessor.cli.client import Client, server_id
 from lessor.cli.errors import NOT_FOUND, USAGE, ApiError, CliError
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.lease_ids import SANDBOX_LEASE_ID, looks_like_an_id
+from lessor.protocol.responses import Expiry, Lease, SandboxExpiry, SandboxLease
 
 
 def resolve(client: Client, name: str) -> tuple[bool, str]:
@@ -20,12 +22,12 @@ def resolve(client: Client, name: str) -> tuple[bool, str]:
     if looks_like_an_id(name):
         return SANDBOX_LEASE_ID.match(name) is not None, name
     try:
-        return False, server_id(client.call("GET", f"/v1/leases/{name}"))
+        return False, server_id(client.get_model(f"/v1/leases/{name}", Lease).id)
     except ApiError as error:
         if error.status != 404:
             raise
     try:
-        return True, server_id(client.call("GET", f"/v1/sandbox-leases/{name}"))
+        return True, server_id(client.get_model(f"/v1/sandbox-leases/{name}", SandboxLease).id)
     except ApiError as error:
         if error.status != 404:
             raise
@@ -58,14 +60,15 @@ def extend(args: argparse.Namespace) -> int:
         raise CliError(f"--ttl: {error}", USAGE) from None
     client = context.client(args)
     sandbox, lease_id = resolve(client, args.lease_id)
+    answer: Expiry | SandboxExpiry
     if sandbox:
-        answer = client.call("PATCH", f"/v1/sandbox-leases/{lease_id}", {"extendTtl": args.ttl})
-        expires = answer["expiresAt"]
+        path, asked = f"/v1/sandbox-leases/{lease_id}", {"extendTtl": args.ttl}
+        answer = client.call_model("PATCH", path, SandboxExpiry, asked)
     else:
-        answer = client.call("PATCH", f"/v1/leases/{lease_id}", {"extend_ttl": args.ttl})
-        expires = answer["expires_at"]
+        path, asked = f"/v1/leases/{lease_id}", {"extend_ttl": args.ttl}
+        answer = client.call_model("PATCH", path, Expiry, asked)
     if output.wants_json(args):
-        output.emit(args, {"id": lease_id, **answer})
+        output.emit(args, {"id": lease_id, **as_sent(answer)})
     else:
-        print(f"lease {lease_id} now expires {output.until(expires)}")
+        print(f"lease {lease_id} now expires {output.until(answer.expires_at)}")
     return 0

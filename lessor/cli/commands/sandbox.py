@@ -21,11 +21,19 @@ from typing import Any
 from urllib.parse import urlencode
 
 from lessor.cli import context, late_options, output
+from lessor.cli.answers import as_sent
 from lessor.cli.client import Client, server_id
 from lessor.cli.errors import INTERRUPTED, USAGE, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import parse_duration
 from lessor.protocol.phases import EXECUTION_FINISHED, SANDBOX_LEASE
+from lessor.protocol.responses import (
+    Execution,
+    ExecutionLogs,
+    SandboxLease,
+    SandboxLeaseCreated,
+    SandboxLogs,
+)
 from lessor.protocol.sandbox_limits import LOG_TAIL_MAX
 
 TIMED_OUT, CANCELLED = 124, 125
@@ -50,14 +58,13 @@ def _check_duration(flag: str, value: str | None) -> None:
         raise CliError(f"{flag}: {error}", USAGE) from None
 
 
-def exit_status(execution: dict[str, Any]) -> int:
-    state = execution.get("state")
-    if state == "TimedOut":
+def exit_status(execution: ExecutionLogs) -> int:
+    if execution.state == "TimedOut":
         return TIMED_OUT
-    if state == "Cancelled":
+    if execution.state == "Cancelled":
         return CANCELLED
-    if execution.get("exitCode") is not None:
-        return int(execution["exitCode"])
+    if execution.exit_code is not None:
+        return execution.exit_code
     return 1
 
 
@@ -67,30 +74,29 @@ def start(client: Client, lease_id: str, argv: list[str], args: argparse.Namespa
         if getattr(args, field, None):
             body[field] = getattr(args, field)
     path = f"/v1/sandbox-leases/{lease_id}/executions"
-    return server_id(client.create(path, body), "execution")  # the key: it cannot run twice
+    started = client.create(path, body, Execution, Execution)  # the key: it cannot run twice
+    return server_id(started.id, "execution")
 
 
 def follow(
     client: Client, lease_id: str, execution: str, *, until_end: bool = True
-) -> dict[str, Any]:
+) -> ExecutionLogs:
     """Print the retained output from the start; with `until_end`, keep following until the
-    execution is over and both windows are drained. Returns the last window (its state and,
+    execution is over and both windows are drained. Returns the last windows (their state and,
     once the command has ended, its exit code)."""
-    offsets = {"stdoutOffset": 0, "stderrOffset": 0}
+    stdout_offset = stderr_offset = 0
     while True:
-        query = "&".join(f"{k}={v}" for k, v in offsets.items())
-        window = client.call(
-            "GET", f"/v1/sandbox-leases/{lease_id}/executions/{execution}/logs?{query}"
-        )
-        for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            if window[stream]["data"]:
-                sink.write(window[stream]["data"])
+        query = f"stdoutOffset={stdout_offset}&stderrOffset={stderr_offset}"
+        path = f"/v1/sandbox-leases/{lease_id}/executions/{execution}/logs?{query}"
+        logs = client.get_model(path, ExecutionLogs)
+        for window, sink in ((logs.stdout, sys.stdout), (logs.stderr, sys.stderr)):
+            if window.data:
+                sink.write(window.data)
                 sink.flush()
-            offsets[f"{stream}Offset"] = window[stream]["nextOffset"]
-        more = window["stdout"]["more"] or window["stderr"]["more"]
-        if not more and (window["state"] in EXECUTION_FINISHED or not until_end):
-            last: dict[str, Any] = window
-            return last
+        stdout_offset, stderr_offset = logs.stdout.next_offset, logs.stderr.next_offset
+        more = logs.stdout.more or logs.stderr.more
+        if not more and (logs.state in EXECUTION_FINISHED or not until_end):
+            return logs
         if not more:
             time.sleep(FOLLOW_PAUSE)
 
@@ -102,7 +108,7 @@ def _run_in(client: Client, lease_id: str, argv: list[str], args: argparse.Names
     except KeyboardInterrupt:
         client.call("DELETE", f"/v1/sandbox-leases/{lease_id}/executions/{execution}")
         raise
-    if final["state"] == "Unknown":
+    if final.state == "Unknown":
         print(f"lessor: the outcome of execution {execution} is unknown", file=sys.stderr)
     return exit_status(final)
 
@@ -131,41 +137,41 @@ def logs(args: argparse.Namespace) -> int:
         query = {"tailLines": args.tail, "container": args.container}
         asked = urlencode({k: v for k, v in query.items() if v is not None})
         path = f"/v1/sandbox-leases/{args.lease_id}/logs" + (f"?{asked}" if asked else "")
-        tail = client.call("GET", path)
+        tail = client.get_model(path, SandboxLogs)
         if output.wants_json(args):
-            output.emit(args, tail)
+            output.emit(args, as_sent(tail))
         else:
-            sys.stdout.write(tail["data"])
+            sys.stdout.write(tail.data)
         return 0
     follow(client, args.lease_id, args.execution, until_end=args.follow)
     return 0
 
 
 def cancel(args: argparse.Namespace) -> int:
-    answer = context.client(args).call(
-        "DELETE", f"/v1/sandbox-leases/{args.lease_id}/executions/{args.execution}"
-    )
+    path = f"/v1/sandbox-leases/{args.lease_id}/executions/{args.execution}"
+    cancelled = context.client(args).call_model("DELETE", path, Execution)
     if output.wants_json(args):
-        output.emit(args, answer)
+        output.emit(args, as_sent(cancelled))
     else:
-        print(f"execution {answer['id']}: {answer['state']}")
+        print(f"execution {cancelled.id}: {cancelled.state}")
     return 0
 
 
 def wait_ready(
     client: Client, lease_id: str, progress: Progress, timeout: float | None = None
-) -> dict[str, Any]:
+) -> SandboxLease:
     """The lease once Ready; CliError if it ends first, TimeoutError after `timeout` seconds."""
     started = time.monotonic()
     while True:
-        lease: dict[str, Any] = client.call("GET", f"/v1/sandbox-leases/{lease_id}")
-        if lease["phase"] == "Ready":
+        lease = client.get_model(f"/v1/sandbox-leases/{lease_id}", SandboxLease)
+        if lease.phase == SANDBOX_LEASE.usable:
             return lease
-        if lease["phase"] in SANDBOX_LEASE.ended:
-            raise CliError(f"sandbox lease {lease_id} ended before it was Ready: {lease['phase']}")
+        if lease.phase in SANDBOX_LEASE.ended:
+            usable = SANDBOX_LEASE.usable
+            raise CliError(f"sandbox lease {lease_id} ended before it was {usable}: {lease.phase}")
         if timeout is not None and time.monotonic() - started > timeout:
             raise TimeoutError
-        progress.update(f"sandbox {lease_id}: {lease['phase']}")
+        progress.update(f"sandbox {lease_id}: {lease.phase}")
         time.sleep(0.2)
 
 
@@ -182,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         body["ttl"] = args.ttl
     previous = {signum: signal.signal(signum, _interrupt) for signum in CANCELS}
     try:
-        lease_id = server_id(client.create("/v1/sandbox-leases", body))  # keyed: one lease
+        created = client.create("/v1/sandbox-leases", body, SandboxLeaseCreated, SandboxLease)
+        lease_id = server_id(created.id)  # keyed: one lease
         progress = Progress()
         try:
             wait_ready(client, lease_id, progress)

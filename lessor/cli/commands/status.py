@@ -9,11 +9,13 @@ from typing import Any
 
 import lessor
 from lessor import __version__
-from lessor.cli import context, output
+from lessor.cli import answers, context, output
+from lessor.cli.answers import as_sent
 from lessor.cli.client import Client, Credential
 from lessor.cli.errors import CliError
 from lessor.cli.sessions import Session
 from lessor.protocol.phases import SANDBOX_LEASE
+from lessor.protocol.responses import LeaseSummary, SandboxLease, Status, StatusPool
 
 
 def _credential(client: Client) -> Credential | None:
@@ -45,21 +47,21 @@ def status(args: argparse.Namespace) -> int:
         credential, answer = None, client.send("GET", "/v1/status")
     if answer.status != 200:
         raise CliError(f"{target.endpoint}/v1/status answered {answer.status}")
-    body: dict[str, Any] = answer.body
-    leases = client.call("GET", "/v1/leases") if credential is not None else None
+    body = answers.read(Status, answer.body, "GET", "/v1/status")
+    leases = client.get_models("/v1/leases", LeaseSummary) if credential is not None else None
     sandbox_leases = None
-    if credential is not None and body.get("sandbox", {}).get("served"):
+    if credential is not None and body.sandbox.served:
         sandbox_leases = [
             lease
-            for lease in client.call("GET", "/v1/sandbox-leases")
-            if lease["phase"] not in SANDBOX_LEASE.finished
+            for lease in client.get_models("/v1/sandbox-leases", SandboxLease)
+            if lease.phase not in SANDBOX_LEASE.finished
         ]
     session = client.session
     result = {
         "endpoint": target.endpoint,
         "target": name,
-        "version": body.get("version"),
-        "auth": body.get("auth", {}),
+        "version": body.version,
+        "auth": as_sent(body.auth),
         "session": (
             {
                 "identity": session.identity,
@@ -69,51 +71,40 @@ def status(args: argparse.Namespace) -> int:
             if session
             else None
         ),
-        "pools": body.get("pools", []),
-        "leases": leases,
-        "sandbox_leases": sandbox_leases,
+        "pools": [as_sent(pool) for pool in body.pools],
+        "leases": None if leases is None else [as_sent(lease) for lease in leases],
+        "sandbox_leases": (
+            None if sandbox_leases is None else [as_sent(lease) for lease in sandbox_leases]
+        ),
     }
     if output.wants_names(args):
         output.names(
-            [("pool", pool["name"]) for pool in body.get("pools", [])]
-            + [("lease", lease["id"]) for lease in leases or []]
-            + [("sandbox", lease["id"]) for lease in sandbox_leases or []]
+            [("pool", pool.name) for pool in body.pools]
+            + [("lease", lease.id) for lease in leases or []]
+            + [("sandbox", lease.id) for lease in sandbox_leases or []]
         )
         return 0
     if output.wants_json(args):
         output.emit(args, result)
         return 0
-    auth = body.get("auth", {})
     output.fields(
         [
             ("endpoint", target.endpoint + (f" (target {name})" if name else "")),
-            ("version", body.get("version", "?")),
-            ("auth methods", ", ".join(auth.get("methods", [])) or "-"),
-            ("sessions", ", ".join(auth.get("sessions", [])) or "-"),
+            ("version", body.version),
+            ("auth methods", ", ".join(body.auth.methods) or "-"),
+            ("sessions", ", ".join(body.auth.sessions) or "-"),
             ("session", _session_line(session, credential is not None)),
         ]
     )
     if note:
         print(f"note: {note}")
     print()
-    pools = body.get("pools", [])
-    detailed = any("phase" in pool for pool in pools)
-    headers = ["POOL", "READY", "LEASED", "CREATING"] + (
-        ["PHASE", "QUARANTINED"] if detailed else []
-    )
-    keys = ["name", "ready", "leased", "creating"] + (["phase", "quarantined"] if detailed else [])
-    output.table(
-        headers, [[pool.get(key) for key in keys] for pool in pools], no_headers=args.no_headers
-    )
+    _pools_table(body.pools, no_headers=args.no_headers)
     if leases is not None:
         print()
-        rows = [
-            [row["id"], row["profile"], row["phase"], row.get("alias"), row.get("expires_at")]
-            for row in leases
-        ]
+        rows = [[row.id, row.profile, row.phase, row.alias, row.expires_at] for row in leases]
         rows += [
-            [row["id"], row["pool"], row["phase"], row.get("alias"), row.get("expires_at")]
-            for row in sandbox_leases or []
+            [row.id, row.pool, row.phase, row.alias, row.expires_at] for row in sandbox_leases or []
         ]
         if rows:
             output.table(
@@ -122,6 +113,21 @@ def status(args: argparse.Namespace) -> int:
         else:
             print("no active leases")
     return 0
+
+
+def _pools_table(pools: list[StatusPool], *, no_headers: bool) -> None:
+    """The pools, with their phase and quarantined count where the server says them (one
+    that shows the caller pool details)."""
+    detailed = any("phase" in pool.model_fields_set for pool in pools)
+    headers = ["POOL", "READY", "LEASED", "CREATING"] + (
+        ["PHASE", "QUARANTINED"] if detailed else []
+    )
+    rows: list[list[object]] = [
+        [pool.name, pool.ready, pool.leased, pool.creating]
+        + ([pool.phase, pool.quarantined] if detailed else [])
+        for pool in pools
+    ]
+    output.table(headers, rows, no_headers=no_headers)
 
 
 # `git rev-parse` answers in milliseconds; a hung filesystem or a credential prompt must not
@@ -157,6 +163,14 @@ def source_commit(checkout: Path | None = None) -> str | None:
     return commit if found.returncode == 0 and commit else None
 
 
+def _server_version(body: object) -> str | None:
+    """The server's version, read alone from its status rather than through the Status model:
+    `lessor version` is what one runs when client and server may not agree, so it names the
+    server's version even when the rest of its status does not fit this client's model."""
+    version = body.get("version") if isinstance(body, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def version(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"client": __version__, "endpoint": None, "server": None}
     commit = source_commit()
@@ -167,8 +181,11 @@ def version(args: argparse.Namespace) -> int:
         _, target = context.target(args)
         result["endpoint"] = target.endpoint
         answer = Client(target).send("GET", "/v1/status")
-        if answer.status == 200:
-            result["server"] = answer.body.get("version")
+        server = _server_version(answer.body) if answer.status == 200 else None
+        if server is not None:
+            result["server"] = server
+        elif answer.status == 200:
+            result["error"] = "/v1/status answered no version"
         else:
             result["error"] = f"/v1/status answered {answer.status}"
     except CliError as error:

@@ -29,9 +29,9 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from lessor.cli import context, kubeconfigs, late_options
+from lessor.cli.answers import MalformedAnswerError
 from lessor.cli.client import Client, server_id
 from lessor.cli.commands import lease as leasing
 from lessor.cli.commands.diagnostics import download
@@ -39,6 +39,7 @@ from lessor.cli.errors import INTERRUPTED, TIMEOUT, USAGE, ApiError, CliError
 from lessor.cli.progress import Progress
 from lessor.protocol.durations import format_duration, parse_duration
 from lessor.protocol.phases import CLUSTER_LEASE
+from lessor.protocol.responses import DiagnosticsBundle, Expiry, Lease, LeaseCreated, PoolRecord
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DIAGNOSTICS_WAIT_SECONDS = 300.0  # for the release that captures the bundle
@@ -58,36 +59,38 @@ def run(args: argparse.Namespace) -> int:
     metadata = leasing.metadata_from(args.metadata_json)
     bundles = _bundle_directory(args.diagnostics_on_failure)
     client = context.client(args)
-    pool = client.call("GET", f"/v1/pools/{args.pool}")
-    if pool.get("resourceKind") == "Sandbox":
+    pool = client.get_model(f"/v1/pools/{args.pool}", PoolRecord)
+    if pool.resource_kind == "Sandbox":
         raise CliError(f"{args.pool} is a Sandbox pool: `lessor run` runs a command there", USAGE)
     request = argparse.Namespace(pool=args.pool, ttl=args.ttl, name=args.name, ensure=False)
     lease, _ = leasing.create(client, request, metadata)
-    lease_id = server_id(lease)
+    lease_id = server_id(lease.id)
+    # The TTL granted (a created lease's; one read back after a lost answer says none).
+    ttl = (lease.effective_ttl if isinstance(lease, LeaseCreated) else None) or args.ttl
     progress = Progress()
     # A CI runner cancels with SIGTERM or SIGHUP as well as SIGINT: from the moment the lease
     # exists until COMMAND runs (when they are passed on to it), any of them releases it.
     previous = {signum: signal.signal(signum, _interrupt) for signum in FORWARDED[1:]}
     try:
         try:
-            progress.update(f"lease {lease_id}: {lease['phase']}")
-            bound = leasing.wait_bound(client, lease_id, timeout, progress)
+            progress.update(f"lease {lease_id}: {lease.phase}")
+            bound, kubeconfig = leasing.wait_bound(client, lease_id, timeout, progress)
         except KeyboardInterrupt:
             progress.clear()
             raise leasing.give_up(client, lease_id, False, "interrupted", INTERRUPTED) from None
         except TimeoutError:
             progress.clear()
-            why = f"lease {lease_id} was not Bound within {args.wait_timeout}"
+            why = f"lease {lease_id} was not {CLUSTER_LEASE.usable} within {args.wait_timeout}"
             raise leasing.give_up(client, lease_id, False, why, TIMEOUT) from None
         progress.clear()
-        keepalive = Keepalive(client, lease_id, bound, lease.get("effective_ttl") or args.ttl)
+        keepalive = Keepalive(client, lease_id, ttl)
         status = INTERRUPTED
         try:
             path = kubeconfigs.write(
-                lease_id, bound["kubeconfig"], allow_unsafe=args.allow_unsafe_kubeconfig
+                lease_id, kubeconfig, allow_unsafe=args.allow_unsafe_kubeconfig
             )
-            if not args.no_keepalive:
-                keepalive.start()
+            if not args.no_keepalive and bound.expires_at:  # one that never expires needs none
+                keepalive.start(bound.expires_at)
             env = {**os.environ, "KUBECONFIG": str(path), "LESSOR_LEASE_ID": lease_id}
             status = _run(command, env)
         except KeyboardInterrupt:  # before COMMAND started: it never runs
@@ -184,21 +187,21 @@ def _save_diagnostics(client: Client, lease_id: str, directory: Path, progress: 
     deadline = time.monotonic() + DIAGNOSTICS_WAIT_SECONDS
     try:
         while True:
-            lease = client.call("GET", f"/v1/leases/{lease_id}?waitSeconds=20")
-            if lease.get("phase") in CLUSTER_LEASE.finished:
+            phase = client.get_model(f"/v1/leases/{lease_id}?waitSeconds=20", Lease).phase
+            if phase in CLUSTER_LEASE.finished:
                 break
             if time.monotonic() > deadline:
                 raise CliError(f"lease {lease_id} was not released within 5m")
-            progress.update(f"lease {lease_id}: {lease.get('phase')}, its diagnostics captured")
+            progress.update(f"lease {lease_id}: {phase}, its diagnostics captured")
         progress.clear()
-        answer = client.call("GET", f"/v1/leases/{lease_id}/diagnostics")
+        bundle = client.get_model(f"/v1/leases/{lease_id}/diagnostics", DiagnosticsBundle)
         path = directory / f"lessor-diagnostics-{lease_id}.tar.gz"
-        download(str(answer["url"]), path)
+        download(bundle.url, path)
     except CliError as error:
         progress.clear()
         print(f"lessor: no diagnostics for lease {lease_id}: {error}", file=sys.stderr)
         return
-    print(f"lessor: wrote {path} ({answer.get('size_bytes', 0)} bytes)", file=sys.stderr)
+    print(f"lessor: wrote {path} ({bundle.size_bytes} bytes)", file=sys.stderr)
 
 
 class Keepalive:
@@ -206,17 +209,22 @@ class Keepalive:
     more; then says once when it will expire. A failed extension is tried again after a while:
     a network blip must not let the lease lapse under a running job."""
 
-    def __init__(self, client: Client, lease_id: str, bound: dict[str, Any], ttl: str | None):
+    def __init__(self, client: Client, lease_id: str, ttl: str | None):
         self.client = client
         self.lease_id = lease_id
-        self.expires = _moment(bound["expires_at"])
-        remaining = max(60.0, self.expires - time.time())
-        self.step = ttl or format_duration(datetime.timedelta(seconds=int(remaining)))
+        self.ttl = ttl
+        self.expires = 0.0
+        self.step = ""
         self.extensions = 0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="keepalive")
 
-    def start(self) -> None:
+    def start(self, expires_at: str) -> None:
+        """Keep the lease that expires at `expires_at` alive, by its TTL (or, without one, by
+        the time it has left now) each time."""
+        self.expires = _moment(expires_at)
+        remaining = max(60.0, self.expires - time.time())
+        self.step = self.ttl or format_duration(datetime.timedelta(seconds=int(remaining)))
         self._thread.start()
 
     def stop(self) -> None:
@@ -231,8 +239,8 @@ class Keepalive:
     def _loop(self) -> None:
         while not self._stopped.wait(max(0.0, self.expires - self._margin() - time.time())):
             try:
-                answer = self.client.call(
-                    "PATCH", f"/v1/leases/{self.lease_id}", {"extend_ttl": self.step}
+                answer = self.client.call_model(
+                    "PATCH", f"/v1/leases/{self.lease_id}", Expiry, {"extend_ttl": self.step}
                 )
             except ApiError as error:
                 if error.status == 409:  # the policy's budget or ceiling: nothing more to do
@@ -240,10 +248,15 @@ class Keepalive:
                     return
                 self._stopped.wait(10)
                 continue
+            except MalformedAnswerError as error:
+                # It was extended, to a time that cannot be read: asking again would only spend
+                # the policy's extensions.
+                self._warn(f"is no longer kept alive ({error})")
+                return
             except CliError:
                 self._stopped.wait(10)
                 continue
-            later = _moment(answer["expires_at"])
+            later = _moment(answer.expires_at)
             self.extensions += 1
             if later <= self.expires:
                 self._warn("reached the longest its policy allows")
