@@ -57,8 +57,9 @@ def spec_changed(old: Json, new: Json) -> bool:
 
 
 class Controller:
-    """A controller is made before what it reconciles with, so that a reconciler can be handed
-    its controller's `enqueue`; `for_` (or `reconcile_with`) then says how it reconciles."""
+    """A controller may be made before what it reconciles with, so that a reconciler can be
+    handed its controller's `enqueue`; `for_` then says what it reconciles. A sweep of no one
+    kind passes its `reconcile` to the constructor instead."""
 
     def __init__(
         self,
@@ -80,11 +81,6 @@ class Controller:
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
-
-    def reconcile_with(self, reconcile: Reconcile) -> Controller:
-        """Reconcile keys with `reconcile`, for a controller of no one kind (a sweep)."""
-        self.reconcile = reconcile
-        return self
 
     def for_(
         self,
