@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Literal
 
 import cachetools
 
@@ -23,8 +24,13 @@ from lessor.apiserver.state.watched import WatchedObjects
 from lessor.protocol.responses import PoolLease, PoolPolicy, PoolRecord, StatusPool
 from lessor.protocol.responses import SandboxLease as SandboxLeaseView
 from lessor.resources.base import Condition, instant_json, problems_for_tenants
-from lessor.resources.cluster import ClusterLease, ClusterLeaseStatus, ClusterPool
-from lessor.resources.sandbox import SandboxLease, SandboxPool
+from lessor.resources.cluster import (
+    ClusterLease,
+    ClusterLeaseStatus,
+    ClusterPool,
+    ClusterPoolStatus,
+)
+from lessor.resources.sandbox import SandboxLease, SandboxPool, SandboxPoolStatus
 
 CLUSTER_CAPABILITIES = ["lease", "kubeconfig", "extend", "release"]
 SANDBOX_CAPABILITIES = ["lease", "extend", "release", "logs", "attach"]
@@ -34,40 +40,35 @@ ANONYMOUS_TTL = 2.0  # seconds
 
 def pool_record(pool: ClusterPool) -> PoolRecord:
     """The pool status record of spec 2.3."""
-    status = pool.status
-    record = PoolRecord(
-        name=pool.metadata.name,
-        resource_kind="Cluster",
-        capabilities=CLUSTER_CAPABILITIES,
-        phase=(status.phase if status else None) or "Unavailable",
-        ready=status.ready if status else 0,
-        leased=status.leased if status else 0,
-        creating=status.creating if status else 0,
-        recycling=status.recycling if status else 0,
-        unhealthy=status.unhealthy if status else 0,
-        quarantined=status.quarantined if status else 0,
-        queue_depth=status.queue_depth if status else 0,
-        policy=PoolPolicy(
-            mode=pool.spec.policy.mode, ttl=pool.spec.ttl, warmTarget=pool.warm_now()
-        ),
-    )
-    _explain(record, status.conditions if status else [])
-    return record
+    policy = PoolPolicy(mode=pool.spec.policy.mode, ttl=pool.spec.ttl, warmTarget=pool.warm_now())
+    return _record(pool.metadata.name, "Cluster", CLUSTER_CAPABILITIES, pool.status, policy)
 
 
 def sandbox_pool_record(pool: SandboxPool) -> PoolRecord:
     """A SandboxPool as a pool status record (spec 2.3), with the operator's counts. Its policy
     is always `fixed`: a SandboxPool keeps `warm` sandboxes (agent-sandbox's warm pool), and
     has no autoscaler."""
-    status = pool.status
     capabilities = list(SANDBOX_CAPABILITIES)
     if pool.spec.runner is not None:
         capabilities.append("exec")
     if pool.spec.ports:
         capabilities.append("port-forward")
+    policy = PoolPolicy(mode="fixed", ttl=pool.spec.default_ttl, warmTarget=pool.spec.warm)
+    return _record(pool.metadata.name, "Sandbox", capabilities, pool.status, policy)
+
+
+def _record(
+    name: str | None,
+    kind: Literal["Cluster", "Sandbox"],
+    capabilities: list[str],
+    status: ClusterPoolStatus | SandboxPoolStatus | None,
+    policy: PoolPolicy,
+) -> PoolRecord:
+    """A record from the counts both kinds of pool status keep (0 before the operator's first
+    pass), and its message from their conditions."""
     record = PoolRecord(
-        name=pool.metadata.name,
-        resource_kind="Sandbox",
+        name=name,
+        resource_kind=kind,
         capabilities=capabilities,
         phase=(status.phase if status else None) or "Unavailable",
         ready=status.ready if status else 0,
@@ -77,7 +78,7 @@ def sandbox_pool_record(pool: SandboxPool) -> PoolRecord:
         unhealthy=status.unhealthy if status else 0,
         quarantined=status.quarantined if status else 0,
         queue_depth=status.queue_depth if status else 0,
-        policy=PoolPolicy(mode="fixed", ttl=pool.spec.default_ttl, warmTarget=pool.spec.warm),
+        policy=policy,
     )
     _explain(record, status.conditions if status else [])
     return record
