@@ -9,8 +9,9 @@ response model serialized by the API's rule, and where a command echoes an answe
 JSON is built from that answer as the dict-reading CLI built it. The texts were captured from
 that CLI (the commit before lessor.cli.answers) and this module passed against it unchanged.
 
-In-process (`main(argv)`), against a local HTTP server, with the clock fixed: the texts say
-how far away a time is."""
+In-process (`main(argv)`), against a local HTTP server on port 0 that answers fixed bodies, with
+the clock fixed: the texts say how far away a time is, and pinned bytes need answers the real
+stack cannot hold still. The real API server drives the CLI in tests/integration/test_cli.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from lessor.cli import output
 from lessor.cli.main import main
@@ -52,6 +52,7 @@ from lessor.protocol.responses import (
     StatusAuth,
     StatusPool,
     StatusSandbox,
+    serialized,
 )
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -73,13 +74,8 @@ KUBECONFIG = yaml.safe_dump(
 METADATA = {"commit": "abc123", "attempt": 2, "ratio": 1.5, "tags": ["e2e", "pr"]}
 
 
-def sent(answer: BaseModel) -> dict[str, Any]:
-    """An answer as the server sends it (lessor.apiserver.http.answers.serialized)."""
-    return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-
 def _pool(name: str, kind: str, capabilities: list[str]) -> dict[str, Any]:
-    return sent(
+    return serialized(
         PoolRecord(
             name=name, resource_kind=kind, capabilities=capabilities, phase="Healthy",
             ready=2, leased=1, creating=0, recycling=0, unhealthy=0, quarantined=0,
@@ -90,7 +86,7 @@ def _pool(name: str, kind: str, capabilities: list[str]) -> dict[str, Any]:
 
 POOL = _pool("ci-small", "Cluster", ["lease", "kubeconfig", "extend", "release"])
 SANDBOX_POOL = _pool("agents", "Sandbox", ["lease", "extend", "release", "logs", "exec"])
-CREATED = sent(
+CREATED = serialized(
     LeaseCreated(
         id=CLUSTER_ID, phase="Pending", profile="ci-small", queue_position=2,
         effective_ttl="1h", alias="pr-7", metadata=METADATA,
@@ -103,18 +99,18 @@ BOUND_LEASE.kubeconfig = KUBECONFIG
 BOUND_LEASE.cluster_health = ClusterHealth(
     healthy=False, since="2026-03-01T11:50:00Z", message="node n-1 not ready"
 )
-BOUND = sent(BOUND_LEASE)
-PENDING = sent(
+BOUND = serialized(BOUND_LEASE)
+PENDING = serialized(
     Lease(id=OTHER_ID, phase="Pending", profile="ci-large", expires_at=None, queue_position=3)
 )
 EVENTS = [
-    sent(
+    serialized(
         LeaseEvent(
             type="Normal", reason="Bound", message="bound to cluster c-1", count=1,
             first_seen="2026-03-01T11:45:00Z", last_seen="2026-03-01T11:45:00Z",
         )
     ),
-    sent(
+    serialized(
         LeaseEvent(
             type="Warning", reason="ClusterUnhealthy", message="node n-1 not ready", count=4,
             first_seen="2026-03-01T11:50:00Z", last_seen="2026-03-01T11:57:00Z",
@@ -122,14 +118,14 @@ EVENTS = [
     ),
 ]  # fmt: skip
 SUMMARIES = [
-    sent(
+    serialized(
         LeaseSummary(
             id=CLUSTER_ID, phase="Bound", profile="ci-small", expires_at=EXPIRES, alias="pr-7"
         )
     ),
-    sent(LeaseSummary(id=OTHER_ID, phase="Pending", profile="ci-large", expires_at=None)),
+    serialized(LeaseSummary(id=OTHER_ID, phase="Pending", profile="ci-large", expires_at=None)),
 ]
-SANDBOX_CREATED = sent(
+SANDBOX_CREATED = serialized(
     SandboxLeaseCreated(
         id=SANDBOX_ID, phase="Pending", pool="agents", ttl="30m", alias="bot",
         provisioning_deadline="2026-03-01T12:05:00Z",
@@ -146,8 +142,8 @@ _READY = SandboxLease(
 _READY.ready_at = "2026-03-01T11:58:00Z"
 _READY.expires_at = "2026-03-01T12:28:00Z"
 _READY.message = "sandbox ready"
-SANDBOX_READY = sent(_READY)
-STATUS = sent(
+SANDBOX_READY = serialized(_READY)
+STATUS = serialized(
     Status(
         version="0.9.0",
         auth=StatusAuth(methods=["token", "ssh"], sessions=["token"]),
@@ -160,31 +156,31 @@ STATUS = sent(
         sandbox=StatusSandbox(mode="external", served=True, reason="agent-sandbox is served"),
     )
 )
-EXPIRY = sent(Expiry(expires_at="2026-03-01T14:00:00Z"))
-SANDBOX_EXPIRY = sent(
+EXPIRY = serialized(Expiry(expires_at="2026-03-01T14:00:00Z"))
+SANDBOX_EXPIRY = serialized(
     SandboxExpiry(expiresAt="2026-03-01T12:38:00Z", extensionsCount=2, maxExtensions=3)
 )
-LOGS = sent(SandboxLogs(id=SANDBOX_ID, pod="p-1", data="line 1\nline 2\n", truncated=False))
-CANCELLED = sent(
+LOGS = serialized(SandboxLogs(id=SANDBOX_ID, pod="p-1", data="line 1\nline 2\n", truncated=False))
+CANCELLED = serialized(
     Execution(
         id=EXECUTION_ID, state="Cancelled", startedAt="2026-03-01T11:59:00Z",
         finishedAt="2026-03-01T11:59:30Z", truncated=False, timeout="10m",
     )
 )  # fmt: skip
-STARTED = sent(
+STARTED = serialized(
     Execution(
         id=EXECUTION_ID, state="Running", startedAt="2026-03-01T11:59:00Z", truncated=False,
         timeout="10m",
     )
 )  # fmt: skip
-FINISHED_LOGS = sent(
+FINISHED_LOGS = serialized(
     ExecutionLogs(
         id=EXECUTION_ID, state="Failed", exitCode=3,
         stdout=ExecutionWindow(data="out\n", nextOffset=4, more=False, truncated=False),
         stderr=ExecutionWindow(data="err\n", nextOffset=4, more=False, truncated=False),
     )
 )  # fmt: skip
-BUNDLE = sent(
+BUNDLE = serialized(
     DiagnosticsBundle(
         url="https://store.example/b.tar.gz?sig=x", expires_at="2026-03-01T13:00:00Z",
         captured_at="2026-03-01T11:59:00Z", size_bytes=2048, truncated=True,
